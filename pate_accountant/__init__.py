@@ -1,0 +1,20 @@
+"""pate-accountant: privacy events, releases and (in later modules) accountants for Hot PATE.
+
+This package never imports torch, transformers or the ``ensembles`` package.
+"""
+
+from pate_accountant.errors import BudgetExhaustedError, PateAccountantError, UnsupportedEventError
+from pate_accountant.events import EpsilonDeltaEvent, ThresholdPrivacyEvent
+from pate_accountant.release import Release
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BudgetExhaustedError",
+    "EpsilonDeltaEvent",
+    "PateAccountantError",
+    "Release",
+    "ThresholdPrivacyEvent",
+    "UnsupportedEventError",
+    "__version__",
+]

@@ -1,0 +1,3 @@
+from pate_accountant.cli import main
+
+raise SystemExit(main())

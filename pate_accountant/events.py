@@ -1,0 +1,44 @@
+"""Privacy events: what an accountant needs to know about one step, and nothing about the data.
+
+Every event is a frozen, validated attrs class that subclasses ``dp_accounting.DpEvent`` so that
+dp-accounting's own accountants and ours can consume the same objects.  Events hold parameters only,
+never teacher prompts, records or vote counts.
+"""
+
+from __future__ import annotations
+
+import attr
+import dp_accounting
+
+from pate_accountant.validation import attrs_validator, check_int, check_real
+
+#: Names of the neighbouring relations an event can be stated under (spec, section 0).
+REPLACE_ONE = "replace-one"
+ADD_REMOVE_ONE = "add-remove-one"
+NEIGHBOURING_RELATIONS = (REPLACE_ONE, ADD_REMOVE_ONE)
+
+
+def _check_relation(instance, attribute, value):
+    if value not in NEIGHBOURING_RELATIONS:
+        raise ValueError(f"{attribute.name} must be one of {NEIGHBOURING_RELATIONS}, got {value!r}")
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class EpsilonDeltaEvent(dp_accounting.DpEvent):
+    """A generic step that is ``(epsilon, delta)``-DP under ``relation`` (one teacher's vote changes)."""
+
+    epsilon: float = attr.ib(converter=float, validator=attrs_validator(check_real, minimum=0.0))
+    delta: float = attr.ib(
+        default=0.0, converter=float, validator=attrs_validator(check_real, minimum=0.0, maximum=1.0, max_open=True)
+    )
+    relation: str = attr.ib(default=REPLACE_ONE, validator=_check_relation)
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class ThresholdPrivacyEvent(dp_accounting.DpEvent):
+    """A step with ``T``-threshold privacy (paper Section 4.3): only tokens with ``c_j >= T`` can be released.
+
+    Threshold privacy is a proxy for DP, not a DP guarantee: DP accountants report it as unsupported.
+    """
+
+    threshold: int = attr.ib(validator=attrs_validator(check_int, minimum=1))

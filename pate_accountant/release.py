@@ -1,0 +1,49 @@
+"""What one run of a mechanism releases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attr
+import dp_accounting
+
+#: Outcome classes a ledger records (DESIGN.md, Ledger).
+TOKEN, FAIL, TARGET = "token", "fail", "target"
+
+
+def _check_event(instance, attribute, value):
+    if not isinstance(value, dp_accounting.DpEvent):
+        raise TypeError(f"{attribute.name} must be a dp_accounting.DpEvent, got {type(value).__name__}")
+
+
+def _check_teachers(instance, attribute, value):
+    for teacher in value:
+        if isinstance(teacher, bool) or not isinstance(teacher, int) or teacher < 0:
+            raise ValueError(f"{attribute.name} must hold non-negative teacher indices, got {teacher!r}")
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class Release:
+    """The output of one mechanism run.
+
+    ``value`` is the released token (or outcome label); ``None`` means the mechanism failed (the
+    paper's ``fail``/abstain outcome).  ``event`` is the privacy event the run is charged as,
+    ``target_hit`` says whether a q-target outcome occurred (``None`` when the mechanism has no
+    target), and ``charged_teachers`` lists the teachers an individual-charging accountant charges.
+    """
+
+    value: Any
+    event: dp_accounting.DpEvent = attr.ib(validator=_check_event)
+    target_hit: bool | None = None
+    charged_teachers: frozenset = attr.ib(default=frozenset(), converter=frozenset, validator=_check_teachers)
+
+    @property
+    def failed(self) -> bool:
+        return self.value is None
+
+    @property
+    def outcome(self) -> str:
+        """``"target"``, ``"fail"`` or ``"token"``: the class a ledger records."""
+        if self.target_hit:
+            return TARGET
+        return FAIL if self.value is None else TOKEN
