@@ -340,6 +340,6 @@ def _check_finite_nonnegative(values: np.ndarray, name: str, row: int | None = N
             where = f"teacher {flat}"
         else:
             where = f"teacher {row}, entry {flat}"
-        value = values.ravel()[flat]
+        value = values.ravel()[flat].item()
         kind = "NaN" if np.isnan(value) else ("infinite" if np.isinf(value) else "negative")
         raise ValueError(f"{name} must be finite and non-negative: {where} holds a {kind} value {value!r}")

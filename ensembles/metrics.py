@@ -228,8 +228,9 @@ def agreement_by_token(p, q) -> np.ndarray:
     p, q = _pair(p, q)
     out = np.zeros(p.size)
     both = np.flatnonzero((p > 0) & (q > 0))
-    for j in both:
-        out[j] = 1.0 / np.maximum(p / p[j], q / q[j]).sum()
+    with np.errstate(over="ignore"):  # a huge ratio sum (tiny p_j) correctly gives probability 0
+        for j in both:
+            out[j] = 1.0 / np.maximum(p / p[j], q / q[j]).sum()
     return out
 
 

@@ -32,7 +32,7 @@ def _integral_array(name: str, values) -> np.ndarray:
         bad = ~np.isfinite(array) | (array != np.round(array))
         if bad.any():
             where = int(np.flatnonzero(bad.ravel())[0])
-            raise ValueError(f"{name} must hold integer counts, got {array.ravel()[where]!r} at position {where}")
+            raise ValueError(f"{name} must hold integer counts, got {array.ravel()[where].item()!r} at position {where}")
     array = array.astype(np.int64)
     if (array < 0).any():
         where = int(np.flatnonzero(array.ravel() < 0)[0])
