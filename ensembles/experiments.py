@@ -1,0 +1,282 @@
+"""Reproducible experiments behind ``pate-accountant experiment ...`` (docs/cli.md).
+
+:func:`histograms_experiment` is the Hot-versus-Cold comparison of the paper's Planet Z demonstration
+(Section 5.2, Figure "coverage" and Appendix D.1), run on the model-free stand-in
+:func:`ensembles.synthetic.planet_z_like`: draw ``r`` coordinated histograms (Algorithm 1, Hot PATE) and
+``r`` independent histograms (Cold PATE) from the same ``n`` teachers, and sweep the threshold ``T``:
+
+* coverage (transferred probability mass), support size and average yield per sample, Hot vs Cold;
+* the tau-robust mass ``P(tau)`` of Remark D.1 at ``tau = T``, the indicative upper bound on what a
+  threshold ``T`` can transfer;
+* the maximum average token probability ``max_j (1/n) sum_i p_ij``: independent counts concentrate
+  around ``n`` times the average probability, so Cold coverage vanishes once ``T/n`` exceeds it;
+* summary statistics of the per-sample top count and margin (what DP aggregators pay for).
+
+Everything returned is plain JSON data (lists, floats, ints, strings), deterministic for a seed.
+:func:`plot_histograms_experiment` draws the figures (matplotlib, imported lazily, Agg canvas).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ensembles import metrics, synthetic
+from ensembles.histograms import coordinated_votes, independent_votes
+from pate_accountant.validation import check_int
+
+__all__ = [
+    "MAX_COMMON_SIZE",
+    "format_summary",
+    "format_table",
+    "histograms_experiment",
+    "plot_histograms_experiment",
+    "threshold_grid",
+]
+
+#: Numbers in the Planet Z stand-in (the 900 three-digit numbers) and the generalisation support used;
+#: ``planet_z_like`` needs ``common_size <= num_numbers - generalization_support - 1``.
+_NUM_NUMBERS = 900
+_GENERALIZATION_SUPPORT = 64
+MAX_COMMON_SIZE = _NUM_NUMBERS - _GENERALIZATION_SUPPORT - 1
+
+#: Vote draws are split into this many chunks so a progress bar moves during long runs.
+_VOTE_CHUNKS = 10
+
+
+def threshold_grid(num_teachers: int, size: int = 25) -> np.ndarray:
+    """About ``size`` integer thresholds in ``[1, n]``: geometric up to ``n/10``, then linear up to ``n``.
+
+    The geometric half resolves small ``T`` (where Cold PATE still transfers something), the linear half
+    the large ``T`` where only coordinated histograms do.  Always contains ``1`` and ``n``; sorted,
+    without repeats (so small ``n`` gives fewer points).
+    """
+    n = check_int("num_teachers", num_teachers, minimum=1)
+    size = check_int("size", size, minimum=4)
+    knee = max(1.0, n / 10.0)
+    geometric = np.geomspace(1.0, knee, size // 2)
+    linear = np.linspace(knee, n, size - size // 2 + 1)
+    grid = np.unique(np.clip(np.rint(np.concatenate([geometric, linear])), 1, n).astype(np.int64))
+    return grid
+
+
+def _summary(values: np.ndarray) -> dict:
+    values = np.asarray(values, dtype=np.float64)
+    return {
+        "mean": float(values.mean()),
+        "median": float(np.median(values)),
+        "min": int(values.min()),
+        "max": int(values.max()),
+    }
+
+
+def _ensemble_metrics(votes: np.ndarray, thresholds: np.ndarray) -> dict:
+    return {
+        "coverage": [float(x) for x in metrics.coverage(votes, thresholds)],
+        "support_size": [int(x) for x in metrics.support_size(votes, thresholds)],
+        "average_yield": [float(x) for x in metrics.average_yield(votes, thresholds)],
+        "max_count": _summary(metrics.max_counts(votes)),
+        "margin": _summary(metrics.margins(votes)),
+    }
+
+
+def _first_zero(thresholds: list, values: list):
+    """The first threshold from which ``values`` stay 0 (``None`` if the last value is positive)."""
+    index = len(values)
+    while index > 0 and values[index - 1] == 0:
+        index -= 1
+    return thresholds[index] if index < len(values) else None
+
+
+def histograms_experiment(
+    num_teachers: int,
+    num_samples: int,
+    common_size: int,
+    seed: int,
+    progress: bool = True,
+) -> dict:
+    """Coverage, support size and yield of Hot (coordinated) vs Cold (independent) histograms.
+
+    Builds ``planet_z_like(num_teachers, rng, common_size=common_size)`` with
+    ``rng = numpy.random.default_rng(seed)``, then draws ``num_samples`` coordinated and ``num_samples``
+    independent vote vectors from the same ``rng`` (in that order, in fixed chunks), so the result is a
+    deterministic function of the arguments.  ``progress`` shows a tqdm bar on stderr.
+
+    Returns a JSON-serialisable dict:
+
+    * ``parameters``: the arguments (``num_teachers``, ``num_samples``, ``common_size``, ``seed``) and
+      the fixed family settings;
+    * ``thresholds`` (``T``) and ``threshold_fractions`` (``T / n``);
+    * ``hot`` and ``cold``: ``coverage``, ``support_size``, ``average_yield`` (one entry per threshold)
+      and ``max_count`` / ``margin`` summaries (``mean``, ``median``, ``min``, ``max`` over samples);
+    * ``robust_mass``: ``P(tau)`` at ``tau = T`` (Remark D.1);
+    * ``max_average_probability``: ``max_j`` of the average teacher distribution, and
+      ``common_tokens`` (the token ids of the shared set ``C``) with ``common_mass`` (average mass on ``C``);
+    * ``summary``: headline numbers (see :func:`format_summary`).
+    """
+    from tqdm import tqdm
+
+    n = check_int("num_teachers", num_teachers, minimum=1)
+    r = check_int("num_samples", num_samples, minimum=1)
+    k = check_int("common_size", common_size, minimum=1, maximum=MAX_COMMON_SIZE)
+    seed = check_int("seed", seed, minimum=0)
+    rng = np.random.default_rng(seed)
+    chunks = [c.size for c in np.array_split(np.arange(r), min(_VOTE_CHUNKS, r))]
+
+    with tqdm(
+        total=2 + 2 * len(chunks), desc="histograms", unit="step", disable=not progress, dynamic_ncols=True
+    ) as bar:
+        bar.set_postfix_str("teachers")
+        teachers, common = synthetic.planet_z_like(
+            n,
+            rng,
+            common_size=k,
+            num_numbers=_NUM_NUMBERS,
+            generalization_support=_GENERALIZATION_SUPPORT,
+        )
+        bar.update()
+        drawn = {}
+        for name, draw in (("hot", coordinated_votes), ("cold", independent_votes)):
+            bar.set_postfix_str(f"{name} votes")
+            parts = []
+            for size in chunks:
+                parts.append(draw(teachers, size, rng))
+                bar.update()
+            drawn[name] = np.concatenate(parts, axis=0)
+        bar.set_postfix_str("metrics")
+        thresholds = threshold_grid(n)
+        hot = _ensemble_metrics(drawn["hot"], thresholds)
+        cold = _ensemble_metrics(drawn["cold"], thresholds)
+        robust = [float(x) for x in metrics.robust_mass(teachers, thresholds)]
+        average = teachers.average()
+        bar.update()
+
+    t_list = [int(t) for t in thresholds]
+    max_average = float(average.max())
+    cold_zero = _first_zero(t_list, cold["coverage"])
+    at_zero = t_list.index(cold_zero) if cold_zero is not None else None
+    summary = {
+        "hot_median_max_count_fraction": hot["max_count"]["median"] / n,
+        "cold_median_max_count_fraction": cold["max_count"]["median"] / n,
+        "cold_coverage_zero_from": cold_zero,
+        "hot_coverage_there": hot["coverage"][at_zero] if at_zero is not None else None,
+        "robust_mass_there": robust[at_zero] if at_zero is not None else None,
+    }
+    return {
+        "experiment": "histograms",
+        "parameters": {
+            "num_teachers": n,
+            "num_samples": r,
+            "common_size": k,
+            "seed": seed,
+            "family": "planet_z_like",
+            "vocab_size": int(teachers.vocab_size),
+            "num_numbers": _NUM_NUMBERS,
+            "generalization_support": _GENERALIZATION_SUPPORT,
+        },
+        "thresholds": t_list,
+        "threshold_fractions": [t / n for t in t_list],
+        "hot": hot,
+        "cold": cold,
+        "robust_mass": robust,
+        "max_average_probability": max_average,
+        "common_tokens": [int(c) for c in common],
+        "common_mass": float(average[common].sum()),
+        "summary": summary,
+    }
+
+
+def format_summary(result: dict) -> str:
+    """One line with the headline numbers of a :func:`histograms_experiment` result."""
+    p = result["parameters"]
+    s = result["summary"]
+    n = p["num_teachers"]
+    pmax = result["max_average_probability"]
+    line = (
+        f"n={n} r={p['num_samples']} k={p['common_size']} seed={p['seed']}: "
+        f"median top count Hot {s['hot_median_max_count_fraction']:.3f}n vs Cold "
+        f"{s['cold_median_max_count_fraction']:.3f}n (max average token probability {pmax:.3f}); "
+    )
+    if s["cold_coverage_zero_from"] is None:
+        line += "Cold coverage stays positive on the whole grid"
+    else:
+        t = s["cold_coverage_zero_from"]
+        line += (
+            f"Cold coverage is 0 from T={t} (T/n={t / n:.3f}), where Hot coverage is "
+            f"{s['hot_coverage_there']:.3f} (robust mass {s['robust_mass_there']:.3f})"
+        )
+    return line
+
+
+def format_table(result: dict) -> str:
+    """The threshold sweep of a :func:`histograms_experiment` result as a fixed-width text table."""
+    header = (
+        f"{'T':>7} {'T/n':>6} | {'coverage':^15} | {'support size':^15} | {'avg yield':^15} | {'robust':>6}",
+        f"{'':>7} {'':>6} | {'Hot':>7} {'Cold':>7} | {'Hot':>7} {'Cold':>7} | {'Hot':>7} {'Cold':>7} | {'P(T)':>6}",
+    )
+    rule = "-" * len(header[0])
+    rows = [*header, rule]
+    hot, cold = result["hot"], result["cold"]
+    for i, (t, frac) in enumerate(zip(result["thresholds"], result["threshold_fractions"])):
+        rows.append(
+            f"{t:>7d} {frac:>6.3f} | {hot['coverage'][i]:>7.3f} {cold['coverage'][i]:>7.3f} | "
+            f"{hot['support_size'][i]:>7d} {cold['support_size'][i]:>7d} | "
+            f"{hot['average_yield'][i]:>7.3f} {cold['average_yield'][i]:>7.3f} | {result['robust_mass'][i]:>6.3f}"
+        )
+    return "\n".join(rows)
+
+
+def plot_histograms_experiment(result: dict, out_dir) -> list[Path]:
+    """Write ``histograms_coverage.png`` and ``histograms_support.png`` into ``out_dir`` (created if missing).
+
+    Coverage vs ``T`` (Hot, Cold and the robust mass ``P(T)``) and support size vs ``T`` (Hot, Cold),
+    with a vertical line at ``n`` times the maximum average token probability.  Uses matplotlib's Agg
+    canvas directly (no pyplot, no global backend change).  Returns the paths written.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    p = result["parameters"]
+    n = p["num_teachers"]
+    t = np.asarray(result["thresholds"], dtype=np.float64)
+    pmax_line = n * result["max_average_probability"]
+    title = f"Planet Z-like ensemble: n={n}, k={p['common_size']}, r={p['num_samples']}, seed={p['seed']}"
+    hot_style = {"color": "tab:red", "marker": "o", "markersize": 3, "label": "Hot (coordinated)"}
+    cold_style = {"color": "tab:blue", "marker": "s", "markersize": 3, "label": "Cold (independent)"}
+
+    def new_axes():
+        fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        ax.set_xscale("log")
+        ax.set_xlabel("threshold T (votes)")
+        ax.set_title(title, fontsize=9)
+        ax.axvline(pmax_line, color="gray", linestyle=":", linewidth=1, label="n x max average token probability")
+        ax.grid(True, which="major", alpha=0.3)
+        return fig, ax
+
+    paths = []
+    fig, ax = new_axes()
+    ax.plot(t, result["hot"]["coverage"], **hot_style)
+    ax.plot(t, result["cold"]["coverage"], **cold_style)
+    ax.plot(t, result["robust_mass"], color="black", linestyle="--", label="robust mass P(tau = T) (Remark D.1)")
+    ax.set_ylabel("coverage (transferred probability mass)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8, loc="lower left")
+    path = out / "histograms_coverage.png"
+    fig.savefig(path, dpi=120)
+    paths.append(path)
+
+    fig, ax = new_axes()
+    ax.plot(t, result["hot"]["support_size"], **hot_style)
+    ax.plot(t, result["cold"]["support_size"], **cold_style)
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_ylabel("support size (tokens reaching T in some sample)")
+    ax.legend(fontsize=8, loc="upper right")
+    path = out / "histograms_support.png"
+    fig.savefig(path, dpi=120)
+    paths.append(path)
+    return paths

@@ -1,0 +1,204 @@
+"""The ``pate-accountant`` command line: ``experiment histograms`` and the import-time contract."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pate_accountant.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["experiment", "histograms", "--quick", "--no-progress", "--teachers", "120", "--samples", "60"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run_json(capsys, *extra: str) -> dict:
+    assert main([*SMALL, "--json", *extra]) == 0
+    out = capsys.readouterr().out
+    return json.loads(out)
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def test_json_output_parses_and_has_the_fields(capsys):
+    result = run_json(capsys, "--seed", "3")
+    assert result["experiment"] == "histograms"
+    params = result["parameters"]
+    assert params["num_teachers"] == 120
+    assert params["num_samples"] == 60
+    assert params["common_size"] == 20
+    assert params["seed"] == 3
+    thresholds = result["thresholds"]
+    assert thresholds[0] == 1 and thresholds[-1] == 120
+    assert thresholds == sorted(set(thresholds))
+    assert len(thresholds) >= 10
+    assert result["threshold_fractions"] == pytest.approx([t / 120 for t in thresholds])
+    for name in ("hot", "cold"):
+        stats = result[name]
+        for key in ("coverage", "support_size", "average_yield"):
+            assert len(stats[key]) == len(thresholds)
+        assert all(0.0 <= c <= 1.0 for c in stats["coverage"])
+        assert stats["coverage"][0] == pytest.approx(1.0)  # T = 1: every vote counts (no tails here)
+        assert all(a >= b for a, b in zip(stats["coverage"], stats["coverage"][1:]))
+        assert all(a >= b for a, b in zip(stats["support_size"], stats["support_size"][1:]))
+        for key in ("max_count", "margin"):
+            assert set(stats[key]) >= {"mean", "median"}
+            assert 0 <= stats[key]["median"] <= 120
+    robust = result["robust_mass"]
+    assert len(robust) == len(thresholds)
+    assert robust[0] == pytest.approx(1.0)
+    assert all(a >= b - 1e-12 for a, b in zip(robust, robust[1:]))
+    assert 0.0 < result["max_average_probability"] < 1.0
+    assert len(result["common_tokens"]) == 20
+    # Coordinated votes agree in bursts: the typical top count is far above the independent one.
+    assert result["hot"]["max_count"]["median"] > result["cold"]["max_count"]["median"]
+    assert "files" not in result  # only with --plot
+
+
+def test_common_size_option_is_used(capsys):
+    result = run_json(capsys, "--common-size", "5")
+    assert result["parameters"]["common_size"] == 5
+    assert len(result["common_tokens"]) == 5
+
+
+def test_same_seed_gives_identical_json(capsys):
+    assert main([*SMALL, "--json", "--seed", "7"]) == 0
+    first = capsys.readouterr().out
+    assert main([*SMALL, "--json", "--seed", "7"]) == 0
+    second = capsys.readouterr().out
+    assert first == second
+    assert main([*SMALL, "--json", "--seed", "8"]) == 0
+    assert capsys.readouterr().out != first
+
+
+def test_hot_dominates_cold_above_the_maximal_average_probability(capsys):
+    result = run_json(capsys, "--teachers", "200", "--samples", "80", "--seed", "1")
+    n = result["parameters"]["num_teachers"]
+    pmax = result["max_average_probability"]
+    mean = n * pmax
+    # A token's independent count is a sum of Bernoulli(p_ij) with mean n * avg_j <= n * pmax and variance
+    # <= n * pmax, so it exceeds n * pmax + 6 sd only with negligible probability (Bernstein tail).
+    zero_from = mean + 6.0 * math.sqrt(mean) + 1.0
+    hot, cold = result["hot"]["coverage"], result["cold"]["coverage"]
+    checked_above = checked_zero = 0
+    for t, c_hot, c_cold in zip(result["thresholds"], hot, cold):
+        if t > mean:
+            assert c_hot >= c_cold, (t, c_hot, c_cold)
+            checked_above += 1
+        if t >= zero_from:
+            assert c_cold == 0.0, (t, c_cold)
+            assert result["cold"]["support_size"][result["thresholds"].index(t)] == 0
+            checked_zero += 1
+    assert checked_above >= 3 and checked_zero >= 3
+    # ... while the coordinated ensemble still transfers mass there (Hot PATE's point).
+    first_zero = next(i for i, t in enumerate(result["thresholds"]) if t >= zero_from)
+    assert hot[first_zero] > 0.2
+
+
+def test_plot_writes_pngs_and_json(capsys, tmp_path):
+    out = tmp_path / "figs"  # does not exist yet
+    assert main([*SMALL, "--plot", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) >= 2
+    for png in pngs:
+        data = png.read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 1000
+        assert str(png) in printed
+    json_file = out / "histograms.json"
+    assert str(json_file) in printed
+    saved = json.loads(json_file.read_text())
+    assert saved["parameters"]["num_teachers"] == 120
+    assert sorted(saved["files"]["plots"]) == sorted(str(p) for p in pngs)
+    # The text mode prints the table and the one-line summary.
+    assert "coverage" in printed and "robust" in printed
+    assert "Cold coverage" in printed
+
+
+def test_plot_in_json_mode_reports_paths_in_the_json(capsys, tmp_path):
+    result = run_json(capsys, "--plot", "--out", str(tmp_path))
+    files = result["files"]
+    assert Path(files["json"]) == tmp_path / "histograms.json"
+    assert len(files["plots"]) >= 2
+    for path in files["plots"]:
+        assert Path(path).read_bytes().startswith(PNG_MAGIC)
+    saved = json.loads(Path(files["json"]).read_text())
+    assert saved == result
+
+
+def test_text_output_has_a_row_per_threshold(capsys):
+    assert main(SMALL) == 0
+    printed = capsys.readouterr().out
+    result = run_json(capsys)
+    rows = [line.split() for line in printed.splitlines()]
+    table_rows = [r for r in rows if r and r[0].isdigit() and "|" in r]
+    assert [int(r[0]) for r in table_rows] == result["thresholds"]
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(printed)
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--teachers", "0"], "--teachers"),
+        (["--samples", "-1"], "--samples"),
+        (["--samples", "many"], "--samples"),
+        (["--common-size", "0"], "--common-size"),
+        (["--common-size", "100000"], "--common-size"),
+        (["--seed", "-3"], "--seed"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_option(capsys, args, option):
+    assert main(["experiment", "histograms", "--quick", "--no-progress", *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"argument {option}" in captured.err
+
+
+@pytest.mark.parametrize("argv", [[], ["experiment"], ["experiment", "nonsense"], ["nonsense"]])
+def test_missing_or_unknown_command_is_a_usage_error(capsys, argv):
+    assert main(argv) == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_help_returns_zero(capsys):
+    assert main(["experiment", "histograms", "--help"]) == 0
+    assert "--common-size" in capsys.readouterr().out
+
+
+def test_python_dash_m_runs_the_command():
+    completed = subprocess.run(
+        [sys.executable, "-m", "pate_accountant", "experiment", "histograms", "--quick", "--json",
+         "--teachers", "50", "--samples", "20"],
+        capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(completed.stdout)
+    assert result["parameters"]["num_teachers"] == 50
+    assert result["parameters"]["num_samples"] == 20
+    assert "histograms" in completed.stderr  # the progress bar goes to stderr, not into the JSON
+
+
+def test_importing_pate_accountant_does_not_import_ensembles_matplotlib_or_torch():
+    code = (
+        "import sys, pate_accountant, pate_accountant.cli\n"
+        "pate_accountant.cli.build_parser()\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('ensembles', 'matplotlib', 'torch'))\n"
+        "print(','.join(bad))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == ""
