@@ -19,6 +19,9 @@ are grouped by support size into padded blocks (widths within a factor 1.25), an
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from ensembles.distributions import TeacherDistributions
@@ -41,6 +44,33 @@ _BLOCK_ELEMENTS = 1 << 17
 #: Shared-noise elements drawn at once (samples x union tokens); 8 MB of float64.
 _NOISE_ELEMENTS = 1 << 20
 _TINY = np.finfo(np.float64).tiny
+#: At most this many worker threads split the samples (numpy releases the GIL in the kernel's loops).
+_MAX_THREADS = 8
+
+
+def _threads(num_threads: int | None) -> int:
+    if num_threads is None:
+        available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return max(1, min(_MAX_THREADS, available))
+    return check_int("num_threads", num_threads, minimum=1)
+
+
+def _run_split(kernel, plan, inputs: np.ndarray, out: np.ndarray, threads: int) -> None:
+    """Run ``kernel(plan, inputs[rows], out[rows])`` on disjoint row ranges in ``threads`` threads.
+
+    Rows are independent samples and every random number is drawn before the split, so the result
+    does not depend on the number of threads.
+    """
+    rows = inputs.shape[0]
+    parts = min(threads, max(1, rows // 8))
+    if parts <= 1:
+        kernel(plan, inputs, out)
+        return
+    bounds = np.linspace(0, rows, parts + 1).astype(int)
+    with ThreadPoolExecutor(max_workers=parts) as pool:
+        futures = [pool.submit(kernel, plan, inputs[a:b], out[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        for future in futures:
+            future.result()
 
 
 class VoteHistogram(CountHistogram):
@@ -218,21 +248,26 @@ def _coordinated_kernel(plan: _VotePlan, noise: np.ndarray, out: np.ndarray) -> 
             out[s0:s1, block.teachers[t0:t1]] = plan.column_tokens[chosen]
 
 
-def coordinated_votes(teachers: TeacherDistributions, num_samples: int, rng: np.random.Generator) -> np.ndarray:
+def coordinated_votes(
+    teachers: TeacherDistributions, num_samples: int, rng: np.random.Generator, *, num_threads: int | None = None
+) -> np.ndarray:
     """Algorithm 1 for ``num_samples`` independent draws of the shared randomness.
 
     Returns an ``int64`` array of shape ``(num_samples, num_teachers)``: row ``s`` holds every teacher's
     vote ``argmax_j p_ij / u_sj`` under the shared noise ``u_s`` (``TAIL_VOTE`` for a vote into the tail).
+    ``num_threads`` (default: the available cores, at most 8) splits the samples between threads; the
+    votes are the same for any number of threads.
     """
     num_samples = check_int("num_samples", num_samples, minimum=0)
     check_generator("rng", rng)
+    threads = _threads(num_threads)
     plan = _plan(teachers)
     out = np.empty((num_samples, teachers.num_teachers), dtype=np.int64)
     rows = max(1, _NOISE_ELEMENTS // max(1, plan.num_columns))
     for s0 in range(0, num_samples, rows):
         s1 = min(num_samples, s0 + rows)
         noise = rng.standard_exponential((s1 - s0, plan.num_columns))
-        _coordinated_kernel(plan, noise, out[s0:s1])
+        _run_split(_coordinated_kernel, plan, noise, out[s0:s1], threads)
     return out
 
 
@@ -258,32 +293,40 @@ def coordinated_votes_from_noise(teachers: TeacherDistributions, noise, tail_noi
             raise ValueError(f"tail_noise must have shape ({noise.shape[0]},), got {tail_noise.shape}")
         gathered[:, -1] = tail_noise
     out = np.empty((noise.shape[0], teachers.num_teachers), dtype=np.int64)
-    _coordinated_kernel(plan, gathered, out)
+    _run_split(_coordinated_kernel, plan, gathered, out, _threads(None))
     return out
 
 
-def independent_votes(teachers: TeacherDistributions, num_samples: int, rng: np.random.Generator) -> np.ndarray:
+def _independent_kernel(plan: _VotePlan, uniforms: np.ndarray, out: np.ndarray) -> None:
+    """Inverse-CDF votes for ``uniforms.shape[0]`` samples, one uniform per (sample, teacher)."""
+    for block in plan.blocks:
+        for t0, t1, a0, a1 in _steps(block, uniforms.shape[0]):
+            cumulative = block.cumulative[t0:t1]
+            draw = uniforms[a0:a1, block.teachers[t0:t1]] * cumulative[:, -1]
+            index = (cumulative[None, :, :] <= draw[:, :, None]).sum(axis=2)
+            np.minimum(index, block.last[None, t0:t1], out=index)
+            chosen = np.take_along_axis(block.columns[None, t0:t1, :], index[:, :, None], axis=2)[:, :, 0]
+            out[a0:a1, block.teachers[t0:t1]] = plan.column_tokens[chosen]
+
+
+def independent_votes(
+    teachers: TeacherDistributions, num_samples: int, rng: np.random.Generator, *, num_threads: int | None = None
+) -> np.ndarray:
     """Cold PATE: every teacher samples its own vote independently (inverse-CDF sampling).
 
-    Returns an ``int64`` array of shape ``(num_samples, num_teachers)``.
+    Returns an ``int64`` array of shape ``(num_samples, num_teachers)``; ``num_threads`` as in
+    :func:`coordinated_votes`.
     """
     num_samples = check_int("num_samples", num_samples, minimum=0)
     check_generator("rng", rng)
+    threads = _threads(num_threads)
     plan = _plan(teachers)
     n = teachers.num_teachers
     out = np.empty((num_samples, n), dtype=np.int64)
     rows = max(1, _NOISE_ELEMENTS // max(1, n))
     for s0 in range(0, num_samples, rows):
         s1 = min(num_samples, s0 + rows)
-        uniforms = rng.random((s1 - s0, n))
-        for block in plan.blocks:
-            for t0, t1, a0, a1 in _steps(block, s1 - s0):
-                cumulative = block.cumulative[t0:t1]
-                draw = uniforms[a0:a1, block.teachers[t0:t1]] * cumulative[:, -1]
-                index = (cumulative[None, :, :] <= draw[:, :, None]).sum(axis=2)
-                np.minimum(index, block.last[None, t0:t1], out=index)
-                chosen = np.take_along_axis(block.columns[None, t0:t1, :], index[:, :, None], axis=2)[:, :, 0]
-                out[s0 + a0 : s0 + a1, block.teachers[t0:t1]] = plan.column_tokens[chosen]
+        _run_split(_independent_kernel, plan, rng.random((s1 - s0, n)), out[s0:s1], threads)
     return out
 
 

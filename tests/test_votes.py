@@ -155,3 +155,13 @@ def test_memory_bounded_at_paper_scale():
     assert votes.shape == (1000, 10_000)
     # The output alone is 80 MB; the working set on top of it stays under about 150 MB.
     assert peak < 80e6 + 150e6
+
+
+def test_votes_do_not_depend_on_the_number_of_threads():
+    teachers = pooled_supports(64, 2000, np.random.default_rng(2), pool_size=300, support_size=40)
+    for draw in (coordinated_votes, independent_votes):
+        one = draw(teachers, 400, np.random.default_rng(9), num_threads=1)
+        three = draw(teachers, 400, np.random.default_rng(9), num_threads=3)
+        np.testing.assert_array_equal(one, three)
+    with pytest.raises(ValueError, match="num_threads must be >= 1, got 0"):
+        coordinated_votes(teachers, 4, np.random.default_rng(0), num_threads=0)
