@@ -144,15 +144,22 @@ def histograms_from_votes(votes, vocab_size: int) -> list[VoteHistogram]:
 
 
 class _Block:
-    __slots__ = ("teachers", "columns", "flat_columns", "inverse_probs", "cumulative", "last")
+    __slots__ = ("teachers", "columns", "flat_columns", "inverse_probs", "last", "_cumulative")
 
-    def __init__(self, teachers, columns, inverse_probs, cumulative, last):
+    def __init__(self, teachers, columns, inverse_probs, last):
         self.teachers = teachers  # (b,) teacher indices
         self.columns = columns  # (b, w) union-column index of each entry (padding: 0)
         self.flat_columns = columns.ravel()
         self.inverse_probs = inverse_probs  # (b, w) 1/p (padding: inf)
-        self.cumulative = cumulative  # (b, w) running sums of p along the row (padding: row total)
         self.last = last  # (b,) index of the last real entry of each row
+        self._cumulative = None
+
+    @property
+    def cumulative(self) -> np.ndarray:
+        """(b, w) running sums of p along each row (padding repeats the row total); built on first use."""
+        if self._cumulative is None:
+            self._cumulative = np.cumsum(1.0 / self.inverse_probs, axis=1)
+        return self._cumulative
 
 
 class _VotePlan:
@@ -161,11 +168,16 @@ class _VotePlan:
     __slots__ = ("union", "column_tokens", "blocks", "num_columns")
 
     def __init__(self, teachers: TeacherDistributions):
-        union, inverse = np.unique(teachers.token_ids, return_inverse=True)
+        # Union of the supports and each entry's column in it, by a lookup table over V (no sort).
+        column_of_token = np.zeros(teachers.vocab_size, dtype=np.int64)
+        column_of_token[teachers.token_ids] = 1
+        union = np.flatnonzero(column_of_token)
+        column_of_token[union] = np.arange(union.size)
+        columns = column_of_token[teachers.token_ids]
+        del column_of_token
         self.union = union
         lengths = teachers.support_sizes.copy()
         entry_teacher = teachers.teacher_of_entry()
-        columns = inverse.astype(np.int64)
         probs = teachers.probs
         has_tail = teachers.tail > 0
         if has_tail.any():
@@ -201,17 +213,14 @@ class _VotePlan:
         b = block_teachers.size
         local = np.full(entry_teacher.max() + 1 if entry_teacher.size else 0, -1, dtype=np.int64)
         local[block_teachers] = np.arange(b)
-        mask = np.isin(entry_teacher, block_teachers)
+        mask = local[entry_teacher] >= 0
         rows, cols = local[entry_teacher[mask]], position[mask]
         block_columns = np.zeros((b, width), dtype=np.intp)
-        block_probs = np.zeros((b, width))
+        inverse = np.full((b, width), np.inf)
         block_columns[rows, cols] = columns[mask]
-        block_probs[rows, cols] = probs[mask]
-        with np.errstate(divide="ignore"):
-            inverse = 1.0 / block_probs
-        cumulative = np.cumsum(block_probs, axis=1)
-        last = (block_probs > 0).sum(axis=1) - 1
-        return _Block(block_teachers, block_columns, inverse, cumulative, last)
+        inverse[rows, cols] = 1.0 / probs[mask]
+        last = np.bincount(rows, minlength=b) - 1
+        return _Block(block_teachers, block_columns, inverse, last)
 
 
 def _plan(teachers: TeacherDistributions) -> _VotePlan:
