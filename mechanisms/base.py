@@ -5,6 +5,8 @@ from __future__ import annotations
 import attr
 import numpy as np
 
+from pate_accountant.validation import check_generator, resolve_rng
+
 
 @attr.s(frozen=True, slots=True, eq=False)
 class OutcomeDistribution:
@@ -34,3 +36,19 @@ class OutcomeDistribution:
     def max_probability(self) -> float:
         """The probability of the most likely outcome (fail included)."""
         return float(max(self.fail, self.probabilities.max() if self.probabilities.size else 0.0))
+
+    def sample(self, rng: np.random.Generator | None = None):
+        """Draw one outcome: a token id, or ``None`` for fail.
+
+        A certain outcome is returned without drawing; otherwise one uniform comes from ``rng``
+        (``None``: fresh OS entropy).
+        """
+        if rng is not None:
+            check_generator("rng", rng)
+        if self.fail >= 1.0 or self.tokens.size == 0:
+            return None
+        if self.tokens.size == 1 and self.probabilities[0] >= 1.0:
+            return int(self.tokens[0])
+        draw = resolve_rng("rng", rng).random()
+        k = int(np.searchsorted(np.cumsum(self.probabilities), draw, side="right"))
+        return int(self.tokens[k]) if k < self.tokens.size else None

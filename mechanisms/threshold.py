@@ -19,7 +19,7 @@ from mechanisms.base import OutcomeDistribution
 from mechanisms.histogram import as_histogram
 from pate_accountant.events import ThresholdPrivacyEvent
 from pate_accountant.release import Release
-from pate_accountant.validation import attrs_validator, check_int, check_real, resolve_rng
+from pate_accountant.validation import attrs_validator, check_int, check_real
 
 
 def _positive_int(instance, attribute, value):
@@ -48,14 +48,7 @@ class ThresholdArgMax:
         return OutcomeDistribution(winners, np.full(winners.size, 1.0 / winners.size), 0.0)
 
     def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
-        hist = as_histogram(histogram, num_teachers)
-        tokens, counts = hist.above(self.threshold)
-        if tokens.size == 0:
-            return Release(None, self.event)
-        winners = tokens[counts == counts.max()]
-        if winners.size == 1:
-            return Release(int(winners[0]), self.event)
-        return Release(int(resolve_rng("rng", rng).choice(winners)), self.event)
+        return Release(self.output_distribution(histogram, num_teachers).sample(rng), self.event)
 
 
 @attr.s(frozen=True, slots=True)
@@ -84,10 +77,4 @@ class ThresholdWeightedSampling:
         return OutcomeDistribution(tokens, probabilities, max(0.0, 1.0 - probabilities.sum()))
 
     def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
-        dist = self.output_distribution(histogram, num_teachers)
-        if dist.tokens.size == 0:
-            return Release(None, self.event)
-        rng = resolve_rng("rng", rng)
-        draw = rng.random()
-        k = int(np.searchsorted(np.cumsum(dist.probabilities), draw, side="right"))
-        return Release(int(dist.tokens[k]) if k < dist.tokens.size else None, self.event)
+        return Release(self.output_distribution(histogram, num_teachers).sample(rng), self.event)

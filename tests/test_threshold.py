@@ -190,3 +190,23 @@ def test_sampler_output_distribution_matches_sampling(rng):
         EnsembleSampler("hot", ThresholdArgMax(3))
     with pytest.raises(TypeError, match="aggregator must be a mechanism"):
         EnsembleSampler("coordinated", 3)
+
+
+def test_sampler_estimates_by_counting_when_the_aggregator_has_no_exact_law(rng):
+    class Majority:
+        """An aggregator with no output_distribution: the top token if it has a strict majority."""
+
+        event = ThresholdPrivacyEvent(1)
+
+        def __call__(self, histogram, rng=None):
+            (token, count), = histogram.top(1) or [(None, 0)]
+            return Release(token if count * 2 > histogram.num_teachers else None, self.event)
+
+    teachers = disjoint_groups(30, 30, vocab_size=40, q=0.5)
+    dist = EnsembleSampler("coordinated", Majority()).output_distribution(teachers, 3000, rng)
+    # Token 0 wins a strict majority exactly when more than 15 of 30 teachers vote for it.
+    from scipy.stats import betabinom
+
+    exact = betabinom(30, 1.0, 1.0).sf(15)  # alpha = 1/2: BetaBin(n, 1, 1) is uniform on 0..30
+    assert abs(dist.probability(0) - exact) <= z_bound(1) * np.sqrt(exact * (1 - exact) / 3000)
+    assert dist.probability(0) + dist.fail == pytest.approx(1.0)
