@@ -7,6 +7,7 @@ from ensembles.distributions import TeacherDistributions
 from ensembles.histograms import (
     TAIL_VOTE,
     VoteHistogram,
+    batch_from_votes,
     coordinated_votes,
     coordinated_votes_from_noise,
     count_votes,
@@ -18,6 +19,7 @@ __all__ = [
     "TAIL_VOTE",
     "TeacherDistributions",
     "VoteHistogram",
+    "batch_from_votes",
     "coordinated_votes",
     "coordinated_votes_from_noise",
     "count_votes",

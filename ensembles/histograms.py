@@ -25,12 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ensembles.distributions import TeacherDistributions
-from mechanisms.histogram import TAIL_VOTE, CountHistogram
+from mechanisms.histogram import TAIL_VOTE, CountHistogram, HistogramBatch
 from pate_accountant.validation import check_generator, check_int
 
 __all__ = [
     "TAIL_VOTE",
     "VoteHistogram",
+    "batch_from_votes",
     "coordinated_votes",
     "coordinated_votes_from_noise",
     "count_votes",
@@ -125,6 +126,13 @@ def count_votes(votes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     tokens = ordered.ravel()[flat_starts]
     keep = tokens != TAIL_VOTE
     return sample[keep].astype(np.int64), tokens[keep].astype(np.int64), counts[keep].astype(np.int64)
+
+
+def batch_from_votes(votes, vocab_size: int) -> HistogramBatch:
+    """The rows of a ``(num_samples, num_teachers)`` vote matrix as one :class:`HistogramBatch`."""
+    votes = _check_votes(votes, check_int("vocab_size", vocab_size, minimum=1), ndim=2)
+    sample, tokens, counts = count_votes(votes)
+    return HistogramBatch(sample, tokens, counts, votes.shape[0], votes.shape[1])
 
 
 def histograms_from_votes(votes, vocab_size: int) -> list[VoteHistogram]:

@@ -3,12 +3,16 @@
 Imports only ``pate_accountant`` (never ``ensembles``, torch or transformers).
 """
 
-from mechanisms.base import OutcomeDistribution
-from mechanisms.histogram import TAIL_VOTE, CountHistogram, as_histogram
+from mechanisms.base import FAIL_VALUE, BatchRelease, OutcomeDistribution
+from mechanisms.histogram import TAIL_VOTE, CountHistogram, HistogramBatch, as_batch, as_histogram
 from mechanisms.threshold import ThresholdArgMax, ThresholdWeightedSampling
 
 __all__ = [
+    "FAIL_VALUE",
     "TAIL_VOTE",
+    "BatchRelease",
+    "HistogramBatch",
+    "as_batch",
     "CountHistogram",
     "OutcomeDistribution",
     "ThresholdArgMax",

@@ -52,3 +52,56 @@ class OutcomeDistribution:
         draw = resolve_rng("rng", rng).random()
         k = int(np.searchsorted(np.cumsum(self.probabilities), draw, side="right"))
         return int(self.tokens[k]) if k < self.tokens.size else None
+
+
+#: The value a batch release uses for the fail outcome.
+FAIL_VALUE = -1
+
+
+@attr.s(frozen=True, slots=True, eq=False)
+class BatchRelease:
+    """What a mechanism releases on each histogram of a batch: ``values[i]`` is the token released on
+    histogram ``i`` (``FAIL_VALUE`` for fail), ``target_hit[i]`` whether a target outcome occurred
+    (``None`` for mechanisms without a target).  Each histogram is charged ``event`` once."""
+
+    values: np.ndarray = attr.ib()
+    event = attr.ib()
+    target_hit: np.ndarray | None = attr.ib(default=None)
+
+    def __len__(self) -> int:
+        return int(self.values.size)
+
+    @property
+    def failed(self) -> np.ndarray:
+        return self.values == FAIL_VALUE
+
+
+def sample_batch_outcomes(
+    sample: np.ndarray, tokens: np.ndarray, probabilities: np.ndarray, num_histograms: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Draw one outcome per histogram from per-histogram token probabilities (the rest is fail).
+
+    ``sample``/``tokens``/``probabilities`` list the positive-probability tokens of each histogram,
+    sorted by histogram.  One uniform per histogram, compared with running sums taken within each
+    histogram (never across histograms, so no precision is lost); returns token ids, ``FAIL_VALUE`` for fail.
+    """
+    draws = rng.random(num_histograms)
+    out = np.full(num_histograms, FAIL_VALUE, dtype=np.int64)
+    if sample.size == 0:
+        return out
+    starts = np.searchsorted(sample, np.arange(num_histograms + 1))
+    sizes = np.diff(starts)
+    position = np.arange(sample.size) - starts[sample]
+    width = int(sizes.max())
+    rows_per_chunk = max(1, (1 << 20) // width)
+    for h0 in range(0, num_histograms, rows_per_chunk):
+        h1 = min(num_histograms, h0 + rows_per_chunk)
+        e0, e1 = starts[h0], starts[h1]
+        table = np.zeros((h1 - h0, width))
+        table[sample[e0:e1] - h0, position[e0:e1]] = probabilities[e0:e1]
+        running = np.cumsum(table, axis=1)
+        index = (running <= draws[h0:h1, None]).sum(axis=1)
+        hit = index < sizes[h0:h1]
+        rows = np.flatnonzero(hit)
+        out[h0 + rows] = tokens[starts[h0 + rows] + index[rows]]
+    return out

@@ -202,3 +202,90 @@ def as_histogram(histogram, num_teachers: int | None = None) -> CountHistogram:
         "histogram must be a CountHistogram/VoteHistogram, a dense count vector or a {token: count} mapping, "
         f"got {type(histogram).__name__}"
     )
+
+
+class HistogramBatch:
+    """Many sparse histograms at once, for vectorised mechanisms.
+
+    Entry ``e`` says histogram ``sample[e]`` has ``counts[e]`` votes for token ``tokens[e]``; entries are
+    sorted by histogram then token, counts are positive.  ``num_teachers`` is one ``n`` shared by all
+    histograms (votes not on any token are tail votes).
+    """
+
+    __slots__ = ("sample", "tokens", "counts", "num_histograms", "num_teachers", "starts")
+
+    def __init__(self, sample, tokens, counts, num_histograms: int, num_teachers: int):
+        sample = np.asarray(sample, dtype=np.int64)
+        tokens = np.asarray(tokens, dtype=np.int64)
+        counts = _integral_array("counts", counts)
+        if not (sample.shape == tokens.shape == counts.shape) or sample.ndim != 1:
+            raise ValueError("sample, tokens and counts must be 1-d arrays of equal length")
+        num_histograms = check_int("num_histograms", num_histograms, minimum=0)
+        num_teachers = check_int("num_teachers", num_teachers, minimum=0)
+        if sample.size:
+            if sample.min() < 0 or sample.max() >= num_histograms:
+                raise ValueError(f"sample indices must lie in [0, {num_histograms})")
+            if tokens.min() < 0:
+                raise ValueError(f"tokens must be non-negative token ids, got {int(tokens.min())}")
+            order = np.lexsort((tokens, sample))
+            sample, tokens, counts = sample[order], tokens[order], counts[order]
+            same = (np.diff(sample) == 0) & (np.diff(tokens) == 0)
+            if same.any():
+                raise ValueError(f"histogram {int(sample[1:][same][0])} lists token {int(tokens[1:][same][0])} twice")
+            keep = counts > 0
+            sample, tokens, counts = sample[keep], tokens[keep], counts[keep]
+        totals = np.bincount(sample, weights=counts, minlength=num_histograms)
+        if totals.size and totals.max() > num_teachers:
+            bad = int(np.argmax(totals))
+            raise ValueError(
+                f"histogram {bad}: counts sum to {int(totals[bad])}, more than num_teachers={num_teachers}"
+            )
+        self.sample, self.tokens, self.counts = sample, tokens, counts
+        self.num_histograms, self.num_teachers = num_histograms, num_teachers
+        self.starts = np.searchsorted(sample, np.arange(num_histograms + 1))
+
+    @classmethod
+    def from_histograms(cls, histograms, num_teachers: int | None = None) -> "HistogramBatch":
+        """From a sequence of histograms of any accepted form (they must share ``n``)."""
+        hists = [as_histogram(h, num_teachers) for h in histograms]
+        sizes = {h.num_teachers for h in hists}
+        if len(sizes) > 1:
+            raise ValueError(f"histograms in a batch must share num_teachers, got {sorted(sizes)}")
+        n = sizes.pop() if sizes else (num_teachers or 0)
+        sample = np.repeat(np.arange(len(hists)), [h.tokens.size for h in hists])
+        tokens = np.concatenate([h.tokens for h in hists]) if hists else np.zeros(0, np.int64)
+        counts = np.concatenate([h.counts for h in hists]) if hists else np.zeros(0, np.int64)
+        return cls(sample, tokens, counts, len(hists), n)
+
+    def histogram(self, i: int) -> CountHistogram:
+        lo, hi = self.starts[i], self.starts[i + 1]
+        return CountHistogram(self.tokens[lo:hi], self.counts[lo:hi], num_teachers=self.num_teachers)
+
+    def __len__(self) -> int:
+        return self.num_histograms
+
+    def __iter__(self):
+        return (self.histogram(i) for i in range(self.num_histograms))
+
+    def top(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per histogram the largest count and its token (ties: smallest token id); ``(0, -1)`` if empty."""
+        order = np.lexsort((self.tokens, -self.counts, self.sample))
+        first = self.starts[:-1]
+        present = self.starts[1:] > first
+        top_count = np.zeros(self.num_histograms, dtype=np.int64)
+        top_token = np.full(self.num_histograms, -1, dtype=np.int64)
+        top_count[present] = self.counts[order[first[present]]]
+        top_token[present] = self.tokens[order[first[present]]]
+        return top_count, top_token
+
+
+def as_batch(histograms, num_teachers: int | None = None) -> HistogramBatch:
+    """A ``HistogramBatch`` as is, or a sequence of histograms, or a 2-d ``(histograms, V)`` count matrix."""
+    if isinstance(histograms, HistogramBatch):
+        return histograms
+    if isinstance(histograms, np.ndarray) and histograms.ndim == 2:
+        dense = _integral_array("counts", histograms)
+        sample, tokens = np.nonzero(dense)
+        n = int(dense.sum(axis=1).max()) if num_teachers is None and dense.size else (num_teachers or 0)
+        return HistogramBatch(sample, tokens, dense[sample, tokens], dense.shape[0], n)
+    return HistogramBatch.from_histograms(list(histograms), num_teachers)

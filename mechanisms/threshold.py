@@ -15,11 +15,11 @@ from __future__ import annotations
 import attr
 import numpy as np
 
-from mechanisms.base import OutcomeDistribution
-from mechanisms.histogram import as_histogram
+from mechanisms.base import BatchRelease, OutcomeDistribution, sample_batch_outcomes
+from mechanisms.histogram import as_batch, as_histogram
 from pate_accountant.events import ThresholdPrivacyEvent
 from pate_accountant.release import Release
-from pate_accountant.validation import attrs_validator, check_int, check_real
+from pate_accountant.validation import attrs_validator, check_int, check_real, resolve_rng
 
 
 def _positive_int(instance, attribute, value):
@@ -50,6 +50,26 @@ class ThresholdArgMax:
     def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
         return Release(self.output_distribution(histogram, num_teachers).sample(rng), self.event)
 
+    def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Vectorised :meth:`output_distribution`: ``(histogram, token, probability)`` of every token with
+        positive probability, sorted by histogram (the rest of each histogram's mass is fail)."""
+        batch = as_batch(batch)
+        keep = batch.counts >= self.threshold
+        sample, tokens, counts = batch.sample[keep], batch.tokens[keep], batch.counts[keep]
+        best = np.zeros(batch.num_histograms, dtype=np.int64)
+        np.maximum.at(best, sample, counts)
+        winner = counts == best[sample]
+        sample, tokens = sample[winner], tokens[winner]
+        ties = np.bincount(sample, minlength=batch.num_histograms)
+        return sample, tokens, 1.0 / ties[sample]
+
+    def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
+        """Run on every histogram of a batch (one uniform per histogram)."""
+        batch = as_batch(batch)
+        sample, tokens, probs = self.batch_distributions(batch)
+        values = sample_batch_outcomes(sample, tokens, probs, batch.num_histograms, resolve_rng("rng", rng))
+        return BatchRelease(values, self.event)
+
 
 @attr.s(frozen=True, slots=True)
 class ThresholdWeightedSampling:
@@ -78,3 +98,19 @@ class ThresholdWeightedSampling:
 
     def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
         return Release(self.output_distribution(histogram, num_teachers).sample(rng), self.event)
+
+    def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Vectorised :meth:`output_distribution` (see ``ThresholdArgMax.batch_distributions``)."""
+        batch = as_batch(batch)
+        keep = batch.counts >= self.threshold
+        sample, tokens, counts = batch.sample[keep], batch.tokens[keep], batch.counts[keep]
+        mass = np.bincount(sample, weights=counts, minlength=batch.num_histograms)
+        denominator = np.maximum(mass, batch.num_teachers / self.gamma)
+        return sample, tokens, counts / denominator[sample]
+
+    def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
+        """Run on every histogram of a batch (one uniform per histogram)."""
+        batch = as_batch(batch)
+        sample, tokens, probs = self.batch_distributions(batch)
+        values = sample_batch_outcomes(sample, tokens, probs, batch.num_histograms, resolve_rng("rng", rng))
+        return BatchRelease(values, self.event)

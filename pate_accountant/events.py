@@ -42,3 +42,50 @@ class ThresholdPrivacyEvent(dp_accounting.DpEvent):
     """
 
     threshold: int = attr.ib(validator=attrs_validator(check_int, minimum=1))
+
+
+def _positive_real(instance, attribute, value):
+    check_real(attribute.name, value, minimum=0.0, min_open=True)
+
+
+def _probability_open(instance, attribute, value):
+    check_real(attribute.name, value, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class NoisyArgMaxEvent(EpsilonDeltaEvent):
+    """Truncated-geometric NoisyArgMax or LArgMax (``DPArgMax``): ``(epsilon, delta)``-DP in total under
+    ``relation``, with per-count noise ``TG(epsilon_c, error_bound)`` (spec 1.2-1.3)."""
+
+    error_bound: int = attr.ib(default=0, validator=attrs_validator(check_int, minimum=0))
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class WeightedSamplingEvent(EpsilonDeltaEvent):
+    """Sparsity-preserving DP weighted sampling (LWS / ``DPWeightedSampling``, spec 2.2-2.3):
+    ``(epsilon, delta)``-DP in total under ``relation``."""
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class BetweenThresholdsEvent(dp_accounting.DpEvent):
+    """One BetweenThresholds query (spec 3.2): ``epsilon``-DP (pure) for a count of sensitivity one, whose
+    ``between`` outcome is a ``q``-target at level ``epsilon`` (charged by target-charging accountants)."""
+
+    epsilon: float = attr.ib(converter=float, validator=_positive_real)
+    q: float = attr.ib(converter=float, validator=_probability_open)
+    relation: str = attr.ib(default=REPLACE_ONE, validator=_check_relation)
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class BoundaryWrapperEvent(dp_accounting.DpEvent):
+    """A boundary-wrapped query (spec 4.3): the wrapped mechanism's ``inner`` event, and the target ``T``
+    is a ``q``-target at privacy level ``epsilon`` (the default charge is ``epsilon = 2 eps_A``, ``q = 1/3``)."""
+
+    inner: dp_accounting.DpEvent = attr.ib()
+    epsilon: float = attr.ib(converter=float, validator=_positive_real)
+    q: float = attr.ib(converter=float, validator=_probability_open)
+
+    @inner.validator
+    def _check_inner(self, attribute, value):
+        if not isinstance(value, dp_accounting.DpEvent):
+            raise TypeError(f"inner must be a dp_accounting.DpEvent, got {type(value).__name__}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attr
@@ -29,13 +31,16 @@ class Release:
     ``value`` is the released token (or outcome label); ``None`` means the mechanism failed (the
     paper's ``fail``/abstain outcome).  ``event`` is the privacy event the run is charged as,
     ``target_hit`` says whether a q-target outcome occurred (``None`` when the mechanism has no
-    target), and ``charged_teachers`` lists the teachers an individual-charging accountant charges.
+    target), ``charged_teachers`` lists the teachers an individual-charging accountant charges, and
+    ``info`` holds further released values (for example the noisy count of the released token).
     """
 
     value: Any
     event: dp_accounting.DpEvent = attr.ib(validator=_check_event)
     target_hit: bool | None = None
     charged_teachers: frozenset = attr.ib(default=frozenset(), converter=frozenset, validator=_check_teachers)
+    #: Further *released* (already privatised) values, e.g. a noisy count; never raw counts or data.
+    info: Mapping = attr.ib(factory=dict, converter=lambda m: MappingProxyType(dict(m)), eq=False, hash=False)
 
     @property
     def failed(self) -> bool:
