@@ -1,0 +1,97 @@
+"""The empirical auditor: sound for honest mechanisms, and it catches a broken one."""
+
+import math
+
+import attr
+import numpy as np
+import pytest
+
+from mechanisms.audit import audit_pair, clopper_pearson, exact_pair_epsilon
+from mechanisms.base import BatchRelease, OutcomeDistribution, sample_batch_outcomes
+from mechanisms.histogram import as_batch, as_histogram
+from pate_accountant import EpsilonDeltaEvent, Release
+
+
+@attr.s(frozen=True)
+class RandomizedCount:
+    """Test mechanism: releases token 0 with probability e^{eps_true c} / (e^{eps_true c} + e^{eps_true (n - c)}),
+    where c is token 0's count: pure (2 eps_true)-DP under replace-one... it claims ``claimed``."""
+
+    eps_true: float = attr.ib()
+    claimed: float = attr.ib()
+
+    @property
+    def event(self):
+        return EpsilonDeltaEvent(self.claimed)
+
+    def _p(self, c, n):
+        return 1.0 / (1.0 + math.exp(self.eps_true * (n - 2 * c)))
+
+    def output_distribution(self, histogram):
+        h = as_histogram(histogram)
+        p = self._p(h.count(0), h.num_teachers)
+        return OutcomeDistribution(np.array([0]), np.array([p]), 1 - p)
+
+    def __call__(self, histogram, rng=None):
+        return Release(self.output_distribution(histogram).sample(rng), self.event)
+
+    def run_batch(self, batch, rng=None):
+        batch = as_batch(batch)
+        counts = np.zeros(batch.num_histograms)
+        zero = batch.tokens == 0
+        counts[batch.sample[zero]] = batch.counts[zero]
+        p = np.array([self._p(c, batch.num_teachers) for c in counts])
+        values = sample_batch_outcomes(np.arange(batch.num_histograms), np.zeros(batch.num_histograms, np.int64), p, batch.num_histograms, rng)
+        return BatchRelease(values, self.event)
+
+
+PAIR = ({0: 5, 1: 5}, {0: 4, 1: 6})  # one vote moved from token 0 to token 1
+
+
+def test_clopper_pearson_known_values():
+    lo, hi = clopper_pearson(5, 10, 0.05)
+    assert lo == pytest.approx(0.187086, abs=1e-6) and hi == pytest.approx(0.812914, abs=1e-6)
+    assert clopper_pearson(0, 10, 0.05)[0] == 0.0 and clopper_pearson(10, 10, 0.05)[1] == 1.0
+    with pytest.raises(ValueError, match="successes=11 exceeds trials=10"):
+        clopper_pearson(11, 10, 0.05)
+
+
+def test_exact_pair_epsilon_of_the_test_mechanism():
+    mech = RandomizedCount(0.5, 1.0)
+    # Token 0's log-odds move by 2 * eps_true when one vote leaves it.
+    exact = exact_pair_epsilon(mech, *PAIR)
+    p0, p1 = mech._p(5, 10), mech._p(4, 10)
+    assert exact == pytest.approx(max(math.log(p0 / p1), math.log((1 - p1) / (1 - p0))), rel=1e-9)
+    assert exact < 1.0
+
+
+def test_honest_mechanism_is_not_flagged():
+    mech = RandomizedCount(0.5, 1.0)  # true epsilon of the pair < 1
+    result = audit_pair(mech, *PAIR, num_runs=200_000, rng=np.random.default_rng(0))
+    assert not result.violation
+    assert result.epsilon_lower_bound <= exact_pair_epsilon(mech, *PAIR)
+    assert result.epsilon_lower_bound > 0.5 * exact_pair_epsilon(mech, *PAIR)  # and it is informative
+
+
+def test_broken_mechanism_is_caught():
+    mech = RandomizedCount(1.0, 1.0)  # leaks 2 * 1.0 per vote moved but claims 1.0
+    result = audit_pair(mech, *PAIR, num_runs=200_000, rng=np.random.default_rng(1))
+    assert result.violation
+    assert result.as_dict()["violation"] is True
+
+
+def test_loop_fallback_and_argument_errors():
+    class NoBatch:
+        def __init__(self):
+            self.inner = RandomizedCount(0.5, 1.0)
+            self.event = self.inner.event
+
+        def __call__(self, histogram, rng=None):
+            return self.inner(histogram, rng=rng)
+
+    result = audit_pair(NoBatch(), *PAIR, num_runs=2000, rng=np.random.default_rng(2))
+    assert sum(result.counts.values()) == 2000
+    with pytest.raises(TypeError, match="rng must be a numpy.random.Generator"):
+        audit_pair(NoBatch(), *PAIR, num_runs=10, rng=1)
+    with pytest.raises(TypeError, match="states no epsilon"):
+        audit_pair(lambda h, rng=None: None, *PAIR, num_runs=10, rng=np.random.default_rng(0))
