@@ -5,17 +5,20 @@ Imports only ``pate_accountant`` (never ``ensembles``, torch or transformers).
 
 from mechanisms.base import FAIL_VALUE, BatchRelease, OutcomeDistribution
 from mechanisms.histogram import TAIL_VOTE, CountHistogram, HistogramBatch, as_batch, as_histogram
+from mechanisms.noisy_argmax import DPArgMax, TruncatedGeometricNoisyArgMax
 from mechanisms.threshold import ThresholdArgMax, ThresholdWeightedSampling
 
 __all__ = [
     "FAIL_VALUE",
     "TAIL_VOTE",
     "BatchRelease",
+    "DPArgMax",
     "HistogramBatch",
     "as_batch",
     "CountHistogram",
     "OutcomeDistribution",
     "ThresholdArgMax",
     "ThresholdWeightedSampling",
+    "TruncatedGeometricNoisyArgMax",
     "as_histogram",
 ]

@@ -1,0 +1,462 @@
+"""Truncated-geometric ``NoisyArgMax_L`` and the ``LArgMax_L`` aggregator ``DPArgMax`` (spec sections 1.2-1.3).
+
+Paper: Hot PATE, Section "DP Aggregation Methods" (homogeneous ensembles): Algorithm ``LArgMax_L``
+(``distagg:alg``, Algorithm 2), Lemma ``distalghigh`` (diversity preservation with ``tau = 0.6 n``,
+``beta = 0.5 * 0.6 * ln(18/17)``, ``gamma = 2`` when ``L < n/30``) and Corollary ``DPArgMax``.
+
+Neighbouring relation: one teacher's vote changes (paper Observation 1).  Replacing a teacher moves one
+vote, so two counts change by one; a mechanism's ``(epsilon, delta)`` is its *total* guarantee under that
+relation and every count is noised at the per-count budget ``(epsilon/2, delta/2)`` (spec section 0,
+``per_count_budget``).  ``relation="add-remove-one"`` (one count changes by one) gives every count the
+whole budget.
+
+The error bound ``L`` is computed, not assumed (spec Decisions 2): ``L = k = ceil(k*(eps_c, delta_c))``,
+the truncation of the per-count noise ``TG(eps_c, k)`` (spec 1.2).  For total ``(1, 1e-6)`` that is
+``L = 27`` under replace-one and ``L = 14`` under add-remove-one (the paper's ``eps^-1 ln(1/delta)``
+is the add-remove value, up to the ceiling).
+
+Everything is exact integer arithmetic on the noise: draws are inverse-CDF draws over the ``2k + 1``
+support points of ``TG`` (no floating-point Laplace noise is drawn or rounded), and the output
+distributions are computed exactly from the ``TG`` table.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import attr
+import numpy as np
+
+from mechanisms.base import FAIL_VALUE, BatchRelease, OutcomeDistribution
+from mechanisms.geometric import TruncatedGeometric, delta_effective, per_count_budget, truncation
+from mechanisms.histogram import as_batch, as_histogram
+from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, NoisyArgMaxEvent
+from pate_accountant.release import Release
+from pate_accountant.validation import check_real, resolve_rng
+
+__all__ = ["DPArgMax", "TruncatedGeometricNoisyArgMax"]
+
+#: Bound on the quadrature error of one tie integral, per key (see ``_win_table``).
+_TIE_TOLERANCE = 1e-17
+#: Largest ``values x groups x nodes`` array built at once by ``_win_table``.
+_CHUNK_ELEMENTS = 1 << 22
+
+
+# --- validation (converters, so the stored values are plain floats) -------------------------------
+def _epsilon(value) -> float:
+    return check_real("epsilon", value, minimum=0.0, min_open=True)
+
+
+def _delta(value) -> float:
+    return check_real("delta", value, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+
+
+def _relation(value) -> str:
+    if not isinstance(value, str) or value not in NEIGHBOURING_RELATIONS:
+        raise ValueError(f"relation must be one of {NEIGHBOURING_RELATIONS}, got {value!r}")
+    return value
+
+
+# --- the noise table ------------------------------------------------------------------------------
+class _Table:
+    """``TG(eps, k)`` as exact lookup tables: ``pmf(x)`` and ``le(x) = P[X <= x]`` for integer arrays ``x``.
+
+    ``P[X >= x] = le(-x)`` by symmetry, so both tails are read from cumulative sums of small terms and
+    keep full relative precision (no ``1 - cdf`` cancellation).
+    """
+
+    __slots__ = ("k", "_pmf", "_le")
+
+    def __init__(self, noise: TruncatedGeometric):
+        self.k = noise.k
+        self._pmf = noise.pmf(noise.support)
+        self._le = np.cumsum(self._pmf)
+        self._le[-1] = 1.0
+
+    def pmf(self, x) -> np.ndarray:
+        x = np.asarray(x, dtype=np.int64)
+        return np.where(np.abs(x) <= self.k, self._pmf[np.clip(x + self.k, 0, 2 * self.k)], 0.0)
+
+    def le(self, x) -> np.ndarray:
+        """``P[X <= x]``."""
+        x = np.asarray(x, dtype=np.int64)
+        return np.where(x < -self.k, 0.0, np.where(x >= self.k, 1.0, self._le[np.clip(x + self.k, 0, 2 * self.k)]))
+
+    def ge(self, x) -> np.ndarray:
+        """``P[X >= x]``."""
+        return self.le(-np.asarray(x, dtype=np.int64))
+
+    def log_le(self, x) -> np.ndarray:
+        """``ln P[X <= x]`` to full relative precision, also when ``P[X <= x]`` is close to 1."""
+        x = np.asarray(x, dtype=np.int64)
+        low, high = self.le(x), self.ge(x + 1)
+        with np.errstate(divide="ignore"):
+            return np.where(low < 0.5, np.log(low), np.log1p(-high))
+
+
+@functools.lru_cache(maxsize=64)
+def _gauss_legendre(num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes and weights on ``[0, 1]``: exact for polynomials of degree ``< 2 num_nodes``."""
+    from scipy.special import roots_legendre
+
+    nodes, weights = roots_legendre(num_nodes)
+    nodes, weights = (nodes + 1.0) / 2.0, weights / 2.0
+    nodes.setflags(write=False)
+    weights.setflags(write=False)
+    return nodes, weights
+
+
+def _nodes_needed(rate: float, degree: int, tolerance: float) -> int:
+    """Quadrature nodes for ``int_0^1 prod_h (a_h + b_h x) dx`` with ``degree`` factors that depend on ``x``.
+
+    Exact once ``2 Q > degree``.  The coefficient of ``x^t`` is the probability that exactly ``t`` other keys
+    tie, so the terms a ``Q``-node rule gets wrong (``t >= 2 Q``) weigh at most ``P[T >= 2 Q] <= rate^{2Q} /
+    (2Q)!`` with ``rate = sum_h b_h``; ``Q`` stops growing once that is below ``tolerance``.
+    """
+    if degree <= 0:
+        return 1
+    terms = np.arange(1, degree + 2)
+    if rate > 0:
+        log_tail = terms * math.log(rate) - np.array([math.lgamma(t + 1) for t in terms])
+        small = np.flatnonzero(log_tail <= math.log(tolerance))
+        terms_needed = int(terms[small[0]]) if small.size else degree + 1
+    else:
+        terms_needed = 1
+    needed = max(1, -(-min(terms_needed, degree + 1) // 2))
+    return needed if needed <= 16 else 16 * -(-needed // 16)  # a few cached sizes
+
+
+# --- shared parameters -----------------------------------------------------------------------------
+@attr.s(frozen=True, slots=True)
+class _CountNoise:
+    """Total ``(epsilon, delta)`` under ``relation``; per-count noise ``TG(eps_c, L)`` (spec 1.2-1.3)."""
+
+    epsilon: float = attr.ib(converter=_epsilon)
+    delta: float = attr.ib(converter=_delta)
+    relation: str = attr.ib(default=REPLACE_ONE, kw_only=True, converter=_relation)
+    _noise: TruncatedGeometric = attr.ib(init=False, repr=False, eq=False)
+    _table: _Table = attr.ib(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self):
+        eps_c, delta_c = per_count_budget(self.epsilon, self.delta, self.relation)
+        noise = TruncatedGeometric(eps_c, truncation(eps_c, delta_c))
+        object.__setattr__(self, "_noise", noise)
+        object.__setattr__(self, "_table", _Table(noise))
+
+    @property
+    def per_count_epsilon(self) -> float:
+        """``eps_c``: ``epsilon / 2`` under replace-one, ``epsilon`` under add-remove-one."""
+        return self._noise.epsilon
+
+    @property
+    def per_count_delta(self) -> float:
+        """``delta_c``: ``delta / 2`` under replace-one, ``delta`` under add-remove-one."""
+        return per_count_budget(self.epsilon, self.delta, self.relation)[1]
+
+    @property
+    def error_bound(self) -> int:
+        """``L = k = ceil(k*(eps_c, delta_c))``: the truncation of the per-count noise (spec 1.2-1.3)."""
+        return self._noise.k
+
+    @property
+    def effective_delta(self) -> float:
+        """The delta actually spent: ``delta_eff(eps_c, L) = A e^{-eps_c L}`` per changed count, times the
+        number of counts one neighbouring step changes (2 under replace-one, 1 under add-remove-one).
+        Never above ``delta``."""
+        per_count = delta_effective(self.per_count_epsilon, self.error_bound)
+        return 2 * per_count if self.relation == REPLACE_ONE else per_count
+
+    @property
+    def event(self) -> NoisyArgMaxEvent:
+        """The privacy event of one run, known before it runs."""
+        return NoisyArgMaxEvent(
+            epsilon=self.epsilon, delta=self.delta, relation=self.relation, error_bound=self.error_bound
+        )
+
+
+# --- NoisyArgMax_L ----------------------------------------------------------------------------------
+@attr.s(frozen=True, slots=True)
+class TruncatedGeometricNoisyArgMax(_CountNoise):
+    """``NoisyArgMax_L`` with truncated two-sided geometric noise (spec 1.3; paper Section "DP Aggregation
+    Methods", paragraph "DP instantiations of NoisyArgMax_L").
+
+    ``TruncatedGeometricNoisyArgMax(epsilon, delta, relation="replace-one")`` is ``(epsilon, delta)``-DP in
+    total under ``relation``; the neighbouring relation is "one teacher's vote changes" (paper
+    Observation 1), so under the default replace-one two counts move by one and each count is noised at
+    ``(eps_c, delta_c) = (epsilon/2, delta/2)``.
+
+    On a histogram ``c``:
+
+    1. every token with ``c_j >= 1`` gets ``c~_j = c_j + X_j``, ``X_j ~ TG(eps_c, L)`` independently, and is
+       *released* iff ``c~_j >= L + 1`` (spec 1.2: ``(eps_c, delta_eff)``-DP per count, ``delta_eff <= delta_c``);
+    2. the release is the released token with the largest noisy count (ties broken uniformly at random)
+       with ``info = {"noisy_count": c~_j}``, or ``None`` (fail) when nothing is released.
+
+    Step 2 is post-processing of the released sparse noisy histogram, so the whole is ``(epsilon, delta)``-DP.
+    Tokens with no vote are never candidates: that is safe only because the noise is truncated and the
+    release threshold ``L + 1`` sits above every noisy value a zero count could have had (``0 + X <= L``),
+    so a token appearing or disappearing (count 0 <-> 1) costs at most ``delta_eff`` (spec 1.2).
+
+    Error contract (paper Algorithm 2 / spec 1.3), deterministically: ``max_h c_h - L <= c~_j <= c_j + L``.
+    Every token with ``c_j >= 2L + 1`` is always released.
+    """
+
+    def _win_table(self, counts: np.ndarray):
+        """Exact law of the winner by count group.
+
+        Returns ``(groups, multiplicity, values, win, fail)``: ``win[v, g]`` is the probability that one
+        given key of count ``groups[g]`` is released as the argmax with noisy count ``values[v]``.
+
+        For a key ``j`` to win at value ``v`` it must have ``c~_j = v`` (probability ``b_j(v)``), every other
+        key must be unreleased or below ``v`` (``a_i(v) = P[c_i + X <= v - 1]``, since ``v >= L + 1``) or tie at
+        ``v`` (``b_i(v)``), and ``j`` must win the uniform tie-break among the ``t`` tied others
+        (probability ``1/(t + 1) = int_0^1 x^t dx``).  Summing over which others tie gives
+
+            P[j wins at v] = b_j(v) * int_0^1 prod_{i != j} (a_i(v) + b_i(v) x) dx,
+
+        a polynomial integral done by Gauss-Legendre quadrature with enough nodes to be exact (or, for very
+        many near-tied keys, with a proven error below ``1e-17`` per key; see ``_nodes_needed``).  Keys with
+        equal counts share ``a`` and ``b``, so the product runs over count groups with multiplicities.  The
+        winner's value lies in ``[max(L + 1, c_max - L), c_max + L]``: at most ``2L + 1`` values.
+        """
+        k, table = self.error_bound, self._table
+        groups, multiplicity = np.unique(np.asarray(counts, dtype=np.int64), return_counts=True)
+        if groups.size == 0:
+            return groups, multiplicity, np.zeros(0, np.int64), np.zeros((0, 0)), 1.0
+        top = int(groups[-1])
+        values = np.arange(max(k + 1, top - k), top + k + 1)
+        fail = float(np.exp((table.log_le(k - groups) * multiplicity).sum()))
+        win = np.zeros((values.size, groups.size))
+        tolerance = _TIE_TOLERANCE / max(1, int(multiplicity.sum()))
+        step = max(1, _CHUNK_ELEMENTS // max(1, groups.size * 64))
+        for v0 in range(0, values.size, step):
+            win[v0 : v0 + step] = self._win_chunk(values[v0 : v0 + step], groups, multiplicity, tolerance)
+        return groups, multiplicity, values, win, fail
+
+    def _win_chunk(self, values, groups, multiplicity, tolerance):
+        table, k = self._table, self.error_bound
+        tie = values[:, None] - groups[None, :]  # the noise X a key of count c needs for c + X = v
+        b = table.pmf(tie)
+        below = table.le(tie - 1)  # a = P[c + X <= v - 1]
+        above = table.ge(tie + 1)  # P[c + X >= v + 1]
+        always_above = groups[None, :] > values[:, None] + k  # a = b = 0: no key of this count is ever <= v
+        blocked = (always_above * multiplicity).sum(axis=1) > 0
+        degree = int(((b > 0) * multiplicity).sum(axis=1).max()) - 1
+        rate = float((b * multiplicity).sum(axis=1).max())
+        nodes, weights = _gauss_legendre(_nodes_needed(rate, degree, tolerance))
+        bx = b[:, :, None] * nodes
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # log(a + b x), from whichever side keeps relative precision.
+            log_factor = np.where(
+                below[:, :, None] < 0.5,
+                np.log(below[:, :, None] + bx),
+                np.log1p(-(above[:, :, None] + (b[:, :, None] - bx))),
+            )
+        log_factor[np.broadcast_to(always_above[:, :, None], log_factor.shape)] = 0.0
+        log_total = (log_factor * multiplicity[None, :, None]).sum(axis=1)  # (values, nodes)
+        integrals = np.exp(log_total[:, None, :] - log_factor) @ weights  # (values, groups)
+        integrals[blocked] = 0.0
+        return b * integrals
+
+    def joint_distribution(self, histogram, num_teachers: int | None = None):
+        """The exact law of the full release ``(token, noisy count)``.
+
+        Returns ``(tokens, noisy_counts, probabilities, fail)``: arrays listing every pair with positive
+        probability, and the probability of fail.
+        """
+        hist = as_histogram(histogram, num_teachers)
+        groups, _, values, win, fail = self._win_table(hist.counts)
+        if groups.size == 0:
+            empty = np.zeros(0, np.int64)
+            return empty, empty, np.zeros(0), fail
+        per_key = win[:, np.searchsorted(groups, hist.counts)]  # (values, keys)
+        v_index, key_index = np.nonzero(per_key > 0)
+        return hist.tokens[key_index], values[v_index], per_key[v_index, key_index], fail
+
+    def output_distribution(self, histogram, num_teachers: int | None = None) -> OutcomeDistribution:
+        """The exact marginal law of the released token (see ``_win_table`` for the method)."""
+        hist = as_histogram(histogram, num_teachers)
+        return self._distribution(hist.tokens, hist.counts)
+
+    def _distribution(self, tokens, counts) -> OutcomeDistribution:
+        groups, _, _, win, fail = self._win_table(counts)
+        if groups.size == 0:
+            return OutcomeDistribution(np.zeros(0, np.int64), np.zeros(0), fail)
+        probabilities = win.sum(axis=0)[np.searchsorted(groups, counts)]
+        keep = probabilities > 0
+        return OutcomeDistribution(np.asarray(tokens)[keep], probabilities[keep], fail)
+
+    def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
+        """One run: noise every voted count, threshold at ``L + 1``, release the noisy argmax (or fail)."""
+        rng = resolve_rng("rng", rng)
+        hist = as_histogram(histogram, num_teachers)
+        noisy = hist.counts + self._noise.sample(rng, hist.counts.size)
+        released = np.flatnonzero(noisy >= self.error_bound + 1)
+        if released.size == 0:
+            return Release(None, self.event)
+        best = noisy[released].max()
+        winners = released[noisy[released] == best]
+        winner = winners[rng.integers(winners.size)] if winners.size > 1 else winners[0]
+        return Release(int(hist.tokens[winner]), self.event, info={"noisy_count": int(best)})
+
+    def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`output_distribution` of every histogram of a batch: ``(histogram, token, probability)`` of
+        each token with positive probability, sorted by histogram (the rest of each histogram's mass is fail).
+
+        This loops over the histograms (each one is vectorised over its count groups, values and quadrature
+        nodes); histograms with the same multiset of counts share one computation.
+        """
+        batch = as_batch(batch)
+        out_sample, out_tokens, out_probs = [], [], []
+        cache: dict = {}
+        for i in range(batch.num_histograms):
+            lo, hi = batch.starts[i], batch.starts[i + 1]
+            counts = batch.counts[lo:hi]
+            if counts.size == 0:
+                continue
+            key = np.sort(counts).tobytes()
+            if key not in cache:
+                groups, _, _, win, _ = self._win_table(counts)
+                cache[key] = (groups, win.sum(axis=0))
+            groups, per_group = cache[key]
+            probs = per_group[np.searchsorted(groups, counts)]
+            keep = probs > 0
+            out_sample.append(np.full(int(keep.sum()), i, dtype=np.int64))
+            out_tokens.append(batch.tokens[lo:hi][keep])
+            out_probs.append(probs[keep])
+        if not out_sample:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        return np.concatenate(out_sample), np.concatenate(out_tokens), np.concatenate(out_probs)
+
+    def sample_batch(self, batch, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """One run per histogram, vectorised: ``(values, noisy_counts)``.
+
+        ``values[i]`` is the released token of histogram ``i`` (``FAIL_VALUE`` for fail) and
+        ``noisy_counts[i]`` its noisy count (0 for fail).  All entries are noised at once, thresholded at
+        ``L + 1``, and each histogram's argmax is found by one sort with a uniform random secondary key
+        (uniform tie-breaking).
+        """
+        rng = resolve_rng("rng", rng)
+        batch = as_batch(batch)
+        values = np.full(batch.num_histograms, FAIL_VALUE, dtype=np.int64)
+        noisy_counts = np.zeros(batch.num_histograms, dtype=np.int64)
+        noisy = batch.counts + self._noise.sample(rng, batch.counts.size)
+        tie_break = rng.random(batch.counts.size)
+        released = noisy >= self.error_bound + 1
+        sample, tokens = batch.sample[released], batch.tokens[released]
+        noisy, tie_break = noisy[released], tie_break[released]
+        if sample.size:
+            order = np.lexsort((tie_break, noisy, sample))
+            sample, tokens, noisy = sample[order], tokens[order], noisy[order]
+            last = np.append(sample[1:] != sample[:-1], True)  # the largest (noisy, key) of each histogram
+            values[sample[last]] = tokens[last]
+            noisy_counts[sample[last]] = noisy[last]
+        return values, noisy_counts
+
+    def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
+        """Run on every histogram of a batch (see :meth:`sample_batch`)."""
+        values, _ = self.sample_batch(batch, rng)
+        return BatchRelease(values, self.event)
+
+
+# --- LArgMax_L / DPArgMax ---------------------------------------------------------------------------
+@attr.s(frozen=True, slots=True)
+class DPArgMax(_CountNoise):
+    """``DPArgMax_(epsilon, delta)``: ``LArgMax_L`` (paper Algorithm 2, ``distagg:alg``) on top of
+    :class:`TruncatedGeometricNoisyArgMax` (paper Corollary ``DPArgMax``; spec 1.3).
+
+    Neighbouring relation: one teacher's vote changes (paper Observation 1); ``(epsilon, delta)`` is the
+    total guarantee under ``relation`` (default replace-one: per-count budget ``(epsilon/2, delta/2)``).
+
+    Release the noisy maximiser ``j`` iff its noisy count ``c~_j > n/2 + L``, else fail, where
+    ``n = num_teachers`` (tail votes included).  A release implies ``c_j > n/2`` (so ``j`` is the true
+    maximiser) and ``c_j > n/2 + 2L`` guarantees one.  (At ``c_j = n/2 + 2L`` exactly the yield probability
+    is ``1 - delta_eff``, not 1: ``c~_j`` can equal ``n/2 + L``.)
+
+    Exact binary simplification.  Since ``c~_i <= c_i + L``, a noisy count above ``n/2 + L`` needs
+    ``c_i > n/2``, which at most one token ``j*`` has.  So the output is ``j*`` or fail, and it is ``j*``
+    exactly when ``c_{j*} + X_{j*} > n/2 + L``: in that event ``j*`` is released (``c~ >= L + 1``) and beats
+    every other key strictly (``c~_i <= c_i + L < n/2 + L``), so neither the other keys' noise nor the
+    tie-break can change the outcome, and the released noisy count is ``c_{j*} + X_{j*}``.  Sampling only
+    ``X_{j*} ~ TG(eps_c, L)`` therefore gives exactly the output distribution of the full NoisyArgMax
+    followed by the threshold, jointly with the noisy count:
+    ``P[yield] = P[c_{j*} + X > n/2 + L]``, a ``TG`` survival function (spec 1.3).
+
+    The release carries ``info = {"noisy_count": c~_j}`` under replace-one.  Under add-remove-one the vote
+    total ``n`` itself changes with the neighbour, which moves the threshold ``n/2 + L`` by a half: the token
+    alone stays ``(epsilon, delta)``-DP (the threshold in count units moves by at most one), but the pair
+    (token, noisy count) would not be, so the count is withheld there (see ``docs/mechanisms/noisy_argmax.md``).
+
+    Diversity preservation (paper Lemma ``distalghigh``): with ``L < n/30`` the coordinated ensemble sampler
+    with this aggregator is diversity preserving with ``tau = 0.6 n``, ``beta = 0.5 * 0.6 * ln(18/17)``,
+    ``gamma = 2``.
+    """
+
+    @property
+    def noisy_argmax(self) -> TruncatedGeometricNoisyArgMax:
+        """The underlying ``NoisyArgMax_L`` (same budget, same ``L``)."""
+        return TruncatedGeometricNoisyArgMax(self.epsilon, self.delta, relation=self.relation)
+
+    def _noise_needed(self, top_count, num_teachers):
+        """The least noise ``x`` with ``c + x > n/2 + L``: ``L + 1 + floor((n - 2c) / 2)``."""
+        top_count = np.asarray(top_count, dtype=np.int64)
+        return self.error_bound + 1 + (num_teachers - 2 * top_count) // 2
+
+    def yield_probability(self, top_count, num_teachers: int):
+        """``P[c + X > n/2 + L]`` for the top count ``c`` (an array or a scalar): the exact probability that
+        a histogram whose largest count is ``c`` releases its maximiser (spec 1.3; needed by the boundary
+        wrapper, spec 4.3).  Zero whenever ``c <= n/2``."""
+        probability = self._table.ge(self._noise_needed(top_count, num_teachers))
+        return float(probability) if np.ndim(probability) == 0 else probability
+
+    def output_distribution(self, histogram, num_teachers: int | None = None) -> OutcomeDistribution:
+        """The exact law of the released token: ``{j*: P[yield], fail: 1 - P[yield]}``."""
+        hist = as_histogram(histogram, num_teachers)
+        if hist.tokens.size == 0:
+            return OutcomeDistribution(np.zeros(0, np.int64), np.zeros(0), 1.0)
+        token, count = hist.top(1)[0]
+        needed = self._noise_needed(count, hist.num_teachers)
+        probability = float(self._table.ge(needed))
+        fail = float(self._table.le(needed - 1))  # from the other tail: full precision near 1
+        if probability <= 0:
+            return OutcomeDistribution(np.zeros(0, np.int64), np.zeros(0), 1.0)
+        return OutcomeDistribution(np.array([token], dtype=np.int64), np.array([probability]), fail)
+
+    def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
+        """One run: draw the top token's noise only (exact, see the class docstring)."""
+        rng = resolve_rng("rng", rng)
+        hist = as_histogram(histogram, num_teachers)
+        if hist.tokens.size == 0:
+            return Release(None, self.event)
+        token, count = hist.top(1)[0]
+        noisy = count + int(self._noise.sample(rng))
+        if 2 * noisy <= hist.num_teachers + 2 * self.error_bound:
+            return Release(None, self.event)
+        info = {"noisy_count": noisy} if self.relation == REPLACE_ONE else {}
+        return Release(int(token), self.event, info=info)
+
+    def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Vectorised :meth:`output_distribution`: ``(histogram, token, probability)`` for every histogram
+        that can yield, sorted by histogram (the rest of each histogram's mass is fail)."""
+        batch = as_batch(batch)
+        top_count, top_token = batch.top()
+        probability = self._table.ge(self._noise_needed(top_count, batch.num_teachers))
+        keep = np.flatnonzero((probability > 0) & (top_token >= 0))
+        return keep.astype(np.int64), top_token[keep], probability[keep]
+
+    def sample_batch(self, batch, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """One run per histogram, vectorised: ``(values, noisy_counts)`` (``FAIL_VALUE`` and 0 for fail);
+        one ``TG`` draw per histogram, for its top count."""
+        rng = resolve_rng("rng", rng)
+        batch = as_batch(batch)
+        top_count, top_token = batch.top()
+        noisy = top_count + self._noise.sample(rng, batch.num_histograms)
+        yields = (2 * noisy > batch.num_teachers + 2 * self.error_bound) & (top_token >= 0)
+        values = np.where(yields, top_token, FAIL_VALUE).astype(np.int64)
+        return values, np.where(yields, noisy, 0).astype(np.int64)
+
+    def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
+        """Run on every histogram of a batch (one ``TG`` draw per histogram)."""
+        values, _ = self.sample_batch(batch, rng)
+        return BatchRelease(values, self.event)
