@@ -7,12 +7,14 @@ from mechanisms.base import FAIL_VALUE, BatchRelease, OutcomeDistribution
 from mechanisms.histogram import TAIL_VOTE, CountHistogram, HistogramBatch, as_batch, as_histogram
 from mechanisms.noisy_argmax import DPArgMax, TruncatedGeometricNoisyArgMax
 from mechanisms.threshold import ThresholdArgMax, ThresholdWeightedSampling
+from mechanisms.weighted_sampling import DPWeightedSampling
 
 __all__ = [
     "FAIL_VALUE",
     "TAIL_VOTE",
     "BatchRelease",
     "DPArgMax",
+    "DPWeightedSampling",
     "HistogramBatch",
     "as_batch",
     "CountHistogram",
