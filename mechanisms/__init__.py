@@ -3,6 +3,8 @@
 Imports only ``pate_accountant`` (never ``ensembles``, torch or transformers).
 """
 
+from mechanisms.between_thresholds import BetweenThresholds
+from mechanisms.boundary_wrapper import BoundaryWrapper
 from mechanisms.base import FAIL_VALUE, BatchRelease, OutcomeDistribution
 from mechanisms.histogram import TAIL_VOTE, CountHistogram, HistogramBatch, as_batch, as_histogram
 from mechanisms.noisy_argmax import DPArgMax, TruncatedGeometricNoisyArgMax
@@ -13,6 +15,8 @@ __all__ = [
     "FAIL_VALUE",
     "TAIL_VOTE",
     "BatchRelease",
+    "BetweenThresholds",
+    "BoundaryWrapper",
     "DPArgMax",
     "DPWeightedSampling",
     "HistogramBatch",

@@ -79,7 +79,9 @@ class BetweenThresholdsEvent(dp_accounting.DpEvent):
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class BoundaryWrapperEvent(dp_accounting.DpEvent):
     """A boundary-wrapped query (spec 4.3): the wrapped mechanism's ``inner`` event, and the target ``T``
-    is a ``q``-target at privacy level ``epsilon`` (the default charge is ``epsilon = 2 eps_A``, ``q = 1/3``)."""
+    is a ``q``-target at privacy level ``epsilon``.  The default charge is ``epsilon = 2 eps_A`` and
+    ``q = min(1/3, (E + 1) / (2 E^2 + E + 2))`` with ``E = e^{eps_A}``: exactly 1/3 for ``eps_A <= 0.3119``
+    (docs/mechanisms/boundary_wrapper.md)."""
 
     inner: dp_accounting.DpEvent = attr.ib()
     epsilon: float = attr.ib(converter=float, validator=_positive_real)

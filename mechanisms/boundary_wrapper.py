@@ -1,0 +1,278 @@
+"""The TCT boundary wrapper (spec 4.3; paper, "Privacy analysis considerations").
+
+``BoundaryWrapper(inner)`` runs on the *exact* output distribution of ``inner`` on the given histogram
+(for a coordinated ensemble: conditioned on the shared randomness, which is public).  With
+``pi = max_y P[inner = y]`` (the fail outcome counts as an outcome) it returns the special outcome
+``target`` with probability
+
+    P[target] = (1 - pi') / (2 - pi'),      pi' = max(pi, 1/2)          [RECON formula, OURS clip]
+
+and otherwise a sample of ``inner``'s distribution.  ``P[target] <= 1/3`` always, it decreases as the
+inner mechanism agrees with itself, and ``P[target] <= 1 - pi`` vanishes as one outcome's probability
+tends to one.  For every inner with ``pi >= 1/2`` (all binary inners, e.g. LArgMax conditioned on the
+histogram, spec 1.3) this is exactly spec 4.3's ``(1 - pi) / (2 - pi)``; the clip only acts when no
+outcome has probability ``1/2``, where the unclipped formula would exceed the paper's bound of ``1/3``
+(it tends to ``1/2`` for a spread-out inner).
+
+Requirements on ``inner``: an ``output_distribution(histogram, ...) -> OutcomeDistribution`` that is
+exact (``ThresholdArgMax``, ``ThresholdWeightedSampling`` and ``BetweenThresholds`` compute theirs in
+closed form; so must any DP argmax / weighted-sampling mechanism that is to be wrapped), and an ``event`` with a
+positive ``epsilon`` (``eps_A``; a mechanism that is pure ``eps_A``-DP under the event's relation).
+
+Privacy (docs/mechanisms/boundary_wrapper.md; neighbouring relation: the inner event's, by default one
+teacher's vote changes, paper Observation 1).  For a pure ``eps_A``-DP inner:
+
+* the wrapped mechanism is ``2 eps_A``-DP (each factor of ``P[target]`` and of ``(1 - P[target]) P_y``
+  moves by at most ``e^{eps_A}``; numerically the worst ratio is about ``1.33 eps_A``);
+* ``target`` is a ``q``-target at level ``2 eps_A`` with ``q = (E + 1) / (2 E^2 + E + 2)``, ``E = e^{eps_A}``
+  [OURS]: the infimum of the certifier over eps_A-DP pairs (found numerically, checked in the tests),
+  approached as one outcome's probability tends to one.  This is ``0.3980`` at ``eps_A = 0.01`` and ``0.3794`` at ``0.1`` (spec 10).
+
+:attr:`BoundaryWrapper.event` is ``BoundaryWrapperEvent(inner.event, epsilon=2 eps_A, q)`` with
+``q = min(1/3, (E + 1) / (2 E^2 + E + 2))``: the spec's default charge ``q = 1/3`` (Decisions 3) as long as
+it is valid, which is for ``eps_A <= ln((1 + sqrt 3) / 2) = 0.3119``; above that the default would
+under-count, so the certified value is used.  An ``(eps_A, delta_A)`` inner's ``delta_A`` stays in the
+inner event: the q-target statement is about the pure part, and a TCT accountant adds ``delta_A`` per
+private draw (spec 4.2).
+"""
+
+from __future__ import annotations
+
+import math
+
+import attr
+import numpy as np
+
+from mechanisms.base import FAIL_VALUE, BatchRelease, OutcomeDistribution, sample_batch_outcomes
+from mechanisms.histogram import as_batch
+from mechanisms.qtarget import q_star_rows
+from pate_accountant.events import BoundaryWrapperEvent
+from pate_accountant.release import TARGET, Release
+from pate_accountant.validation import check_int, check_real, resolve_rng
+
+__all__ = [
+    "MAX_EPSILON_FOR_ONE_THIRD",
+    "TARGET",
+    "BoundaryWrapper",
+    "WrappedDistribution",
+    "binary_worst_case_q",
+    "boundary_wrapper_q",
+    "target_probability",
+    "wrap_probabilities",
+]
+
+#: The largest ``eps_A`` for which the spec's default charge ``q = 1/3`` at level ``2 eps_A`` is valid:
+#: the root of ``(E + 1) / (2 E^2 + E + 2) = 1/3``, ``E = (1 + sqrt 3) / 2``.
+MAX_EPSILON_FOR_ONE_THIRD = math.log((1 + math.sqrt(3)) / 2)
+
+
+def _target_probability(pi):
+    pi = np.maximum(np.asarray(pi, dtype=np.float64), 0.5)
+    return (1.0 - pi) / (2.0 - pi)
+
+
+def target_probability(max_probability: float) -> float:
+    """``P[target] = (1 - pi') / (2 - pi')`` with ``pi' = max(pi, 1/2)``: at most ``1/3``, at most ``1 - pi``."""
+    pi = check_real("max_probability", max_probability, minimum=0.0, maximum=1.0)
+    return float(_target_probability(pi))
+
+
+def boundary_wrapper_q(eps_a: float) -> float:
+    """The ``q`` the wrapper's event carries at level ``2 eps_A``: ``min(1/3, (E + 1) / (2 E^2 + E + 2))``."""
+    eps_a = check_real("eps_a", eps_a, minimum=0.0, min_open=True)
+    e = math.exp(eps_a)
+    return min(1.0 / 3.0, (e + 1) / (2 * e * e + e + 2))
+
+
+def wrap_probabilities(probabilities) -> np.ndarray:
+    """The wrapped law of a probability vector ``P`` (all outcomes, fail included):
+    ``[P[target], (1 - P[target]) P]``."""
+    p = np.asarray(probabilities, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0:
+        raise ValueError(f"probabilities must be a non-empty 1-d vector, got shape {p.shape}")
+    t = float(_target_probability(p.max()))
+    return np.concatenate([[t], (1.0 - t) * p])
+
+
+def binary_worst_case_q(eps_a: float, epsilon_b: float, num: int = 2000) -> tuple[float, float]:
+    """Scan the wrapped pairs of a binary ``eps_A``-DP mechanism and return ``(worst q, worst DP level)``.
+
+    A binary mechanism is a pair of probabilities ``(s0, s1)`` of one outcome on neighbouring inputs with
+    all four ratios ``s0/s1``, ``(1 - s0)/(1 - s1)`` (and inverses) at most ``e^{eps_A}``.  The worst case lies
+    where a ratio constraint is tight, so for ``num`` evenly spaced values of ``s1`` in ``(0, 1)`` (plus
+    geometrically spaced ones down to ``1e-6`` from either end, where the infimum is approached) the scan
+    takes each ``s0`` that makes one constraint tight and is feasible.  ``q`` is
+    :func:`mechanisms.qtarget.q_star` of the two wrapped laws at level ``epsilon_b``; the DP level is the
+    largest ``|ln ratio|`` of the wrapped laws.
+    """
+    eps_a = check_real("eps_a", eps_a, minimum=0.0, min_open=True)
+    epsilon_b = check_real("epsilon_b", epsilon_b, minimum=0.0, min_open=True)
+    num = check_int("num", num, minimum=2)
+    e = math.exp(eps_a)
+    edge = np.geomspace(1e-6, 1e-2, 48)
+    s1 = np.unique(np.concatenate([np.linspace(0.0, 1.0, num + 2)[1:-1], edge, 1 - edge]))
+    s0 = np.concatenate([s1 * e, s1 / e, 1 - (1 - s1) * e, 1 - (1 - s1) / e])
+    s1 = np.tile(s1, 4)
+    slack = 1 + 1e-12
+    ok = (s0 > 0) & (s0 < 1)
+    ok &= (s0 <= e * s1 * slack) & (s1 <= e * s0 * slack)
+    ok &= ((1 - s0) <= e * (1 - s1) * slack) & ((1 - s1) <= e * (1 - s0) * slack)
+    s0, s1 = s0[ok], s1[ok]
+
+    def wrapped(s):
+        t = _target_probability(np.maximum(s, 1 - s))
+        return np.stack([t, (1 - t) * (1 - s), (1 - t) * s], axis=1)
+
+    w0, w1 = wrapped(s0), wrapped(s1)
+    q = float(q_star_rows(w0, w1, epsilon_b, 0).min())
+    level = float(np.abs(np.log(w0) - np.log(w1)).max())
+    return q, level
+
+
+@attr.s(frozen=True, slots=True, eq=False)
+class WrappedDistribution:
+    """The exact output law of a wrapped mechanism on one input: ``target`` is ``P[target]``; the inner
+    outcomes keep their relative weights, scaled by ``1 - target`` (``tokens``/``probabilities``/``fail``
+    as in ``OutcomeDistribution``).  ``inner`` is the unwrapped law."""
+
+    target: float = attr.ib(converter=float)
+    inner: OutcomeDistribution = attr.ib()
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self.inner.tokens
+
+    @property
+    def probabilities(self) -> np.ndarray:
+        return (1.0 - self.target) * self.inner.probabilities
+
+    @property
+    def fail(self) -> float:
+        return (1.0 - self.target) * self.inner.fail
+
+    def probability(self, outcome) -> float:
+        """Probability of ``TARGET`` (``"target"``), ``None`` (fail) or a token."""
+        if isinstance(outcome, str):
+            if outcome != TARGET:
+                raise ValueError(f"unknown outcome {outcome!r}: use {TARGET!r}, None (fail) or a token id")
+            return self.target
+        return (1.0 - self.target) * self.inner.probability(outcome)
+
+    def as_dict(self) -> dict:
+        """``{token: p, None: fail, "target": P[target]}``."""
+        out = {key: (1.0 - self.target) * p for key, p in self.inner.as_dict().items()}
+        out[TARGET] = self.target
+        return out
+
+    def vector(self) -> np.ndarray:
+        """``[P[target], P[fail], P[tokens[0]], ...]`` (the layout :func:`wrap_probabilities` uses)."""
+        return np.concatenate([[self.target, self.fail], self.probabilities])
+
+
+def _inner_epsilon(inner) -> float:
+    event = getattr(inner, "event", None)
+    eps = getattr(event, "epsilon", None)
+    if eps is None:
+        raise TypeError(
+            f"BoundaryWrapper needs an inner mechanism whose event has an epsilon (a DP mechanism); "
+            f"{type(inner).__name__} announces {type(event).__name__}"
+        )
+    eps = check_real("inner.event.epsilon", eps, minimum=0.0)
+    if eps == 0.0:
+        raise ValueError("inner.event.epsilon must be > 0 for a boundary wrapper (got 0.0)")
+    return eps
+
+
+def _check_inner(instance, attribute, value):
+    if not callable(getattr(value, "output_distribution", None)):
+        raise TypeError(
+            f"BoundaryWrapper needs an inner mechanism with an exact output_distribution(histogram); "
+            f"{type(value).__name__} has none"
+        )
+    _inner_epsilon(value)
+
+
+@attr.s(frozen=True, slots=True)
+class BoundaryWrapper:
+    """``BoundaryWrapper(inner)``: ``target`` with probability ``(1 - pi') / (2 - pi')`` (``<= 1/3``), else a
+    sample of ``inner`` (module docstring).  Neighbouring relation: that of ``inner.event`` (by default one
+    teacher's vote changes, paper Observation 1)."""
+
+    inner = attr.ib(validator=_check_inner)
+
+    @property
+    def inner_epsilon(self) -> float:
+        """``eps_A``, the inner event's epsilon."""
+        return _inner_epsilon(self.inner)
+
+    @property
+    def epsilon(self) -> float:
+        """The privacy level of the target: ``2 eps_A``."""
+        return 2.0 * self.inner_epsilon
+
+    @property
+    def q(self) -> float:
+        """The ``q`` charged for the target at level :attr:`epsilon` (:func:`boundary_wrapper_q`)."""
+        return boundary_wrapper_q(self.inner_epsilon)
+
+    @property
+    def event(self) -> BoundaryWrapperEvent:
+        return BoundaryWrapperEvent(self.inner.event, epsilon=self.epsilon, q=self.q)
+
+    def output_distribution(self, histogram, **kwargs) -> WrappedDistribution:
+        """The exact wrapped law on ``histogram`` (``kwargs`` go to ``inner.output_distribution``)."""
+        inner = self.inner.output_distribution(histogram, **kwargs)
+        if not isinstance(inner, OutcomeDistribution):
+            raise TypeError(
+                f"{type(self.inner).__name__}.output_distribution must return an OutcomeDistribution, "
+                f"got {type(inner).__name__}"
+            )
+        return WrappedDistribution(float(_target_probability(inner.max_probability)), inner)
+
+    def __call__(self, histogram, rng: np.random.Generator | None = None, **kwargs) -> Release:
+        """One wrapped run: ``Release(None, target_hit=True)`` for the target, else
+        ``Release(token or None, target_hit=False)``.  One uniform is drawn from ``rng``."""
+        dist = self.output_distribution(histogram, **kwargs)
+        rng = resolve_rng("rng", rng)
+        u = rng.random()
+        if u < dist.target:
+            return Release(None, self.event, target_hit=True)
+        inner = dist.inner
+        # Reuse the same uniform, rescaled to [0, 1), for the inner draw.
+        v = (u - dist.target) / (1.0 - dist.target)
+        k = int(np.searchsorted(np.cumsum(inner.probabilities), v, side="right"))
+        value = int(inner.tokens[k]) if k < inner.tokens.size else None
+        return Release(value, self.event, target_hit=False)
+
+    def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Vectorised inner laws plus the target: ``(sample, tokens, probabilities, target)`` where the
+        first three list the inner mechanism's positive-probability tokens (unscaled, sorted by histogram)
+        and ``target[i]`` is ``P[target]`` on histogram ``i``.  Uses ``inner.batch_distributions`` when it
+        exists, otherwise one :meth:`output_distribution` per histogram."""
+        batch = as_batch(batch)
+        if callable(getattr(self.inner, "batch_distributions", None)):
+            sample, tokens, probs = self.inner.batch_distributions(batch)
+            sample = np.asarray(sample, dtype=np.int64)
+            tokens = np.asarray(tokens, dtype=np.int64)
+            probs = np.asarray(probs, dtype=np.float64)
+        else:
+            parts = [self.inner.output_distribution(h) for h in batch]
+            sample = np.repeat(np.arange(len(parts)), [d.tokens.size for d in parts]).astype(np.int64)
+            tokens = np.concatenate([np.asarray(d.tokens, dtype=np.int64) for d in parts] + [np.zeros(0, np.int64)])
+            probs = np.concatenate([np.asarray(d.probabilities, dtype=np.float64) for d in parts] + [np.zeros(0)])
+        n = batch.num_histograms
+        top = np.zeros(n)
+        np.maximum.at(top, sample, probs)
+        fail = np.clip(1.0 - np.bincount(sample, weights=probs, minlength=n), 0.0, 1.0)
+        return sample, tokens, probs, _target_probability(np.maximum(top, fail))
+
+    def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
+        """Run on every histogram of a batch: ``values[i]`` is the released token, ``FAIL_VALUE`` for fail
+        *and* for the target; ``target_hit[i]`` tells the two apart.  Two uniforms per histogram."""
+        batch = as_batch(batch)
+        rng = resolve_rng("rng", rng)
+        sample, tokens, probs, target = self.batch_distributions(batch)
+        hit = rng.random(batch.num_histograms) < target
+        values = sample_batch_outcomes(sample, tokens, probs, batch.num_histograms, rng)
+        values = np.where(hit, FAIL_VALUE, values)
+        return BatchRelease(values, self.event, target_hit=hit)
