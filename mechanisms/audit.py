@@ -27,7 +27,16 @@ from mechanisms.base import FAIL_VALUE
 from mechanisms.histogram import HistogramBatch, as_histogram
 from pate_accountant.validation import check_generator, check_int, check_real
 
-__all__ = ["AuditResult", "audit_pair", "clopper_pearson", "exact_pair_epsilon"]
+__all__ = [
+    "AUDIT_CASES",
+    "AuditCase",
+    "AuditResult",
+    "audit_case",
+    "audit_pair",
+    "clopper_pearson",
+    "exact_pair_epsilon",
+    "run_audit_case",
+]
 
 #: Label of the target outcome in audit counts.
 TARGET_LABEL = "target"
@@ -188,7 +197,7 @@ def exact_pair_epsilon(mechanism, histogram, neighbour, delta: float = 0.0) -> f
         hi = 1.0
         while divergence(a, b, hi) > delta:
             hi *= 2
-            if hi > 1e4:
+            if hi > 512:  # e^512 is still a finite float; beyond, no finite epsilon is plausible
                 return math.inf
         lo = 0.0
         for _ in range(100):
@@ -197,3 +206,149 @@ def exact_pair_epsilon(mechanism, histogram, neighbour, delta: float = 0.0) -> f
         return hi
 
     return max(smallest(p, q), smallest(q, p))
+
+
+# --------------------------------------------------------------------------------------------------
+# Ready-made audit cases: a mechanism and a neighbouring pair on which its claim is tight.
+
+
+class _CountQuery:
+    """Runs a count-based mechanism (``BetweenThresholds``) on the count of ``token`` in each histogram."""
+
+    def __init__(self, mechanism, token: int):
+        self.mechanism, self.token = mechanism, token
+
+    @property
+    def event(self):
+        return self.mechanism.event
+
+    def run_batch(self, batch, rng=None):
+        return self.mechanism.run_batch(batch, rng=rng, token=self.token)
+
+    def output_distribution(self, histogram):
+        return self.mechanism.output_distribution(histogram, token=self.token)
+
+
+@attr.s(frozen=True, slots=True)
+class AuditCase:
+    """A mechanism to run, the claim to test, and a neighbouring pair ``(histogram, neighbour)``."""
+
+    name: str = attr.ib()
+    mechanism: object = attr.ib()
+    claimed_epsilon: float = attr.ib()
+    claimed_delta: float = attr.ib()
+    histogram: object = attr.ib()
+    neighbour: object = attr.ib()
+    note: str = attr.ib()
+
+
+def _pair(counts: dict, neighbour: dict, n: int):
+    from mechanisms.histogram import CountHistogram
+
+    def make(mapping):
+        return CountHistogram(list(mapping), list(mapping.values()), num_teachers=n)
+
+    return make(counts), make(neighbour)
+
+
+def audit_case(name: str, epsilon: float | None = None, delta: float | None = None, noise_scale: float = 1.0) -> AuditCase:
+    """Build the named audit case (``AUDIT_CASES``).
+
+    ``noise_scale < 1`` runs a deliberately broken variant whose noise is scaled down by that factor (its
+    epsilon divided by ``noise_scale``) while the claim stays the honest mechanism's: an audit must catch it.
+    """
+    if name not in AUDIT_CASES:
+        raise ValueError(f"unknown mechanism {name!r}; choose one of {sorted(AUDIT_CASES)}")
+    noise_scale = check_real("noise_scale", noise_scale, minimum=0.0, maximum=1.0, min_open=True)
+    return AUDIT_CASES[name](epsilon, delta, noise_scale)
+
+
+def _between_thresholds(epsilon, delta, scale):
+    from mechanisms.between_thresholds import BetweenThresholds
+
+    epsilon = 1.0 if epsilon is None else epsilon
+    honest = BetweenThresholds(epsilon, 0, int(math.ceil(2 / epsilon)) + 8)
+    run = BetweenThresholds(epsilon / scale, honest.low, honest.high)
+    h, h2 = _pair({0: 0}, {0: 1}, 1)
+    return AuditCase(
+        "between-thresholds", _CountQuery(run, 0), honest.event.epsilon, 0.0, h, h2,
+        "count 0 vs 1 at the lower threshold: P[below] changes by exactly e^eps",
+    )
+
+
+def _noisy_argmax(epsilon, delta, scale):
+    from mechanisms.noisy_argmax import TruncatedGeometricNoisyArgMax
+
+    epsilon = 2.0 if epsilon is None else epsilon
+    delta = 1e-6 if delta is None else delta
+    honest = TruncatedGeometricNoisyArgMax(epsilon, delta)
+    run = TruncatedGeometricNoisyArgMax(min(epsilon / scale, 50.0), delta)
+    big = 2 * honest.error_bound + 2  # both keys always released
+    h, h2 = _pair({0: big, 1: big + 4}, {0: big - 1, 1: big + 5}, 2 * big + 4)
+    return AuditCase(
+        "noisy-argmax", run, honest.event.epsilon, honest.event.delta, h, h2,
+        "replace-one: a vote moves from the trailing token to the leader; P[trailing token wins] moves by ~e^eps",
+    )
+
+
+def _dp_argmax(epsilon, delta, scale):
+    from mechanisms.noisy_argmax import DPArgMax
+
+    epsilon = 1.0 if epsilon is None else epsilon
+    delta = 1e-6 if delta is None else delta
+    honest = DPArgMax(epsilon, delta, relation="add-remove-one")
+    run = DPArgMax(min(epsilon / scale, 50.0), delta, relation="add-remove-one")
+    n = 200
+    top = n // 2 + run.error_bound + 1  # yield probability about one half for the mechanism that runs
+    h, h2 = _pair({0: top, 1: n - top}, {0: top - 1, 1: n - top}, n)
+    return AuditCase(
+        "dp-argmax", run, honest.event.epsilon, honest.event.delta, h, h2,
+        "add-remove-one (the removed vote goes to the tail): the top count moves by one at the release threshold",
+    )
+
+
+def _weighted_sampling(epsilon, delta, scale):
+    from mechanisms.weighted_sampling import DPWeightedSampling
+
+    epsilon = 1.0 if epsilon is None else epsilon
+    delta = 1e-6 if delta is None else delta
+    honest = DPWeightedSampling(epsilon, delta, relation="add-remove-one")
+    run = DPWeightedSampling(min(epsilon / scale, 50.0), delta, relation="add-remove-one")
+    n = 40
+    pi = run.inclusion_probabilities(n)
+    # The count where pi* grows fastest, among counts whose inclusion is likely enough to measure.
+    ratios = np.where(pi[1:-1] >= 0.02, pi[2:] / np.maximum(pi[1:-1], 1e-300), 0.0)
+    c = int(np.argmax(ratios)) + 2
+    h, h2 = _pair({0: c}, {0: c - 1}, n)
+    return AuditCase(
+        "weighted-sampling", run, honest.event.epsilon, honest.event.delta, h, h2,
+        f"add-remove-one: a lone token's count {c} vs {c - 1}, where pi* grows by e^eps",
+    )
+
+
+def _boundary_wrapper(epsilon, delta, scale):
+    from mechanisms.boundary_wrapper import BoundaryWrapper
+
+    inner = _dp_argmax(epsilon, delta, scale)
+    honest = BoundaryWrapper(audit_case("dp-argmax", epsilon, delta).mechanism)
+    return AuditCase(
+        "boundary-wrapper", BoundaryWrapper(inner.mechanism), honest.event.epsilon, inner.claimed_delta,
+        inner.histogram, inner.neighbour,
+        "the dp-argmax pair, wrapped; the claim is the target's privacy level 2 eps_A",
+    )
+
+
+AUDIT_CASES = {
+    "between-thresholds": _between_thresholds,
+    "noisy-argmax": _noisy_argmax,
+    "dp-argmax": _dp_argmax,
+    "weighted-sampling": _weighted_sampling,
+    "boundary-wrapper": _boundary_wrapper,
+}
+
+
+def run_audit_case(case: AuditCase, num_runs: int, rng: np.random.Generator, confidence: float = 0.95) -> AuditResult:
+    return audit_pair(
+        case.mechanism, case.histogram, case.neighbour, num_runs, rng,
+        claimed_epsilon=case.claimed_epsilon, claimed_delta=case.claimed_delta, confidence=confidence,
+    )

@@ -95,3 +95,43 @@ def test_loop_fallback_and_argument_errors():
         audit_pair(NoBatch(), *PAIR, num_runs=10, rng=1)
     with pytest.raises(TypeError, match="states no epsilon"):
         audit_pair(lambda h, rng=None: None, *PAIR, num_runs=10, rng=np.random.default_rng(0))
+
+
+# --- the ready-made cases on the real mechanisms -------------------------------------------------------
+from mechanisms.audit import AUDIT_CASES, audit_case, run_audit_case  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(AUDIT_CASES))
+def test_honest_mechanisms_are_never_flagged(name):
+    case = audit_case(name)
+    exact = exact_pair_epsilon(case.mechanism, case.histogram, case.neighbour, case.claimed_delta)
+    assert exact <= case.claimed_epsilon + 1e-9  # the pair respects the claim exactly
+    result = run_audit_case(case, 200_000, np.random.default_rng(11))
+    assert not result.violation
+    assert result.epsilon_lower_bound <= exact + 1e-9
+    # The pairs are chosen where the claim is nearly tight, so the bound is informative.
+    assert result.epsilon_lower_bound > 0.9 * exact
+
+
+@pytest.mark.parametrize("name", ["between-thresholds", "dp-argmax", "noisy-argmax", "weighted-sampling"])
+def test_noise_halved_is_caught(name):
+    case = audit_case(name, noise_scale=0.5)
+    result = run_audit_case(case, 200_000, np.random.default_rng(12))
+    assert result.violation, result.as_dict()
+
+
+def test_cli_audit_mechanism(capsys):
+    import json
+
+    from pate_accountant.cli import AUDIT_MECHANISMS, main
+
+    assert sorted(AUDIT_MECHANISMS) == sorted(AUDIT_CASES)
+    assert main(["audit-mechanism", "between-thresholds", "--runs", "50000", "--seed", "3", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["violation"] is False and payload["claimed_epsilon"] == 1.0
+    assert payload["epsilon_lower_bound"] <= payload["exact_pair_epsilon"] + 1e-9
+    assert main(["audit-mechanism", "between-thresholds", "--noise-scale", "0.5", "--runs", "50000", "--seed", "3"]) == 1
+    assert "VIOLATION" in capsys.readouterr().out
+    assert main(["audit-mechanism", "nope"]) == 2
+    assert main(["audit-mechanism", "dp-argmax", "--noise-scale", "1.5"]) == 2
+    assert "--noise-scale" in capsys.readouterr().err
