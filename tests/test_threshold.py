@@ -210,3 +210,27 @@ def test_sampler_estimates_by_counting_when_the_aggregator_has_no_exact_law(rng)
     exact = betabinom(30, 1.0, 1.0).sf(15)  # alpha = 1/2: BetaBin(n, 1, 1) is uniform on 0..30
     assert abs(dist.probability(0) - exact) <= z_bound(1) * np.sqrt(exact * (1 - exact) / 3000)
     assert dist.probability(0) + dist.fail == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("mechanism", [ThresholdArgMax(3), ThresholdWeightedSampling(2, gamma=1.5)])
+def test_threshold_batches_follow_the_exact_distribution(mechanism):
+    from mechanisms import HistogramBatch, as_batch
+
+    hists = [{0: 3, 1: 3, 2: 1}, {0: 1, 1: 1}, {4: 5, 5: 2}]
+    batch = as_batch(hists, num_teachers=8)
+    assert isinstance(batch, HistogramBatch) and len(batch) == 3
+    sample, tokens, probs = mechanism.batch_distributions(batch)
+    for i, h in enumerate(hists):
+        exact = mechanism.output_distribution(h, num_teachers=8).as_dict()
+        got = {int(t): p for s, t, p in zip(sample, tokens, probs) if s == i}
+        assert got == pytest.approx({k: v for k, v in exact.items() if k is not None and v > 0})
+    num = 20000
+    big = as_batch([hists[0]] * num, num_teachers=8)
+    values = mechanism.run_batch(big, rng=np.random.default_rng(4)).values
+    exact = mechanism.output_distribution(hists[0], num_teachers=8)
+    labels = [0, 1, 2, -1]
+    observed = [int((values == k).sum()) for k in labels]
+    expected = [num * exact.probability(k if k >= 0 else None) for k in labels]
+    keep = [e > 0 for e in expected]
+    assert sum(o for o, k in zip(observed, keep) if not k) == 0
+    assert chisquare([o for o, k in zip(observed, keep) if k], [e for e, k in zip(expected, keep) if k]).pvalue > 1e-4
