@@ -11,6 +11,7 @@ import dp_accounting
 
 #: Outcome classes a ledger records (DESIGN.md, Ledger).
 TOKEN, FAIL, TARGET = "token", "fail", "target"
+OUTCOMES = (TOKEN, FAIL, TARGET)
 
 
 def _check_event(instance, attribute, value):

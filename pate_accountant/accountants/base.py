@@ -1,0 +1,249 @@
+"""The accountant contract shared by every accountant (DESIGN.md, Contracts: Accountant).
+
+* ``compose(event, count=1)`` charges an event; ``record(release)`` charges a mechanism's release
+  (its event, its outcome class, its charged teachers); ``register(mechanism)`` returns a callable that
+  checks the budget, runs the mechanism and records the release.
+* ``can_afford(event)``, ``get_epsilon(delta)``, ``spent() -> (epsilon, delta)``.
+* **Check-then-commit.**  Every charge is first *prepared* (validated, its cost computed against the
+  budget; nothing changes), then written to the ledger (if any) in one SQLite transaction, then
+  *committed* to the in-memory state (which cannot fail).  A charge that raises leaves state and ledger
+  as they were.  A budget given at construction is never exceeded: ``BudgetExhaustedError`` is raised
+  before anything is charged, and ``register``'s callable raises it before the mechanism runs.
+
+Subclasses implement ``_prepare(charge) -> plan`` (raise ``UnsupportedEventError`` for an event they
+cannot account, ``BudgetExhaustedError`` when the plan would exceed the budget), ``_commit(plan)``,
+``_epsilon(delta)`` and ``spent()``; they may override ``_worst_case(event)`` (the charge ``can_afford``
+and ``register`` test before running).
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import math
+
+import attr
+import dp_accounting
+
+from pate_accountant.errors import BudgetExhaustedError, UnsupportedEventError
+from pate_accountant.release import OUTCOMES, Release
+from pate_accountant.validation import check_int, check_real
+
+__all__ = ["Accountant", "Charge"]
+
+#: Tolerance when comparing spent epsilon with a budget (floating-point noise of the bounds only).
+BUDGET_TOLERANCE = 1e-12
+
+
+def _check_outcome(instance, attribute, value):
+    if value is not None and value not in OUTCOMES:
+        raise ValueError(f"{attribute.name} must be one of {OUTCOMES} or None, got {value!r}")
+
+
+@attr.s(frozen=True, slots=True)
+class Charge:
+    """One accounting step, exactly what a ledger row stores: the event, how many times it ran, the
+    outcome class (``None`` for a plain ``compose``) and the charged teachers.  No data, no tokens."""
+
+    event: dp_accounting.DpEvent = attr.ib()
+    count: int = attr.ib(default=1)
+    outcome: str | None = attr.ib(default=None, validator=_check_outcome)
+    charged_teachers: frozenset = attr.ib(default=frozenset(), converter=frozenset)
+
+    @event.validator
+    def _check_event(self, attribute, value):
+        if not isinstance(value, dp_accounting.DpEvent):
+            raise TypeError(f"event must be a dp_accounting.DpEvent, got {type(value).__name__}")
+
+    @count.validator
+    def _check_count(self, attribute, value):
+        check_int("count", value, minimum=1)
+
+    @property
+    def target_hit(self) -> bool:
+        return self.outcome == "target"
+
+
+def _check_budget(budget):
+    if budget is None:
+        return None
+    if not isinstance(budget, (tuple, list)) or len(budget) != 2:
+        raise TypeError(f"budget must be an (epsilon, delta) pair, got {budget!r}")
+    epsilon = check_real("budget epsilon", budget[0], minimum=0.0)
+    delta = check_real("budget delta", budget[1], minimum=0.0, maximum=1.0, max_open=True)
+    return (epsilon, delta)
+
+
+class Accountant(abc.ABC):
+    """Base class: budget, ledger, and the check-then-commit protocol."""
+
+    #: Short name stored in a ledger's metadata (``pate-accountant audit`` rebuilds the accountant by it).
+    kind: str = ""
+
+    def __init__(self, *, budget=None, ledger=None):
+        self._budget = _check_budget(budget)
+        self._ledger = None
+        if ledger is not None:
+            ledger.attach(self)  # replays the rows already in the ledger, then keeps us in step
+            self._ledger = ledger
+
+    # -- configuration, for ledgers ---------------------------------------------------------------
+    def config(self) -> dict:
+        """Everything needed to rebuild an equivalent fresh accountant (JSON data)."""
+        return {"kind": self.kind, "budget": list(self._budget) if self._budget else None, **self._config()}
+
+    def _config(self) -> dict:
+        return {}
+
+    @property
+    def budget(self):
+        return self._budget
+
+    @property
+    def ledger(self):
+        return self._ledger
+
+    # -- subclass hooks -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def _prepare(self, charge: Charge):
+        """Validate ``charge`` and return a plan to commit; raise without changing anything."""
+
+    @abc.abstractmethod
+    def _commit(self, plan) -> None:
+        """Apply a prepared plan to the in-memory state (must not fail)."""
+
+    @abc.abstractmethod
+    def _epsilon(self, delta: float) -> float:
+        """Epsilon of everything charged so far, at total ``delta``."""
+
+    @abc.abstractmethod
+    def spent(self) -> tuple[float, float]:
+        """``(epsilon, delta)`` spent so far."""
+
+    def _worst_case(self, event, count: int = 1) -> Charge:
+        """The charge a not-yet-run mechanism with ``event`` could cost (default: the event itself)."""
+        return Charge(event, count)
+
+    # -- the contract -----------------------------------------------------------------------------------
+    def compose(self, event, count: int = 1) -> None:
+        """Charge ``event`` ``count`` times."""
+        self._charge(Charge(event, count))
+
+    def record(self, release: Release) -> None:
+        """Charge what a mechanism run released (its event, outcome class and charged teachers)."""
+        if not isinstance(release, Release):
+            raise TypeError(f"release must be a Release, got {type(release).__name__}")
+        self._charge(Charge(release.event, 1, release.outcome, release.charged_teachers))
+
+    def record_many(self, releases) -> None:
+        """Charge several releases at once: all of them or none (one ledger transaction)."""
+        charges = []
+        for release in releases:
+            if not isinstance(release, Release):
+                raise TypeError(f"releases must hold Release objects, got {type(release).__name__}")
+            charges.append(Charge(release.event, 1, release.outcome, release.charged_teachers))
+        self._charge_many(charges)
+
+    def can_afford(self, event, count: int = 1) -> bool:
+        """Whether charging ``event`` (its worst case) ``count`` times now would stay within the budget."""
+        try:
+            self._prepare(self._worst_case(event, count))
+        except BudgetExhaustedError:
+            return False
+        return True
+
+    def get_epsilon(self, delta: float) -> float:
+        """The epsilon spent so far, at total ``delta``."""
+        delta = check_real("delta", delta, minimum=0.0, maximum=1.0)
+        return self._epsilon(delta)
+
+    def register(self, mechanism):
+        """Wrap ``mechanism`` so each call checks the budget first, runs it, then records the release."""
+        event = getattr(mechanism, "event", None)
+        if not isinstance(event, dp_accounting.DpEvent) or not callable(mechanism):
+            raise TypeError(f"mechanism must be callable and announce a DpEvent as .event, got {type(mechanism).__name__}")
+        self._prepare(self._worst_case(event))  # unsupported events are refused at registration
+
+        def run(*args, **kwargs) -> Release:
+            self._prepare(self._worst_case(mechanism.event))  # BudgetExhaustedError before running
+            release = mechanism(*args, **kwargs)
+            self.record(release)
+            return release
+
+        run.mechanism = mechanism
+        run.__name__ = f"accounted_{type(mechanism).__name__}"
+        return run
+
+    # -- machinery ----------------------------------------------------------------------------------------
+    def _charge(self, charge: Charge) -> None:
+        self._charge_many([charge])
+
+    def _charge_many(self, charges) -> None:
+        if self._ledger is None:
+            plans = self._prepare_sequence(charges)
+            for plan in plans:
+                self._commit(plan)
+            return
+        with self._ledger.transaction(self) as transaction:  # syncs rows other writers added first
+            plans = self._prepare_sequence(charges)
+            transaction.append(charges)
+        for plan in plans:
+            self._commit(plan)
+
+    def _prepare_sequence(self, charges):
+        """Prepare several charges as if committed one after another, without committing any."""
+        if len(charges) == 1:
+            return [self._prepare(charges[0])]
+        snapshot = self._snapshot()
+        plans = []
+        try:
+            for charge in charges:
+                plan = self._prepare(charge)
+                self._commit(plan)
+                plans.append(plan)
+        finally:
+            self._restore(snapshot)
+        return plans
+
+    def _snapshot(self) -> dict:
+        """A deep copy of the mutable state (used to prepare a batch of charges); subclasses with large
+        state may override it with something cheaper."""
+        return {k: copy.deepcopy(v) for k, v in vars(self).items() if k not in ("_ledger", "_budget")}
+
+    def _restore(self, snapshot: dict) -> None:
+        vars(self).update(snapshot)
+
+    def _replay(self, charge: Charge) -> None:
+        """Apply a charge read from the ledger: some writer already accepted it under the shared budget."""
+        self._commit(self._prepare_unbudgeted(charge))
+
+    def _prepare_unbudgeted(self, charge: Charge):
+        budget, self._budget = self._budget, None
+        try:
+            return self._prepare(charge)
+        finally:
+            self._budget = budget
+
+    def _within_budget(self, epsilon: float, delta: float) -> bool:
+        if self._budget is None:
+            return True
+        return epsilon <= self._budget[0] + BUDGET_TOLERANCE and delta <= self._budget[1] + BUDGET_TOLERANCE
+
+    def _refuse(self, what: str, epsilon: float, delta: float):
+        raise BudgetExhaustedError(
+            f"{what} would spend (epsilon={epsilon:.6g}, delta={delta:.3g}), beyond the budget "
+            f"(epsilon={self._budget[0]:.6g}, delta={self._budget[1]:.3g})"
+        )
+
+    @staticmethod
+    def _unsupported(event) -> UnsupportedEventError:
+        return UnsupportedEventError(f"cannot account for event {event!r}")
+
+    def __repr__(self):
+        eps, delta = self.spent()
+        budget = "" if self._budget is None else f", budget={self._budget}"
+        return f"{type(self).__name__}(spent=({eps:.6g}, {delta:.3g}){budget})"
+
+
+def _is_finite(x: float) -> bool:
+    return not (math.isinf(x) or math.isnan(x))
