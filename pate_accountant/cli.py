@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_experiment_command(commands)
     _add_audit_mechanism_command(commands)
+    _add_audit_command(commands)
+    _add_plan_command(commands)
     return parser
 
 
@@ -171,6 +173,22 @@ def _add_audit_mechanism_command(commands) -> None:
     p.set_defaults(handler=_run_audit_mechanism, parser=p)
 
 
+def _add_audit_command(commands) -> None:
+    p = commands.add_parser(
+        "audit",
+        help="verify a privacy ledger and print the budget it spent",
+        description=(
+            "Open a ledger read-only, check its hash chain and head, replay every row through a fresh "
+            "accountant rebuilt from the stored configuration, and print the spent budget (docs/ledger.md). "
+            "Exit status 1, naming the offending row, when a row was edited, dropped or reordered, when "
+            "the totals disagree or when the budget was exceeded; 2 when PATH is missing."
+        ),
+    )
+    p.add_argument("path", metavar="PATH", help="the ledger file (SQLite)")
+    p.add_argument("--json", action="store_true", help="print only a JSON result")
+    p.set_defaults(handler=_run_audit, parser=p)
+
+
 # -- handlers ----------------------------------------------------------------------------------------------
 
 
@@ -268,6 +286,376 @@ def _run_audit_mechanism(args: argparse.Namespace) -> int:
               f"(outcome {result.worst_outcome}, {result.direction})")
         print(f"  verdict         : {verdict}")
     return 1 if result.violation else 0
+
+
+def _run_audit(args: argparse.Namespace) -> int:
+    from pate_accountant.ledger import Ledger, LedgerError, VerificationResult
+
+    if not os.path.isfile(args.path):
+        args.parser.error(f"argument PATH: no ledger file at {args.path!r}")
+    try:
+        with Ledger.open(args.path, read_only=True) as ledger:
+            result = ledger.verify()
+    except LedgerError as exc:
+        result = VerificationResult(False, 0, None, None, str(exc))
+    if args.json:
+        print(json.dumps({"path": args.path, **result.as_dict()}, indent=2, default=str))
+    else:
+        budget = "none" if result.budget is None else f"epsilon {result.budget[0]:g}, delta {result.budget[1]:g}"
+        spent = "unknown" if result.spent is None else f"epsilon {result.spent[0]:.6g}, delta {result.spent[1]:.6g}"
+        print(f"ledger      : {args.path}")
+        print(f"accountant  : {result.kind or 'none attached'}")
+        print(f"rows        : {result.rows}")
+        print(f"spent       : {spent}{'' if result.ok else ' (up to the first bad row)'}")
+        print(f"budget      : {budget}")
+        if result.run_metadata is not None:
+            print(f"run metadata: {json.dumps(result.run_metadata, sort_keys=True)}")
+        if result.software_version is not None:
+            print(f"created by  : pate-accountant {result.software_version}")
+        if result.head_hash is not None:
+            print(f"head hash   : {result.head_hash}")
+        print(f"verdict     : {'OK' if result.ok else 'FAILED'}: {result.message}")
+    if not result.ok:
+        where = f" at row {result.first_bad_row}" if result.first_bad_row is not None else ""
+        print(f"pate-accountant audit: ledger does not verify{where}: {result.message}", file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+# -- plan: budget planning (docs/planning.md) ---------------------------------------------------------------
+
+#: ``plan --plot`` / ``plan figures --plot`` output folder.
+PLAN_OUT = "results/plan"
+PLAN_SUBCOMMANDS = ("hits", "yields", "for-tokens", "compare", "margin", "figures")
+
+
+def _plan_real(what: str, minimum: float, maximum: float | None = None, *, min_open: bool = False,
+               max_open: bool = False):
+    """A float type for argparse in an interval; accepts a fraction such as ``1/3``."""
+
+    def parse(text: str) -> float:
+        from fractions import Fraction
+
+        try:
+            value = float(Fraction(text.strip())) if "/" in text else float(text)
+        except (ValueError, ZeroDivisionError):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        bad = value != value or value in (float("inf"), float("-inf"))
+        bad = bad or value < minimum or (min_open and value == minimum)
+        if maximum is not None:
+            bad = bad or value > maximum or (max_open and value == maximum)
+        if bad:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {value:g}")
+        return value
+
+    return parse
+
+
+_plan_positive = _plan_real("a positive number", 0.0, min_open=True)
+_plan_open_unit = _plan_real("a number in (0, 1)", 0.0, 1.0, min_open=True, max_open=True)
+_plan_q = _plan_real("a number in (0, 1] (a fraction such as 1/3 is fine)", 0.0, 1.0, min_open=True)
+_plan_unit = _plan_real("a number in [0, 1]", 0.0, 1.0)
+_plan_delta0 = _plan_real("a number in [0, 1)", 0.0, 1.0, max_open=True)
+
+
+def _plan_int(what: str, minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = float(text) if any(c in text for c in ".eE") else int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if isinstance(value, float):  # allow 1e6, refuse 2.5
+            if value != value or value in (float("inf"), float("-inf")) or value != int(value):
+                raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+            value = int(value)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+        return value
+
+    return parse
+
+
+_plan_count = _plan_int("a positive integer", 1)
+_plan_count0 = _plan_int("a non-negative integer", 0)
+
+
+def _add_plan_command(commands) -> None:
+    plan = commands.add_parser(
+        "plan",
+        help="answer budget questions before a run (target hits, yields, teachers, accounting, margin)",
+        description=(
+            "Budget planning (docs/planning.md): how many target hits / yields a budget buys, which eps0 and "
+            "how many teachers for a wanted number of tokens, plain vs target vs individual charging for one "
+            "run shape, and the BassilyTT margin condition. `pate-accountant plan --plot` draws the "
+            "Section 6 figures (target hits vs eps0; the alpha sweep of token / fail / target probabilities)."
+        ),
+    )
+    plan.add_argument("--plot", dest="plan_plot", action="store_true",
+                      help="without a subcommand: draw both Section 6 figures (same as `plan figures --plot`)")
+    plan.add_argument("--out", dest="plan_out", metavar="DIR", default=PLAN_OUT,
+                      help=f"output folder for --plot (default: {PLAN_OUT})")
+    plan.add_argument("--quick", dest="plan_quick", action="store_true", help="small, fast figures")
+    plan.add_argument("--seed", dest="plan_seed", metavar="S", type=_plan_count0, default=0,
+                      help="seed of the alpha sweep (default: 0)")
+    plan.add_argument("--json", dest="plan_json", action="store_true", help="print only the JSON result")
+    plan.add_argument("--no-progress", dest="plan_no_progress", action="store_true",
+                      help="do not show the progress bar (stderr)")
+    plan.set_defaults(handler=_run_plan_top, parser=plan)
+    sub = plan.add_subparsers(dest="plan_command", metavar="SUBCOMMAND", required=False)
+
+    def common(p, *, eps0=True, budget=True, tct=True):
+        if budget:
+            p.add_argument("--epsilon", type=_plan_positive, default=1.0, help="total epsilon (default 1)")
+        p.add_argument("--delta", type=_plan_open_unit, default=1e-6, help="total delta (default 1e-6)")
+        if eps0:
+            p.add_argument("--eps0", type=_plan_positive, required=True,
+                           help="privacy level of one query's target (TCT level; 2 eps_A for a BoundaryWrapper)")
+        if tct:
+            p.add_argument("--q", type=_plan_q, default=1.0 / 3.0, help="q of the q-target (default 1/3)")
+            p.add_argument("--delta0", type=_plan_delta0, default=0.0,
+                           help="per-private-draw delta inside the TCT bound (default 0)")
+            p.add_argument("--composition", choices=("optimal", "drv"), default="optimal",
+                           help="composition inside the TCT bound (default optimal)")
+        p.add_argument("--json", action="store_true", help="print only the JSON result")
+
+    p = sub.add_parser("hits", help="target hits a budget buys (and plain eps0-DP queries for comparison)",
+                       description="Largest number of target hits with TCT epsilon <= --epsilon "
+                       "(planning.target_hits), next to plain composition of eps0-DP queries.")
+    common(p)
+    p.set_defaults(handler=_run_plan_hits, parser=p)
+
+    p = sub.add_parser("yields", help="expected yields (tokens) a budget buys (paper: eps0 n / 2 per hit)",
+                       description="Expected yields = hits x eps0 n / 2 (planning.yields), the paper's relation "
+                       "for alpha <= T/n; n defaults to C_delta/eps0, C_delta = 2 ln(1/aggregator delta).")
+    common(p)
+    p.add_argument("--teachers", type=_plan_count, default=None, help="number of teachers n (default C_delta/eps0)")
+    p.add_argument("--aggregator-delta", type=_plan_open_unit, default=1e-6,
+                   help="delta0 of the aggregator in C_delta = 2 ln(1/delta0) (default 1e-6)")
+    p.set_defaults(handler=_run_plan_yields, parser=p)
+
+    p = sub.add_parser("for-tokens", help="which eps0 and how many teachers for a wanted number of tokens",
+                       description="Largest eps0 (fewest teachers n = C_delta/eps0) whose budget buys at least "
+                       "--tokens yields (planning.plan_for_tokens); never overshoots the budget.")
+    p.add_argument("--tokens", type=_plan_count, required=True, help="wanted number of yields (tokens)")
+    common(p, eps0=False)
+    p.add_argument("--aggregator-delta", type=_plan_open_unit, default=1e-6,
+                   help="delta0 of the aggregator in C_delta = 2 ln(1/delta0) (default 1e-6)")
+    p.set_defaults(handler=_run_plan_for_tokens, parser=p)
+
+    p = sub.add_parser("compare", help="plain composition vs target charging vs individual charging",
+                       description="Epsilon of one run shape under plain composition, target charging and "
+                       "individual charging (planning.compare_accounting).")
+    p.add_argument("--queries", type=_plan_count0, required=True, help="number of queries in the run")
+    p.add_argument("--target-rate", type=_plan_unit, required=True, help="fraction of queries that hit the target")
+    p.add_argument("--teachers", type=_plan_count, required=True, help="number of teachers n")
+    p.add_argument("--charged-per-hit", type=_plan_count, default=None,
+                   help="teachers charged per hit (default min(n, ceil(C_delta/eps0)), about 2L)")
+    p.add_argument("--individual-q", type=_plan_q, default=None, help="q for individual charging (default --q)")
+    p.add_argument("--budget-epsilon", type=_plan_positive, default=None,
+                   help="also report how many queries each accounting affords within this epsilon")
+    p.add_argument("--aggregator-delta", type=_plan_open_unit, default=1e-6,
+                   help="delta0 in C_delta = 2 ln(1/delta0), for the default --charged-per-hit (default 1e-6)")
+    common(p, budget=False)
+    p.set_defaults(handler=_run_plan_compare, parser=p)
+
+    p = sub.add_parser("margin", help="BassilyTT margin condition: teachers for m tokens, or tokens for n teachers",
+                       description="eta n >= 32 sqrt(2)/eps ln(4m/delta) sqrt(ln(2/delta)) (paper Appendix D; "
+                       "planning.bassily_tt_teachers / bassily_tt_tokens).")
+    p.add_argument("--eta", type=_plan_q, default=0.4, help="margin as a fraction of n (default 0.4)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--tokens", type=_plan_count, help="tokens m: report the teachers needed")
+    which.add_argument("--teachers", type=_plan_count, help="teachers n: report the most tokens m")
+    common(p, eps0=False, tct=False)
+    p.set_defaults(handler=_run_plan_margin, parser=p)
+
+    p = sub.add_parser("figures", help="the Section 6 figures' data; --plot writes the PNGs",
+                       description="Target hits for total epsilon 1 vs eps0, and the alpha sweep of "
+                       "BoundaryWrapper(DPArgMax) outcome probabilities (ensembles.plan_figures).")
+    p.add_argument("--plot", action="store_true", help="write the PNG figures and the JSON data into --out")
+    p.add_argument("--out", metavar="DIR", default=PLAN_OUT, help=f"output folder (default: {PLAN_OUT})")
+    p.add_argument("--quick", action="store_true", help="small, fast figures")
+    p.add_argument("--seed", metavar="S", type=_plan_count0, default=0, help="seed of the alpha sweep (default: 0)")
+    p.add_argument("--json", action="store_true", help="print only the JSON result")
+    p.add_argument("--no-progress", action="store_true", help="do not show the progress bar (stderr)")
+    p.set_defaults(handler=_run_plan_figures, parser=p)
+
+
+#: planning parameter -> the ``plan`` option that sets it (for error messages).
+_PLAN_OPTIONS = {
+    "epsilon": "--epsilon", "delta": "--delta", "eps0": "--eps0", "q": "--q", "delta0": "--delta0",
+    "num_teachers": "--teachers", "tokens": "--tokens", "num_queries": "--queries", "target_rate": "--target-rate",
+    "charged_per_hit": "--charged-per-hit", "individual_q": "--individual-q", "budget_epsilon": "--budget-epsilon",
+    "aggregator_delta": "--aggregator-delta", "eta": "--eta", "composition": "--composition",
+}
+
+
+def _plan_call(args, function, **kwargs):
+    """Run a planning function; a ValueError/TypeError it raises becomes a usage error (exit 2) that names
+    the option."""
+    try:
+        return function(**kwargs)
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        name = message.split(" ", 1)[0]
+        if name in _PLAN_OPTIONS:
+            message = f"argument {_PLAN_OPTIONS[name]}: {message}"
+        args.parser.error(message)
+
+
+def _plan_print(args, command: str, result, lines) -> int:
+    if args.json:
+        print(json.dumps({"command": f"plan {command}", **result.as_dict()}, indent=2, allow_nan=False))
+        return 0
+    for line in lines:
+        print(line)
+    print("assumptions:")
+    for item in result.assumptions:
+        print(f"  - {item}")
+    return 0
+
+
+def _run_plan_top(args: argparse.Namespace) -> int:
+    if not args.plan_plot:
+        args.parser.error("a subcommand (" + ", ".join(PLAN_SUBCOMMANDS) + ") or --plot is required")
+    args.plot, args.out, args.quick, args.seed = True, args.plan_out, args.plan_quick, args.plan_seed
+    args.json, args.no_progress = args.plan_json, args.plan_no_progress
+    return _run_plan_figures(args)
+
+
+def _plan_no_top_plot(args) -> None:
+    if getattr(args, "plan_plot", False):
+        args.parser.error("argument --plot: `plan --plot` draws the figures and takes no subcommand "
+                          "(use `plan --plot` or `plan figures --plot`)")
+
+
+def _run_plan_hits(args: argparse.Namespace) -> int:
+    from pate_accountant import planning
+
+    _plan_no_top_plot(args)
+    r = _plan_call(args, planning.target_hits, epsilon=args.epsilon, delta=args.delta, eps0=args.eps0, q=args.q,
+                   delta0=args.delta0, composition=args.composition)
+    plain = ", ".join(f"{m} {k}" for m, k in r.plain_queries.items())
+    return _plan_print(args, "hits", r, [
+        f"budget (epsilon {r.epsilon:g}, delta {r.delta:g}), target level eps0 {r.eps0:g}, q {r.q:.4g}, "
+        f"{r.composition} composition inside",
+        f"target hits          : {r.hits} (epsilon spent {r.epsilon_spent:.6f}; one more hit: {r.epsilon_next_hit:.6f})",
+        f"private draws bound  : k = {r.private_draws}",
+        f"paper (10 eps0)^-2   : {r.paper_hits:.1f} (ours / paper = {r.hits / r.paper_hits:.3f})",
+        f"plain eps0-DP queries: {plain}",
+    ])
+
+
+def _run_plan_yields(args: argparse.Namespace) -> int:
+    from pate_accountant import planning
+
+    _plan_no_top_plot(args)
+    r = _plan_call(args, planning.yields, epsilon=args.epsilon, delta=args.delta, eps0=args.eps0,
+                   num_teachers=args.teachers, q=args.q, delta0=args.delta0, composition=args.composition,
+                   aggregator_delta=args.aggregator_delta)
+    return _plan_print(args, "yields", r, [
+        f"budget (epsilon {r.epsilon:g}, delta {r.delta:g}), eps0 {r.eps0:g}, q {r.q:.4g}, n = {r.num_teachers:.1f} "
+        f"teachers (C_delta/eps0 = {r.min_teachers:.1f}, C_delta = {r.c_delta:.4f})",
+        f"target hits (ours)      : {r.hits}",
+        f"yields per hit eps0 n/2 : {r.yields_per_hit:.2f}",
+        f"expected yields (ours)  : {r.yields:.1f}",
+        f"paper: (10 eps0)^-2 hits: {r.paper_hits:.1f} -> {r.paper_yields:.1f} yields "
+        f"(0.005 n^2/C_delta = {r.paper_formula_yields:.1f})",
+    ])
+
+
+def _run_plan_for_tokens(args: argparse.Namespace) -> int:
+    from pate_accountant import planning
+
+    _plan_no_top_plot(args)
+    r = _plan_call(args, planning.plan_for_tokens, tokens=args.tokens, epsilon=args.epsilon, delta=args.delta,
+                   q=args.q, delta0=args.delta0, composition=args.composition,
+                   aggregator_delta=args.aggregator_delta)
+    return _plan_print(args, "for-tokens", r, [
+        f"wanted {r.tokens} yields within (epsilon {r.epsilon:g}, delta {r.delta:g}), q {r.q:.4g}, "
+        f"{r.composition} composition inside",
+        f"hits needed          : {r.hits_needed} (C_delta/2 = {r.c_delta / 2:.3f} yields per hit)",
+        f"eps0                 : {r.eps0:.6g}",
+        f"teachers             : {r.num_teachers} (C_delta/eps0 = {r.num_teachers_exact:.1f})",
+        f"budgeted hits        : {r.hits} (epsilon spent {r.epsilon_spent:.6f}; one more: {r.epsilon_next_hit:.6f})",
+        f"expected yields      : {r.expected_yields:.1f}",
+        f"paper's formula      : eps0 {r.paper_eps0:.6g}, {r.paper_num_teachers:.1f} teachers",
+    ])
+
+
+def _run_plan_compare(args: argparse.Namespace) -> int:
+    from pate_accountant import planning
+
+    _plan_no_top_plot(args)
+    r = _plan_call(args, planning.compare_accounting, num_queries=args.queries, eps0=args.eps0, delta=args.delta,
+                   num_teachers=args.teachers, target_rate=args.target_rate, charged_per_hit=args.charged_per_hit,
+                   q=args.q, individual_q=args.individual_q, delta0=args.delta0, composition=args.composition,
+                   aggregator_delta=args.aggregator_delta, budget_epsilon=args.budget_epsilon)
+    plain = ", ".join(f"{m} {e:.4f}" for m, e in r.plain.items())
+    lines = [
+        f"{r.num_queries} queries at eps0 {r.eps0:g}, delta {r.delta:g}, {r.num_teachers} teachers, "
+        f"target rate {r.target_rate:g} -> {r.hits} hits, {r.charged_per_hit} teachers charged per hit",
+        f"plain composition    : epsilon {plain}",
+        f"target charging      : epsilon {r.target_charging:.4f}",
+        f"individual charging  : epsilon {r.individual_charging:.4f} (worst teacher: {r.charges_per_teacher} charges)",
+    ]
+    if r.max_queries is not None:
+        mq = ", ".join(f"{k} {'unlimited' if v is None else v}" for k, v in r.max_queries.items())
+        lines.append(f"queries within epsilon {r.budget_epsilon:g}: {mq}")
+    return _plan_print(args, "compare", r, lines)
+
+
+def _run_plan_margin(args: argparse.Namespace) -> int:
+    from pate_accountant import planning
+
+    _plan_no_top_plot(args)
+    if args.tokens is not None:
+        r = _plan_call(args, planning.bassily_tt_teachers, eta=args.eta, epsilon=args.epsilon, delta=args.delta,
+                       tokens=args.tokens)
+        lines = [f"BassilyTT margin eta {r.eta:g}, (epsilon {r.epsilon:g}, delta {r.delta:g}): {r.tokens} tokens need "
+                 f"n >= {r.n_required:.2f} teachers ({r.num_teachers})"]
+    else:
+        r = _plan_call(args, planning.bassily_tt_tokens, eta=args.eta, epsilon=args.epsilon, delta=args.delta,
+                       num_teachers=args.teachers)
+        m = f"{r.m_max}" if r.m_max is not None else f"about 10^{r.log10_m_max:.1f}"
+        lines = [f"BassilyTT margin eta {r.eta:g}, (epsilon {r.epsilon:g}, delta {r.delta:g}): "
+                 f"{r.num_teachers:g} teachers afford m_max = {m} tokens"]
+    return _plan_print(args, "margin", r, lines)
+
+
+def _run_plan_figures(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ensembles import plan_figures  # lazy: pate_accountant must not depend on ensembles
+
+    out = Path(args.out)
+    try:
+        result = plan_figures.plan_figures(out if args.plot else None, quick=args.quick, seed=args.seed,
+                                           progress=not args.no_progress)
+        if args.plot:
+            json_path = out / "plan_figures.json"
+            result["files"].append(str(json_path))
+            json_path.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    except OSError as exc:
+        print(f"pate-accountant: error: cannot write into --out {str(out)!r}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"command": "plan figures", **result}, indent=2, allow_nan=False))
+        return 0
+    hits, sweep = result["target_hits"], result["alpha_sweep"]
+    print(f"Target hits for total epsilon {hits['epsilon']:g}, delta {hits['delta']:g} (TCT, optimal, q=1/3) "
+          "vs the paper's (10 eps0)^-2:")
+    for e, h, p, k in zip(hits["eps0"], hits["tct"]["optimal q=1/3"], hits["paper"], hits["plain"]["optimal"]):
+        print(f"  eps0 {e:<9.4g} hits {h:>7}  paper {p:>9.1f}  plain queries {k:>7}")
+    print(f"Alpha sweep: {sweep['parameters']['mechanism']}, n={sweep['parameters']['num_teachers']}, "
+          f"{sweep['parameters']['num_samples']} histograms per alpha (T/n = {sweep['threshold_fraction']:.2f})")
+    for a, t, f, g in zip(sweep["alphas"], sweep["token"], sweep["fail"], sweep["target"]):
+        print(f"  alpha {a:<7.4g} token {t:.4f}  fail {f:.4f}  target {g:.5f}")
+    s = sweep["summary"]
+    mq = s["min_queries_per_hit"]
+    print(f"  fewest queries per target hit: {'none' if mq is None else f'{mq:.1f}'}; "
+          f"paper eps0 n = {sweep['paper_queries_per_hit']:g}")
+    for path in result.get("files", []):
+        print(f"wrote {path}")
+    return 0
 
 
 # -- entry point -------------------------------------------------------------------------------------------

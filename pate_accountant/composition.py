@@ -70,7 +70,8 @@ def pure_optimal_delta(k: int, epsilon0: float, epsilon: float) -> float:
     if k == 0 or epsilon0 == 0.0:
         return 0.0
     weights, losses = _loss_law(k, epsilon0)
-    return float(np.sum(weights * np.maximum(0.0, -np.expm1(epsilon - losses))))
+    # Only losses above epsilon contribute; clipping the exponent at 0 is exact and avoids overflow.
+    return float(np.sum(weights * -np.expm1(np.minimum(epsilon - losses, 0.0))))
 
 
 def pure_optimal_epsilon(k: int, epsilon0: float, delta: float) -> float:

@@ -1,0 +1,788 @@
+"""Budget planning: the questions a user asks before a run (docs/planning.md).
+
+Every function validates its arguments (``TypeError`` / ``ValueError`` naming the parameter) and returns
+a frozen dataclass holding the numbers *and* the assumptions behind them; ``.as_dict()`` gives a
+JSON-able dict (``None`` for an infinite or undefined value).
+
+* :func:`target_hits`: how many target hits a budget ``(epsilon, delta)`` buys for ``q``-target queries at
+  level ``eps0`` (the TCT bound of spec 4.2, :func:`pate_accountant.tct.tct_max_hits`), next to the
+  number of plain ``eps0``-DP queries basic / DRV / KOV / exact optimal composition allows.
+* :func:`teachers_for`, :func:`c_delta`: the paper's ensemble size ``n = C_delta / eps0`` with
+  ``C_delta = 2 ln(1/delta0)`` (Section "Privacy analysis considerations").
+* :func:`yields`: the expected number of yields (tokens) the budget buys, by the paper's relation
+  "yields per target hit ~ eps0 n / 2" (regime ``alpha <= T/n``, the worst case over alpha).
+* :func:`plan_for_tokens`: the largest ``eps0`` (fewest teachers ``n = C_delta / eps0``) that buys at
+  least a wanted number of yields, calibrated so the plan never overshoots the budget.
+* :func:`compare_accounting`: one run shape accounted three ways: plain composition of every query,
+  target charging (TCT), individual (per-teacher) charging.
+* :func:`bassily_tt_teachers`, :func:`bassily_tt_tokens`: the BassilyTT margin condition
+  ``eta n >= 32 sqrt(2)/eps ln(4m/delta) sqrt(ln(2/delta))`` of Appendix D (spec 7).
+
+Neighbouring relation: the one the per-query level ``eps0`` is stated under (by default one teacher's
+vote changes, paper Observation 1); planning itself does not change it.  This module imports only the
+standard library, numpy, scipy and ``pate_accountant`` (never ``mechanisms`` or ``ensembles``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from pate_accountant.composition import pure_optimal_delta, pure_optimal_epsilon
+from pate_accountant.tct import COMPOSITIONS, SPLITS, private_draws_needed, tct_details, tct_epsilon, tct_max_hits
+from pate_accountant.validation import check_int, check_real
+
+__all__ = [
+    "PLAIN_METHODS",
+    "AccountingComparison",
+    "BassilyTTTeachers",
+    "BassilyTTTokens",
+    "TargetHitsPlan",
+    "TokensPlan",
+    "YieldsPlan",
+    "bassily_tt_teachers",
+    "bassily_tt_tokens",
+    "c_delta",
+    "compare_accounting",
+    "paper_target_hits",
+    "plain_epsilon",
+    "plain_max_queries",
+    "plan_for_tokens",
+    "target_hits",
+    "teachers_for",
+    "yields",
+]
+
+#: Plain composition bounds for ``k`` identical ``(eps0, delta0)`` steps (spec 6).
+PLAIN_METHODS = ("basic", "drv", "kov", "optimal")
+#: The BassilyTT constant ``32 sqrt(2)``.
+BTT_CONSTANT = 32.0 * math.sqrt(2.0)
+#: Default delta0 of the aggregator in the paper's ``C_delta = 2 ln(1/delta0)``.
+DEFAULT_AGGREGATOR_DELTA = 1e-6
+
+_TCT_ASSUMPTION = (
+    "TCT bound (spec 4.2, [RECON]): the interaction stops at the tau-th target hit; each query is eps0-DP in "
+    "the part that depends on the data and has a q-target; the number of private draws for tau hits is "
+    "bounded by a negative-binomial tail, paid for in delta; the draws compose by {composition} composition."
+)
+_EPS0_ASSUMPTION = (
+    "eps0 is the privacy level of the target (the TCT level). A BoundaryWrapper around an eps_A-DP inner "
+    "aggregator is charged at eps0 = 2 eps_A with q = min(1/3, (E+1)/(2E^2+E+2)), E = e^eps_A (spec 4.3, "
+    "Decisions 3)."
+)
+
+
+# -- results ---------------------------------------------------------------------------------------------
+
+
+def _plain(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _Result:
+    """Mixin: ``as_dict()`` gives a JSON-able dict (``inf``/``nan`` become ``None``)."""
+
+    def as_dict(self) -> dict:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetHitsPlan(_Result):
+    """What :func:`target_hits` returns.
+
+    ``hits`` is the largest number of target hits with ``epsilon_spent = tct_epsilon(hits) <= epsilon``
+    (``epsilon_next_hit`` is the epsilon of one hit more, ``> epsilon``); ``private_draws`` is the
+    truncation ``k`` of the TCT bound at ``hits``; ``paper_hits = (10 eps0)^-2`` is the paper's
+    Section 6 figure (meant for total epsilon 1 and ``eps0 <= 0.01``); ``plain_queries`` maps each plain
+    composition method to the largest number of ``eps0``-DP queries it allows for the same budget.
+    """
+
+    epsilon: float
+    delta: float
+    eps0: float
+    q: float
+    delta0: float
+    composition: str
+    hits: int
+    epsilon_spent: float
+    epsilon_next_hit: float
+    private_draws: int
+    paper_hits: float
+    plain_queries: dict
+    assumptions: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class YieldsPlan(_Result):
+    """What :func:`yields` returns.
+
+    ``hits`` (ours, :func:`target_hits`) times ``yields_per_hit = eps0 n / 2`` gives ``yields``;
+    ``paper_hits = (10 eps0)^-2`` times the same gives ``paper_yields``; ``paper_formula_yields`` is the
+    paper's ``0.005 n^2 / C_delta`` (equal to ``paper_yields`` when ``n = C_delta / eps0``).
+    ``min_teachers = C_delta / eps0`` (:func:`teachers_for`); ``num_teachers_needed`` is its ceiling.
+    """
+
+    epsilon: float
+    delta: float
+    eps0: float
+    q: float
+    delta0: float
+    composition: str
+    aggregator_delta: float
+    c_delta: float
+    num_teachers: float
+    min_teachers: float
+    num_teachers_needed: int
+    hits: int
+    epsilon_spent: float
+    yields_per_hit: float
+    yields: float
+    paper_hits: float
+    paper_yields: float
+    paper_formula_yields: float
+    assumptions: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class TokensPlan(_Result):
+    """What :func:`plan_for_tokens` returns.
+
+    ``hits_needed = ceil(2 tokens / C_delta)``; ``eps0`` is the largest level whose TCT bound affords that
+    many hits within ``epsilon`` (to a relative ``1e-9``); ``num_teachers = ceil(C_delta / eps0)``
+    (``num_teachers_exact`` unrounded); ``hits`` is the calibrated maximum at that ``eps0``
+    (``epsilon_spent <= epsilon < epsilon_next_hit``) and ``expected_yields = hits eps0 num_teachers / 2
+    >= tokens``.  ``paper_eps0 = sqrt(0.005 C_delta / tokens)`` and ``paper_num_teachers`` come from the
+    paper's "0.005 n^2 / C_delta yields" (``tau = (10 eps0)^-2``) for comparison.
+    """
+
+    tokens: int
+    epsilon: float
+    delta: float
+    q: float
+    delta0: float
+    composition: str
+    aggregator_delta: float
+    c_delta: float
+    hits_needed: int
+    eps0: float
+    num_teachers: int
+    num_teachers_exact: float
+    hits: int
+    epsilon_spent: float
+    epsilon_next_hit: float
+    expected_yields: float
+    paper_eps0: float
+    paper_num_teachers: float
+    assumptions: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class AccountingComparison(_Result):
+    """What :func:`compare_accounting` returns.
+
+    ``plain`` maps each plain composition method (and ``"best"``) to the epsilon of ``num_queries``
+    ``eps0``-DP steps; ``target_charging`` is the TCT epsilon of ``hits`` target hits;
+    ``individual_charging`` is the TCT epsilon of the worst teacher's ``charges_per_teacher``.  With a
+    ``budget_epsilon``, ``max_queries`` maps ``"plain"``, ``"target_charging"`` and
+    ``"individual_charging"`` to the number of queries of the same shape each accounting affords.
+    """
+
+    num_queries: int
+    eps0: float
+    delta: float
+    num_teachers: int
+    target_rate: float
+    charged_per_hit: int
+    q: float
+    individual_q: float
+    delta0: float
+    composition: str
+    hits: int
+    charges_per_teacher: int
+    plain: dict
+    target_charging: float
+    individual_charging: float
+    budget_epsilon: float | None
+    max_queries: dict | None
+    assumptions: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class BassilyTTTeachers(_Result):
+    """What :func:`bassily_tt_teachers` returns: ``n_required`` (real) and ``num_teachers = ceil``."""
+
+    eta: float
+    epsilon: float
+    delta: float
+    tokens: int
+    n_required: float
+    num_teachers: int
+    assumptions: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class BassilyTTTokens(_Result):
+    """What :func:`bassily_tt_tokens` returns: ``m_max`` (``None`` when above ``1e300``; then read
+    ``log10_m_max``) and ``log10_m_max = log10((delta/4) exp(x))``."""
+
+    eta: float
+    epsilon: float
+    delta: float
+    num_teachers: float
+    m_max: int | None
+    log10_m_max: float
+    assumptions: tuple
+
+
+# -- validation helpers ----------------------------------------------------------------------------------
+
+
+def _check_budget(epsilon, delta) -> tuple[float, float]:
+    epsilon = check_real("epsilon", epsilon, minimum=0.0, min_open=True)
+    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    return epsilon, delta
+
+
+def _check_eps0(eps0) -> float:
+    return check_real("eps0", eps0, minimum=0.0, min_open=True)
+
+
+def _check_q(name: str, q) -> float:
+    return check_real(name, q, minimum=0.0, maximum=1.0, min_open=True)
+
+
+def _check_delta0(delta0, delta) -> float:
+    delta0 = check_real("delta0", delta0, minimum=0.0, maximum=1.0, max_open=True)
+    if delta0 >= delta:
+        raise ValueError(f"delta0 must be < delta (the per-step delta adds up inside the total), got {delta0} >= {delta}")
+    return delta0
+
+
+def _check_composition(composition) -> str:
+    if composition not in COMPOSITIONS:
+        raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}")
+    return composition
+
+
+def _tct_assumptions(composition: str) -> list[str]:
+    return [_TCT_ASSUMPTION.format(composition="exact optimal" if composition == "optimal" else "DRV advanced"),
+            _EPS0_ASSUMPTION]
+
+
+# -- the paper's relations -------------------------------------------------------------------------------
+
+
+def c_delta(delta0: float) -> float:
+    """``C_delta = 2 ln(1/delta0)`` (paper, "Privacy analysis considerations")."""
+    delta0 = check_real("delta0", delta0, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    return 2.0 * math.log(1.0 / delta0)
+
+
+def teachers_for(eps0: float, delta0: float = DEFAULT_AGGREGATOR_DELTA) -> float:
+    """The paper's ensemble size ``n = C_delta / eps0`` (a real number; round up for an ensemble).
+
+    With the paper's ``L = ln(1/delta0) / eps0`` this is ``n = 2L``: the smallest ``n`` whose release
+    threshold ``n/2 + L`` is at most ``n``.  ``teachers_for(0.01, 1e-6) = 2763.1``.
+    """
+    eps0 = _check_eps0(eps0)
+    return c_delta(delta0) / eps0
+
+
+def paper_target_hits(eps0: float) -> float:
+    """The paper's Section 6 figure: about ``(10 eps0)^-2`` target hits for total epsilon 1, ``eps0 <= 0.01``."""
+    eps0 = _check_eps0(eps0)
+    return 1.0 / (100.0 * eps0 * eps0)
+
+
+# -- plain composition -----------------------------------------------------------------------------------
+
+
+def _optimal_delta_target(k: int, delta: float, delta0: float) -> float:
+    """The delta left for the pure part of ``k`` ``(eps0, delta0)`` steps: ``1 - (1 - delta)/(1 - delta0)^k``
+    (spec 6.2/6.3); exactly ``delta`` when ``delta0 = 0``."""
+    if delta0 == 0.0:
+        return delta
+    return -math.expm1(math.log1p(-delta) - k * math.log1p(-delta0))
+
+
+def _kov_grid_epsilon(k: int, eps0: float, target: float) -> float:
+    """KOV Thm 3.3: the smallest grid point ``eps0 (k - 2i)`` whose exact optimal delta is ``<= target``
+    (KOV's delta_i equals the exact optimal delta at its grid points, spec 6.3)."""
+    exact = pure_optimal_epsilon(k, eps0, target)
+    i = max(0, min(k // 2, math.floor((k - exact / eps0) / 2.0 + 1e-9)))
+    while i > 0 and pure_optimal_delta(k, eps0, eps0 * (k - 2 * i)) > target:
+        i -= 1
+    while i < k // 2 and pure_optimal_delta(k, eps0, eps0 * (k - 2 * (i + 1))) <= target:
+        i += 1
+    return eps0 * (k - 2 * i)
+
+
+def plain_epsilon(num_queries: int, eps0: float, delta: float, *, delta0: float = 0.0, method: str = "optimal") -> float:
+    """The epsilon (at total ``delta``) of ``num_queries`` adaptive ``(eps0, delta0)``-DP queries (spec 6).
+
+    ``method``: ``"basic"`` (``k eps0``, needs ``k delta0 <= delta``), ``"drv"`` (``eps0 sqrt(2k ln(1/d'))
+    + k eps0 (e^eps0 - 1)`` with ``d' = delta - k delta0``), ``"kov"`` (KOV Thm 3.3, grid of step
+    ``2 eps0``), ``"optimal"`` (exact optimal composition, continuous).  ``inf`` when ``delta`` cannot
+    cover the per-step deltas.
+    """
+    k = check_int("num_queries", num_queries, minimum=0)
+    eps0 = _check_eps0(eps0)
+    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    delta0 = check_real("delta0", delta0, minimum=0.0, maximum=1.0, max_open=True)
+    if method not in PLAIN_METHODS:
+        raise ValueError(f"method must be one of {PLAIN_METHODS}, got {method!r}")
+    if k == 0:
+        return 0.0
+    if method == "basic":
+        return k * eps0 if k * delta0 <= delta else math.inf
+    if method == "drv":
+        slack = delta - k * delta0
+        if slack <= 0:
+            return math.inf
+        return eps0 * math.sqrt(2.0 * k * math.log(1.0 / slack)) + k * eps0 * math.expm1(eps0)
+    target = _optimal_delta_target(k, delta, delta0)
+    if target <= 0:
+        return math.inf
+    if method == "optimal":
+        return pure_optimal_epsilon(k, eps0, target)
+    return _kov_grid_epsilon(k, eps0, target)
+
+
+def _plain_fits(k: int, eps0: float, epsilon: float, delta: float, delta0: float, method: str) -> bool:
+    if k == 0:
+        return True
+    if method in ("basic", "drv"):
+        return plain_epsilon(k, eps0, delta, delta0=delta0, method=method) <= epsilon
+    target = _optimal_delta_target(k, delta, delta0)
+    if target <= 0:
+        return False
+    if method == "optimal":
+        return pure_optimal_delta(k, eps0, epsilon) <= target
+    # kov: the largest grid point eps0 (k - 2i) <= epsilon must reach the target delta.
+    if k * eps0 <= epsilon * (1 + 1e-12):
+        return True
+    i = math.ceil((k - epsilon / eps0) / 2.0 - 1e-9)
+    if i > k // 2:
+        return False
+    return pure_optimal_delta(k, eps0, eps0 * (k - 2 * i)) <= target
+
+
+def plain_max_queries(eps0: float, epsilon: float, delta: float, *, delta0: float = 0.0, method: str = "optimal") -> int:
+    """The largest number of ``(eps0, delta0)``-DP queries whose ``method`` composition stays within
+    ``(epsilon, delta)`` (spec 10: ``(1, 1e-6)``, optimal: ``eps0 = 0.1 -> 10``, ``0.01 -> 562``)."""
+    eps0 = _check_eps0(eps0)
+    epsilon, delta = _check_budget(epsilon, delta)
+    delta0 = check_real("delta0", delta0, minimum=0.0, maximum=1.0, max_open=True)
+    if method not in PLAIN_METHODS:
+        raise ValueError(f"method must be one of {PLAIN_METHODS}, got {method!r}")
+    if method == "basic":
+        k = math.floor(epsilon / eps0 * (1 + 1e-12))
+        if delta0 > 0:
+            k = min(k, math.floor(delta / delta0))
+        while k > 0 and not _plain_fits(k, eps0, epsilon, delta, delta0, method):
+            k -= 1
+        return k
+    if not _plain_fits(1, eps0, epsilon, delta, delta0, method):
+        return 0
+    lo, hi = 1, 2
+    while _plain_fits(hi, eps0, epsilon, delta, delta0, method):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _plain_fits(mid, eps0, epsilon, delta, delta0, method):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# -- target hits and yields ------------------------------------------------------------------------------
+
+
+def target_hits(
+    epsilon: float,
+    delta: float,
+    eps0: float,
+    q: float = 1.0 / 3.0,
+    delta0: float = 0.0,
+    composition: str = "optimal",
+) -> TargetHitsPlan:
+    """How many target hits ``(epsilon, delta)`` buys for ``q``-target queries at level ``eps0``.
+
+    ``hits = tct_max_hits(q, eps0, epsilon, delta, delta0=delta0, composition=composition)`` (spec 4.2;
+    spec 10's table: ``(1, 1e-6)``, ``q = 1/3``, optimal: ``eps0 = 0.01 -> 130``).  For comparison the
+    result lists the plain ``eps0``-DP queries each composition bound allows (:func:`plain_max_queries`)
+    and the paper's ``(10 eps0)^-2``.
+    """
+    epsilon, delta = _check_budget(epsilon, delta)
+    eps0 = _check_eps0(eps0)
+    q = _check_q("q", q)
+    delta0 = _check_delta0(delta0, delta)
+    composition = _check_composition(composition)
+    hits = tct_max_hits(q, eps0, epsilon, delta, delta0=delta0, composition=composition)
+    details = tct_details(hits, q, eps0, delta, delta0=delta0, composition=composition)
+    nxt = tct_epsilon(hits + 1, q, eps0, delta, delta0=delta0, composition=composition)
+    plain = {m: plain_max_queries(eps0, epsilon, delta, delta0=delta0, method=m) for m in PLAIN_METHODS}
+    assumptions = [
+        *_tct_assumptions(composition),
+        "Only target hits are charged: queries that do not hit the target are free, however many.",
+        "plain_queries: the number of eps0-DP queries (every query charged) that basic, DRV, KOV and exact "
+        "optimal composition allow for the same (epsilon, delta).",
+        "paper_hits = (10 eps0)^-2 is the paper's Section 6 figure for total epsilon 1 and eps0 <= 0.01; "
+        "a sanity check (spec 4.4: within a factor [0.7, 2.7] of our bound), not an equality.",
+    ]
+    return TargetHitsPlan(
+        epsilon=epsilon, delta=delta, eps0=eps0, q=q, delta0=delta0, composition=composition,
+        hits=hits, epsilon_spent=details["epsilon"], epsilon_next_hit=nxt,
+        private_draws=details["private_draws"], paper_hits=paper_target_hits(eps0),
+        plain_queries=plain, assumptions=tuple(assumptions),
+    )
+
+
+def yields(
+    epsilon: float,
+    delta: float,
+    eps0: float,
+    num_teachers: float | None = None,
+    q: float = 1.0 / 3.0,
+    delta0: float = 0.0,
+    composition: str = "optimal",
+    aggregator_delta: float = DEFAULT_AGGREGATOR_DELTA,
+) -> YieldsPlan:
+    """Expected yields (released tokens) the budget buys, by the paper's relation.
+
+    ``yields = hits * eps0 n / 2`` with ``hits`` from :func:`target_hits` and ``n = num_teachers``
+    (default ``teachers_for(eps0, aggregator_delta) = C_delta / eps0``, the paper's choice, unrounded).
+    The paper's figure ``(10 eps0)^-2`` in place of ``hits`` gives ``paper_yields``, which for
+    ``n = C_delta/eps0`` is the paper's ``0.005 n^2 / C_delta`` (``eps0 = 0.01``, ``delta0 = 1e-6``:
+    ``n = 2763.1``, ``1381.6`` yields for ``epsilon = 1``).
+
+    ``aggregator_delta`` is the ``delta0`` of the aggregator in ``C_delta = 2 ln(1/delta0)``; ``delta0`` is
+    the per-private-draw delta *inside the TCT bound* (default 0, as in the paper's figure).
+    """
+    plan = target_hits(epsilon, delta, eps0, q=q, delta0=delta0, composition=composition)
+    aggregator_delta = check_real("aggregator_delta", aggregator_delta, minimum=0.0, maximum=1.0,
+                                  min_open=True, max_open=True)
+    cd = c_delta(aggregator_delta)
+    min_teachers = cd / plan.eps0
+    if num_teachers is None:
+        n = min_teachers
+    else:
+        n = check_real("num_teachers", num_teachers, minimum=0.0, min_open=True)
+    per_hit = plan.eps0 * n / 2.0
+    assumptions = [
+        *plan.assumptions[:2],
+        "Paper's approximation (Section 'Privacy analysis considerations'): in the regime alpha <= T/n the "
+        "yield per target hit is about eps0 n / 2, the worst case over alpha; queries with alpha >> T/n "
+        "yield more tokens per hit (they are nearly free). `plan figures` measures the real ratio for "
+        "BoundaryWrapper(DPArgMax) on alpha-mixture teachers.",
+        f"n = C_delta / eps0 with C_delta = 2 ln(1/delta0) = {cd:.4f} (delta0 = aggregator_delta = "
+        f"{aggregator_delta:g}) unless num_teachers is given; this is n = 2L for the paper's "
+        "L = ln(1/delta0)/eps0, the smallest n whose release threshold n/2 + L is at most n.",
+        "The aggregator's own delta0 per query is not charged inside the TCT bound unless delta0 is passed "
+        "(the paper's figure treats the queries as pure eps0-DP).",
+        "paper_yields uses the paper's (10 eps0)^-2 hits; yields uses our bound's hits.",
+    ]
+    if n < min_teachers * (1 - 1e-12):
+        assumptions.append(
+            f"WARNING: num_teachers = {n:g} < C_delta/eps0 = {min_teachers:.1f}: with the paper's L the "
+            "threshold n/2 + L exceeds n and the relation does not apply."
+        )
+    paper = paper_target_hits(plan.eps0)
+    return YieldsPlan(
+        epsilon=plan.epsilon, delta=plan.delta, eps0=plan.eps0, q=plan.q, delta0=plan.delta0,
+        composition=plan.composition, aggregator_delta=aggregator_delta, c_delta=cd,
+        num_teachers=n, min_teachers=min_teachers, num_teachers_needed=math.ceil(min_teachers * (1 - 1e-12)),
+        hits=plan.hits, epsilon_spent=plan.epsilon_spent, yields_per_hit=per_hit, yields=plan.hits * per_hit,
+        paper_hits=paper, paper_yields=paper * per_hit, paper_formula_yields=0.005 * n * n / cd,
+        assumptions=tuple(assumptions),
+    )
+
+
+# -- plan for a number of tokens -------------------------------------------------------------------------
+
+
+def _composed(k: int, eps0: float, slack: float, composition: str, epsilon: float) -> bool:
+    """Whether ``k`` ``eps0``-DP steps compose to ``<= epsilon`` at delta ``slack``."""
+    if composition == "optimal":
+        return pure_optimal_delta(k, eps0, epsilon) <= slack
+    return eps0 * math.sqrt(2 * k * math.log(1 / slack)) + k * eps0 * math.expm1(eps0) <= epsilon
+
+
+def _max_eps0_for_hits(hits: int, q: float, epsilon: float, delta: float, delta0: float, composition: str) -> float:
+    """sup{eps0 : tct_epsilon(hits, q, eps0, delta) <= epsilon}, calibrated against ``tct_epsilon`` itself.
+
+    ``tct_epsilon`` is the minimum over the tail splits of a composition bound that increases with ``eps0``
+    (the truncation ``k`` does not depend on ``eps0``), so the supremum is the largest of the per-split
+    suprema, each found by bisection on ``eps0``.
+    """
+    best = 0.0
+    for fraction in SPLITS:
+        beta = fraction * delta
+        k = private_draws_needed(hits, q, beta)
+        slack = delta - beta - k * delta0
+        if slack <= 0:
+            continue
+        lo = hi = epsilon / k
+        if not _composed(k, lo, slack, composition, epsilon):
+            while not _composed(k, lo, slack, composition, epsilon):
+                lo /= 2.0
+            hi = lo * 2.0
+        else:
+            while _composed(k, hi, slack, composition, epsilon):
+                lo, hi = hi, hi * 2.0
+        while hi - lo > 1e-12 * hi:
+            mid = (lo + hi) / 2.0
+            if _composed(k, mid, slack, composition, epsilon):
+                lo = mid
+            else:
+                hi = mid
+        best = max(best, lo)
+    if best == 0.0:
+        raise ValueError(
+            f"delta0 = {delta0} leaves no room in delta = {delta} for {hits} target hits "
+            "(the private draws' deltas exceed the budget)"
+        )
+    # Calibrate against the function the plan is checked with (its own bisection rounds up by <= 1e-12).
+    while tct_epsilon(hits, q, best, delta, delta0=delta0, composition=composition) > epsilon:
+        best *= 1.0 - 1e-10
+    return best
+
+
+def _max_hits_from(start: int, q: float, eps0: float, epsilon: float, delta: float, delta0: float, composition: str) -> int:
+    """``tct_max_hits`` when ``start`` hits are known to fit: gallop upwards from ``start``."""
+    def fits(h):
+        return tct_epsilon(h, q, eps0, delta, delta0=delta0, composition=composition) <= epsilon
+
+    lo, step = start, 1
+    while fits(lo + step):
+        lo, step = lo + step, step * 2
+    hi = lo + step
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def plan_for_tokens(
+    tokens: int,
+    epsilon: float,
+    delta: float,
+    q: float = 1.0 / 3.0,
+    delta0: float = 0.0,
+    composition: str = "optimal",
+    aggregator_delta: float = DEFAULT_AGGREGATOR_DELTA,
+) -> TokensPlan:
+    """The ``eps0`` and number of teachers ``n = C_delta / eps0`` that buy at least ``tokens`` yields.
+
+    With ``n = C_delta / eps0`` each target hit buys ``eps0 n / 2 = C_delta / 2`` yields (paper's
+    relation, see :func:`yields`), so ``hits_needed = ceil(2 tokens / C_delta)``.  Fewer teachers means a
+    larger ``eps0``, so the plan takes the *largest* ``eps0`` whose TCT bound affords ``hits_needed`` hits
+    within ``epsilon`` (bisection, then checked with :func:`pate_accountant.tct.tct_epsilon`: the plan
+    never overshoots), rounds the ensemble up to ``ceil(C_delta / eps0)`` teachers, and reports the
+    calibrated maximum number of hits at that ``eps0``.
+    """
+    tokens = check_int("tokens", tokens, minimum=1)
+    epsilon, delta = _check_budget(epsilon, delta)
+    q = _check_q("q", q)
+    delta0 = _check_delta0(delta0, delta)
+    composition = _check_composition(composition)
+    aggregator_delta = check_real("aggregator_delta", aggregator_delta, minimum=0.0, maximum=1.0,
+                                  min_open=True, max_open=True)
+    cd = c_delta(aggregator_delta)
+    needed = math.ceil(2.0 * tokens / cd)
+    eps0 = _max_eps0_for_hits(needed, q, epsilon, delta, delta0, composition)
+    hits = _max_hits_from(needed, q, eps0, epsilon, delta, delta0, composition)
+    exact_n = cd / eps0
+    n = math.ceil(exact_n * (1 - 1e-12))
+    spent = tct_epsilon(hits, q, eps0, delta, delta0=delta0, composition=composition)
+    nxt = tct_epsilon(hits + 1, q, eps0, delta, delta0=delta0, composition=composition)
+    paper_eps0 = math.sqrt(0.005 * cd / tokens)
+    assumptions = [
+        *_tct_assumptions(composition),
+        "Paper's approximation: yields per target hit ~ eps0 n / 2 (regime alpha <= T/n, the worst case over "
+        "alpha); with n = C_delta/eps0 that is C_delta/2 yields per hit whatever eps0.",
+        f"C_delta = 2 ln(1/delta0) = {cd:.4f} with delta0 = aggregator_delta = {aggregator_delta:g}.",
+        "eps0 is the largest level affording hits_needed hits (more eps0 = fewer teachers); num_teachers is "
+        "rounded up, which only adds yields.",
+        "paper_eps0 = sqrt(0.005 C_delta / tokens) solves the paper's 0.005 n^2/C_delta = tokens with "
+        "n = C_delta/eps0 (i.e. (10 eps0)^-2 hits); for comparison only.",
+    ]
+    return TokensPlan(
+        tokens=tokens, epsilon=epsilon, delta=delta, q=q, delta0=delta0, composition=composition,
+        aggregator_delta=aggregator_delta, c_delta=cd, hits_needed=needed, eps0=eps0, num_teachers=n,
+        num_teachers_exact=exact_n, hits=hits, epsilon_spent=spent, epsilon_next_hit=nxt,
+        expected_yields=hits * eps0 * n / 2.0, paper_eps0=paper_eps0, paper_num_teachers=cd / paper_eps0,
+        assumptions=tuple(assumptions),
+    )
+
+
+# -- plain vs target vs individual charging --------------------------------------------------------------
+
+
+def _hits(rate: float, num_queries: int) -> int:
+    """Expected target hits of ``num_queries`` queries, rounded up (``1e-12`` forgives float noise)."""
+    return math.ceil(rate * num_queries * (1 - 1e-12))
+
+
+def _per_teacher(hits: int, charged_per_hit: int, num_teachers: int) -> int:
+    """The worst teacher's charges when ``hits * charged_per_hit`` charges are spread evenly."""
+    return min(hits, math.ceil(hits * charged_per_hit / num_teachers * (1 - 1e-12)))
+
+
+def _largest_fitting(estimate: float, fits) -> int:
+    """The largest ``K >= 0`` with ``fits(K)`` (monotone), starting from ``floor(estimate)``."""
+    k = max(0, math.floor(estimate))
+    while k > 0 and not fits(k):
+        k -= 1
+    while fits(k + 1):
+        k += 1
+    return k
+
+
+def compare_accounting(
+    num_queries: int,
+    eps0: float,
+    delta: float,
+    num_teachers: int,
+    target_rate: float,
+    charged_per_hit: int | None = None,
+    q: float = 1.0 / 3.0,
+    individual_q: float | None = None,
+    delta0: float = 0.0,
+    composition: str = "optimal",
+    aggregator_delta: float = DEFAULT_AGGREGATOR_DELTA,
+    budget_epsilon: float | None = None,
+) -> AccountingComparison:
+    """One run shape accounted three ways, all at total ``delta``.
+
+    * **plain**: every one of the ``num_queries`` queries is an ``(eps0, delta0)``-DP step; basic, DRV,
+      KOV and exact optimal composition (:func:`plain_epsilon`), and the best of them.
+    * **target charging**: ``hits = ceil(target_rate * num_queries)`` target hits (the expected number,
+      rounded up) and :func:`pate_accountant.tct.tct_epsilon`.
+    * **individual charging**: each hit charges ``charged_per_hit`` teachers (default
+      ``min(num_teachers, ceil(C_delta / eps0))``, the paper's "about 2L teachers" with
+      ``L = ln(1/delta0)/eps0``); assuming the charges are spread evenly, the worst teacher carries
+      ``ceil(hits * charged_per_hit / num_teachers)`` (at most ``hits``) and its TCT epsilon (with
+      ``individual_q``, default ``q``) is the per-teacher guarantee.
+
+    ``budget_epsilon`` (optional) adds ``max_queries``: how many queries of this shape each accounting
+    affords within ``(budget_epsilon, delta)``.
+    """
+    k = check_int("num_queries", num_queries, minimum=0)
+    eps0 = _check_eps0(eps0)
+    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    n = check_int("num_teachers", num_teachers, minimum=1)
+    rate = check_real("target_rate", target_rate, minimum=0.0, maximum=1.0)
+    q = _check_q("q", q)
+    individual_q = q if individual_q is None else _check_q("individual_q", individual_q)
+    delta0 = _check_delta0(delta0, delta)
+    composition = _check_composition(composition)
+    aggregator_delta = check_real("aggregator_delta", aggregator_delta, minimum=0.0, maximum=1.0,
+                                  min_open=True, max_open=True)
+    cd = c_delta(aggregator_delta)
+    if charged_per_hit is None:
+        g = min(n, math.ceil(cd / eps0 * (1 - 1e-12)))
+    else:
+        g = check_int("charged_per_hit", charged_per_hit, minimum=1, maximum=n)
+    if budget_epsilon is not None:
+        budget_epsilon = check_real("budget_epsilon", budget_epsilon, minimum=0.0, min_open=True)
+
+    hits = _hits(rate, k)
+    per_teacher = _per_teacher(hits, g, n)
+    plain = {m: plain_epsilon(k, eps0, delta, delta0=delta0, method=m) for m in PLAIN_METHODS}
+    plain["best"] = min(plain.values())
+    target = tct_epsilon(hits, q, eps0, delta, delta0=delta0, composition=composition)
+    individual = tct_epsilon(per_teacher, individual_q, eps0, delta, delta0=delta0, composition=composition)
+
+    max_queries = None
+    if budget_epsilon is not None:
+        plain_k = max(plain_max_queries(eps0, budget_epsilon, delta, delta0=delta0, method=m) for m in PLAIN_METHODS)
+        tau = tct_max_hits(q, eps0, budget_epsilon, delta, delta0=delta0, composition=composition)
+        tau_ind = tct_max_hits(individual_q, eps0, budget_epsilon, delta, delta0=delta0, composition=composition)
+        if rate == 0.0:
+            target_k = individual_k = None  # no query is ever charged: unlimited
+        else:
+            target_k = _largest_fitting(tau / rate, lambda K: _hits(rate, K) <= tau)
+            individual_k = _largest_fitting(
+                tau_ind * n / (rate * g), lambda K: _per_teacher(_hits(rate, K), g, n) <= tau_ind
+            )
+        max_queries = {"plain": plain_k, "target_charging": target_k, "individual_charging": individual_k}
+
+    assumptions = [
+        *_tct_assumptions(composition),
+        "plain: every query is charged as one (eps0, delta0)-DP step; 'best' is the smallest of the bounds.",
+        f"target charging: hits = ceil(target_rate * num_queries) = {hits}, the expected number of target "
+        "hits rounded up (the realised number is random; the TCT accountant stops at the budgeted hit).",
+        f"individual charging: each hit charges charged_per_hit = {g} teachers"
+        + (" (default min(n, ceil(C_delta/eps0)): the paper's 'about 2L teachers')" if charged_per_hit is None else "")
+        + f"; charges spread evenly over the {n} teachers, so the worst teacher carries "
+        f"ceil(hits g / n) = {per_teacher} charges (never more than hits). Teachers charged more often "
+        "(skewed charges) would be removed earlier by an individual-charging accountant.",
+        "individual charging is stated under add/remove-one-teacher (spec 5.2); under replace-one use eps0/2 "
+        "per query or budget twice.",
+    ]
+    return AccountingComparison(
+        num_queries=k, eps0=eps0, delta=delta, num_teachers=n, target_rate=rate, charged_per_hit=g, q=q,
+        individual_q=individual_q, delta0=delta0, composition=composition, hits=hits,
+        charges_per_teacher=per_teacher, plain=plain, target_charging=target, individual_charging=individual,
+        budget_epsilon=budget_epsilon, max_queries=max_queries, assumptions=tuple(assumptions),
+    )
+
+
+# -- BassilyTT margin condition (Appendix D, spec 7) ----------------------------------------------------
+
+
+def _check_btt(eta, epsilon, delta) -> tuple[float, float, float]:
+    eta = check_real("eta", eta, minimum=0.0, maximum=1.0, min_open=True)
+    epsilon, delta = _check_budget(epsilon, delta)
+    return eta, epsilon, delta
+
+
+_BTT_ASSUMPTIONS = (
+    "BassilyTT (NeurIPS 2018) Algorithm 3 as quoted in the paper's Appendix D: every histogram's top-vs-second "
+    "margin is at least eta n (the paper observed eta ~ 0.4 with coordinated ensembles).",
+    "Condition: eta n >= 32 sqrt(2)/eps * ln(4m/delta) * sqrt(ln(2/delta)) for m tokens at (eps, delta)-DP "
+    "(spec 7; constants [RECON]).",
+)
+
+
+def bassily_tt_teachers(eta: float, epsilon: float, delta: float, tokens: int) -> BassilyTTTeachers:
+    """Teachers needed for ``tokens`` tokens: ``n = 32 sqrt(2) / (eps eta) ln(4m/delta) sqrt(ln(2/delta))``.
+
+    Spec 10: ``eta = 0.4, eps = 1, delta = 1e-6``: ``m = 1e3 -> 9527.93``, ``m = 1e6 -> 12504.77``.
+    """
+    eta, epsilon, delta = _check_btt(eta, epsilon, delta)
+    m = check_int("tokens", tokens, minimum=1)
+    n = BTT_CONSTANT / (epsilon * eta) * math.log(4.0 * m / delta) * math.sqrt(math.log(2.0 / delta))
+    return BassilyTTTeachers(eta=eta, epsilon=epsilon, delta=delta, tokens=m, n_required=n,
+                             num_teachers=math.ceil(n * (1 - 1e-12)), assumptions=_BTT_ASSUMPTIONS)
+
+
+def bassily_tt_tokens(eta: float, epsilon: float, delta: float, num_teachers: float) -> BassilyTTTokens:
+    """Tokens ``num_teachers`` teachers afford: ``m_max = floor((delta/4) exp(eta n eps / (32 sqrt(2)
+    sqrt(ln(2/delta)))))``, exponential in ``n`` (computed in log space; ``m_max`` is ``None`` above
+    ``1e300``).  Spec 10 (``eta = 0.4, eps = 1, delta = 1e-6``): ``n = 10000 -> 2990``,
+    ``12000 -> 309955``, ``15000 -> 327068772``."""
+    eta, epsilon, delta = _check_btt(eta, epsilon, delta)
+    n = check_real("num_teachers", num_teachers, minimum=0.0, min_open=True)
+    x = eta * n * epsilon / (BTT_CONSTANT * math.sqrt(math.log(2.0 / delta)))
+    log_m = math.log(delta / 4.0) + x
+    if log_m < 690.0:
+        m_max = math.floor(delta / 4.0 * math.exp(x)) if x < 700 else math.floor(math.exp(log_m))
+    else:
+        m_max = None
+    return BassilyTTTokens(eta=eta, epsilon=epsilon, delta=delta, num_teachers=n, m_max=m_max,
+                           log10_m_max=log_m / math.log(10.0), assumptions=_BTT_ASSUMPTIONS)

@@ -1,0 +1,456 @@
+"""Budget planning (pate_accountant/planning.py), the Section 6 figures (ensembles/plan_figures.py) and
+``pate-accountant plan`` (docs/planning.md).  Known values are spec/MECHANISMS.md section 10."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pate_accountant import planning
+from pate_accountant.cli import main
+from pate_accountant.composition import kov
+from pate_accountant.tct import tct_epsilon, tct_max_hits
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+FAST = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# -- target hits: spec 10 tau_max table -------------------------------------------------------------------
+
+TAU_TABLE = {  # eps0: (opt q=1/3, opt q=0.4, opt q=0.5, drv q=1/3, drv q=0.4, drv q=0.5), total (1, 1e-6)
+    0.02: (20, 28, 41, 8, 12, 19),
+    0.01: (130, 164, 218, 69, 89, 120),
+    0.005: (627, 771, 990, 359, 444, 575),
+    0.002: (4356, 5276, 6666, 2577, 3128, 3965),
+}
+QS = (1 / 3, 0.4, 0.5)
+
+
+@pytest.mark.parametrize("eps0", sorted(TAU_TABLE))
+def test_target_hits_reproduce_the_spec_tau_max_table(eps0):
+    expected = TAU_TABLE[eps0]
+    for i, (composition, q) in enumerate([(c, q) for c in ("optimal", "drv") for q in QS]):
+        plan = planning.target_hits(1.0, 1e-6, eps0, q=q, composition=composition)
+        assert plan.hits == expected[i], (eps0, composition, q)
+        assert plan.epsilon_spent <= 1.0 < plan.epsilon_next_hit
+        assert plan.paper_hits == pytest.approx((10 * eps0) ** -2)
+
+
+def test_target_hits_result_fields_and_plain_composition():
+    plan = planning.target_hits(1.0, 1e-6, 0.01)
+    d = plan.as_dict()
+    assert d["hits"] == 130 and d["composition"] == "optimal" and d["q"] == pytest.approx(1 / 3)
+    # spec 10: k_max for total (1, 1e-6) under exact optimal composition: eps0 = 0.01 -> 562
+    assert d["plain_queries"]["optimal"] == 562
+    assert d["plain_queries"]["basic"] == 100
+    assert d["plain_queries"]["kov"] <= d["plain_queries"]["optimal"]
+    assert d["plain_queries"]["drv"] <= d["plain_queries"]["optimal"]
+    assert d["private_draws"] >= d["hits"]
+    assert all(isinstance(a, str) and a for a in d["assumptions"])
+    json.dumps(d, allow_nan=False)
+
+
+@pytest.mark.parametrize("eps0, k_max", [(0.1, 10), (0.05, 26), (0.01, 562)])
+def test_plain_max_queries_spec_vectors(eps0, k_max):
+    assert planning.plain_max_queries(eps0, 1.0, 1e-6) == k_max
+    assert planning.plain_epsilon(k_max, eps0, 1e-6) <= 1.0 < planning.plain_epsilon(k_max + 1, eps0, 1e-6)
+
+
+@pytest.mark.parametrize(
+    "k, eps0, delta, drv, kov33, optimal",
+    [
+        (100, 0.1, 1e-6, 6.308231, 4.8, 4.774568),
+        (100, 0.1, 1e-5, 5.850235, 4.4, 4.306791),
+        (1000, 0.01, 1e-6, 1.762760, 1.38, 1.365447),
+        (10000, 0.01, 1e-6, 6.261538, None, 4.885516),
+        (50, 0.5, 1e-6, 34.802643, 21.0, 20.301001),
+    ],
+)
+def test_plain_epsilon_spec_composition_table(k, eps0, delta, drv, kov33, optimal):
+    assert planning.plain_epsilon(k, eps0, delta, method="basic") == pytest.approx(k * eps0)
+    assert planning.plain_epsilon(k, eps0, delta, method="drv") == pytest.approx(drv, abs=1e-6)
+    assert planning.plain_epsilon(k, eps0, delta, method="optimal") == pytest.approx(optimal, abs=1e-6)
+    if kov33 is not None:
+        assert planning.plain_epsilon(k, eps0, delta, method="kov") == pytest.approx(kov33, abs=1e-9)
+
+
+@pytest.mark.parametrize("k, eps0, delta0, delta", [(7, 0.3, 0.0, 1e-3), (40, 0.1, 1e-7, 1e-5), (200, 0.05, 0.0, 1e-6)])
+def test_kov_grid_matches_dp_accounting(k, eps0, delta0, delta):
+    ours = planning.plain_epsilon(k, eps0, delta, delta0=delta0, method="kov")
+    assert ours == pytest.approx(kov(eps0, delta0, k, delta), abs=1e-9)
+
+
+def test_plain_composition_with_per_step_delta():
+    assert planning.plain_epsilon(10, 0.1, 1e-6, delta0=2e-7, method="basic") == math.inf
+    assert planning.plain_epsilon(10, 0.1, 1e-6, delta0=2e-7, method="drv") == math.inf
+    assert planning.plain_max_queries(0.1, 10.0, 1e-6, delta0=2e-7, method="basic") == 5
+
+
+# -- the Section 6 curve ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("eps0", [0.01, 0.005, 0.002])
+def test_section6_curve_within_factor_of_paper(eps0):
+    """Spec 4.4 / Decisions 4: with exact optimal composition inside and q = 1/3 (the charge of a
+    BoundaryWrapper event), our target hits for total (1, 1e-6) lie within [0.7, 2.7] x (10 eps0)^-2.
+    (DRV inside with q = 1/3 gives 69 at eps0 = 0.01, just below 0.7; DRV with q = 0.4 is within.)"""
+    plan = planning.target_hits(1.0, 1e-6, eps0)
+    assert 0.7 <= plan.hits / plan.paper_hits <= 2.7
+    drv = planning.target_hits(1.0, 1e-6, eps0, q=0.4, composition="drv")
+    assert 0.7 <= drv.hits / drv.paper_hits <= 2.7
+
+
+# -- yields and teachers ----------------------------------------------------------------------------------
+
+
+def test_teachers_and_yields_spec_relation():
+    # spec 10: eps0 = 0.01, delta0 = 1e-6: n = 2763.1 and about 1381.6 yields for eps = 1
+    assert planning.c_delta(1e-6) == pytest.approx(2 * math.log(1e6))
+    assert planning.teachers_for(0.01, 1e-6) == pytest.approx(2763.1, abs=0.05)
+    y = planning.yields(1.0, 1e-6, 0.01)
+    assert y.num_teachers == pytest.approx(2763.1, abs=0.05)
+    assert y.num_teachers_needed == 2764
+    assert y.paper_yields == pytest.approx(1381.6, abs=0.05)
+    assert y.paper_formula_yields == pytest.approx(1381.6, abs=0.05)  # 0.005 n^2 / C_delta
+    assert y.yields_per_hit == pytest.approx(0.01 * 2763.102 / 2, rel=1e-5)
+    assert y.hits == 130
+    assert y.yields == pytest.approx(130 * y.yields_per_hit)
+    assert y.yields / y.paper_yields == pytest.approx(1.3)
+    assert not any(a.startswith("WARNING") for a in y.assumptions)
+
+
+def test_yields_with_given_teachers():
+    y = planning.yields(1.0, 1e-6, 0.01, num_teachers=5000)
+    assert y.yields_per_hit == pytest.approx(25.0)
+    assert y.paper_formula_yields == pytest.approx(0.005 * 5000**2 / planning.c_delta(1e-6))
+    few = planning.yields(1.0, 1e-6, 0.01, num_teachers=1000)
+    assert any(a.startswith("WARNING") for a in few.assumptions)
+
+
+# -- plan for tokens ----------------------------------------------------------------------------------------
+
+
+def test_plan_for_tokens_example():
+    plan = planning.plan_for_tokens(1000, 1.0, 1e-6)
+    cd = planning.c_delta(1e-6)
+    assert plan.hits_needed == math.ceil(2000 / cd) == 73
+    assert plan.hits >= plan.hits_needed
+    assert plan.epsilon_spent <= 1.0 < plan.epsilon_next_hit
+    assert plan.num_teachers == math.ceil(cd / plan.eps0)
+    assert plan.expected_yields >= 1000
+    assert plan.paper_eps0 == pytest.approx(math.sqrt(0.005 * cd / 1000))
+    # the paper's eps0 for 1000 tokens and ours are close (ours is the TCT bound's)
+    assert 0.5 < plan.eps0 / plan.paper_eps0 < 2.0
+
+
+@FAST
+@given(
+    tokens=st.integers(1, 3000),
+    epsilon=st.floats(0.5, 2.0),
+    delta=st.sampled_from([1e-6, 1e-5]),
+    q=st.sampled_from([1 / 3, 0.4]),
+    composition=st.sampled_from(["optimal", "drv"]),
+)
+def test_plan_for_tokens_never_overshoots_and_is_maximal(tokens, epsilon, delta, q, composition):
+    plan = planning.plan_for_tokens(tokens, epsilon, delta, q=q, composition=composition)
+    spent = tct_epsilon(plan.hits, q, plan.eps0, delta, composition=composition)
+    assert spent <= epsilon
+    assert plan.epsilon_spent == spent
+    assert tct_epsilon(plan.hits + 1, q, plan.eps0, delta, composition=composition) > epsilon
+    assert plan.hits == tct_max_hits(q, plan.eps0, epsilon, delta, composition=composition)
+    assert plan.hits >= plan.hits_needed
+    assert plan.expected_yields >= tokens
+    # eps0 is maximal: a slightly larger level cannot afford the hits needed
+    assert tct_epsilon(plan.hits_needed, q, plan.eps0 * (1 + 1e-6), delta, composition=composition) > epsilon
+    assert plan.num_teachers >= plan.num_teachers_exact
+
+
+@FAST
+@given(
+    eps0=st.floats(0.01, 0.2),
+    epsilon=st.floats(0.2, 3.0),
+    q=st.floats(0.1, 1.0),
+)
+def test_target_hits_are_calibrated(eps0, epsilon, q):
+    hits = tct_max_hits(q, eps0, epsilon, 1e-6)
+    assert tct_epsilon(hits + 1, q, eps0, 1e-6) > epsilon
+    if hits:
+        assert tct_epsilon(hits, q, eps0, 1e-6) <= epsilon
+
+
+@FAST
+@given(eps0=st.floats(0.01, 0.1), e1=st.floats(0.1, 3.0), e2=st.floats(0.1, 3.0))
+def test_target_hits_monotone_in_epsilon(eps0, e1, e2):
+    lo, hi = sorted((e1, e2))
+    assert tct_max_hits(1 / 3, eps0, lo, 1e-6) <= tct_max_hits(1 / 3, eps0, hi, 1e-6)
+    assert planning.plain_max_queries(eps0, lo, 1e-6) <= planning.plain_max_queries(eps0, hi, 1e-6)
+
+
+# -- compare accounting -------------------------------------------------------------------------------------
+
+
+def test_compare_accounting_spec_values():
+    r = planning.compare_accounting(10000, 0.01, 1e-6, 20000, target_rate=0.01, budget_epsilon=1.0)
+    assert r.hits == 100
+    assert r.plain["drv"] == pytest.approx(6.261538, abs=1e-6)
+    assert r.plain["optimal"] == pytest.approx(4.885516, abs=1e-6)
+    assert r.plain["best"] == min(r.plain[m] for m in planning.PLAIN_METHODS)
+    assert r.target_charging == pytest.approx(0.889968, abs=1e-6)  # spec 10: tau = 100, q = 1/3, eps0 = 0.01
+    assert r.charged_per_hit == math.ceil(planning.c_delta(1e-6) / 0.01)
+    assert r.charges_per_teacher == math.ceil(100 * r.charged_per_hit / 20000)
+    assert r.individual_charging <= r.target_charging < r.plain["best"]
+    mq = r.max_queries
+    assert mq["plain"] == 562
+    assert mq["target_charging"] == 13000  # 130 hits at rate 0.01
+    assert mq["individual_charging"] >= mq["target_charging"] > mq["plain"]
+    json.dumps(r.as_dict(), allow_nan=False)
+
+
+def test_compare_accounting_every_teacher_charged_equals_target_charging():
+    r = planning.compare_accounting(3000, 0.01, 1e-6, 500, target_rate=0.02, charged_per_hit=500)
+    assert r.charges_per_teacher == r.hits == 60
+    assert r.individual_charging == r.target_charging
+    zero = planning.compare_accounting(1000, 0.01, 1e-6, 100, target_rate=0.0, budget_epsilon=1.0)
+    assert zero.hits == 0 and zero.target_charging == 0.0
+    assert zero.max_queries["target_charging"] is None
+
+
+def test_compare_accounting_long_runs_do_not_warn():
+    """k eps0 far above 350: the exact optimal composition's expm1 overflows harmlessly (filterwarnings=error)."""
+    r = planning.compare_accounting(50000, 0.01, 1e-6, 20000, target_rate=0.005)
+    assert r.plain["optimal"] == pytest.approx(12.594447, abs=1e-5)
+    assert r.plain["kov"] == pytest.approx(12.6, abs=1e-9)
+    assert r.target_charging < r.plain["best"]
+
+
+# -- BassilyTT ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "eta, eps, delta, m, n",
+    [(0.4, 1, 1e-6, 1e3, 9527.93), (0.4, 1, 1e-6, 1e6, 12504.77), (0.4, 0.5, 1e-6, 1e3, 19055.87), (0.2, 1, 1e-5, 100, 13837.89)],
+)
+def test_bassily_tt_teachers_spec(eta, eps, delta, m, n):
+    r = planning.bassily_tt_teachers(eta, eps, delta, int(m))
+    assert r.n_required == pytest.approx(n, abs=0.005)
+    assert r.num_teachers == math.ceil(r.n_required)
+
+
+@pytest.mark.parametrize("n, m_max", [(10000, 2990), (12000, 309955), (15000, 327068772)])
+def test_bassily_tt_tokens_spec(n, m_max):
+    assert planning.bassily_tt_tokens(0.4, 1.0, 1e-6, n).m_max == m_max
+
+
+def test_bassily_tt_tokens_no_overflow():
+    r = planning.bassily_tt_tokens(0.4, 1.0, 1e-6, 1_000_000)
+    assert r.m_max is None and r.log10_m_max == pytest.approx(1001.18, abs=0.01)
+    json.dumps(r.as_dict(), allow_nan=False)
+    assert planning.bassily_tt_tokens(0.4, 1.0, 1e-6, 100).m_max == 0
+
+
+@FAST
+@given(n=st.integers(9000, 40000), eta=st.floats(0.1, 1.0), eps=st.floats(0.5, 2.0))
+def test_bassily_tt_functions_are_inverse(n, eta, eps):
+    m = planning.bassily_tt_tokens(eta, eps, 1e-6, n).m_max
+    if m is None or m < 1 or m > 1e12:
+        return
+    assert planning.bassily_tt_teachers(eta, eps, 1e-6, m).n_required <= n * (1 + 1e-9)
+    assert planning.bassily_tt_teachers(eta, eps, 1e-6, m + 1).n_required > n * (1 - 1e-9)
+
+
+# -- validation ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: planning.target_hits(0.0, 1e-6, 0.01), "epsilon"),
+        (lambda: planning.target_hits(1.0, 1.5, 0.01), "delta"),
+        (lambda: planning.target_hits(1.0, 1e-6, -0.01), "eps0"),
+        (lambda: planning.target_hits(1.0, 1e-6, 0.01, q=0.0), "q"),
+        (lambda: planning.target_hits(1.0, 1e-6, 0.01, delta0=1e-6), "delta0"),
+        (lambda: planning.target_hits(1.0, 1e-6, 0.01, composition="rdp"), "composition"),
+        (lambda: planning.yields(1.0, 1e-6, 0.01, num_teachers=0), "num_teachers"),
+        (lambda: planning.yields(1.0, 1e-6, 0.01, aggregator_delta=0.0), "aggregator_delta"),
+        (lambda: planning.teachers_for(0.0), "eps0"),
+        (lambda: planning.plan_for_tokens(0, 1.0, 1e-6), "tokens"),
+        (lambda: planning.compare_accounting(10, 0.01, 1e-6, 100, target_rate=1.5), "target_rate"),
+        (lambda: planning.compare_accounting(10, 0.01, 1e-6, 100, target_rate=0.1, charged_per_hit=101), "charged_per_hit"),
+        (lambda: planning.compare_accounting(-1, 0.01, 1e-6, 100, target_rate=0.1), "num_queries"),
+        (lambda: planning.bassily_tt_teachers(0.0, 1.0, 1e-6, 10), "eta"),
+        (lambda: planning.bassily_tt_tokens(0.4, 1.0, 1e-6, -5), "num_teachers"),
+        (lambda: planning.plain_epsilon(10, 0.1, 1e-6, method="zcdp"), "method"),
+    ],
+)
+def test_invalid_arguments_are_named(call, name):
+    with pytest.raises(ValueError, match=rf"^{name}\b"):
+        call()
+
+
+def test_wrong_types_are_refused():
+    with pytest.raises(TypeError, match="tokens"):
+        planning.plan_for_tokens(10.5, 1.0, 1e-6)
+    with pytest.raises(TypeError, match="epsilon"):
+        planning.target_hits("1", 1e-6, 0.01)
+
+
+def test_planning_imports_stay_in_their_layer():
+    code = (
+        "import sys, pate_accountant.planning, pate_accountant.cli; "
+        "print(','.join(m for m in ('mechanisms', 'ensembles', 'matplotlib', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+# -- figures' data ------------------------------------------------------------------------------------------
+
+
+def test_wrapper_certified_q_matches_spec():
+    from ensembles.plan_figures import wrapper_certified_q
+
+    assert wrapper_certified_q(0.02) == pytest.approx(0.3980, abs=1e-4)  # eps_A = 0.01
+    assert wrapper_certified_q(0.2) == pytest.approx(0.3794, abs=1e-4)  # eps_A = 0.1
+
+
+def test_target_hits_curve_data():
+    from ensembles.plan_figures import target_hits_curve
+
+    data = target_hits_curve([0.01, 0.05])
+    assert data["tct"]["optimal q=1/3"] == [130, tct_max_hits(1 / 3, 0.05, 1.0, 1e-6)]
+    assert data["tct"]["drv q=1/3"][0] == 69
+    assert data["tct"]["optimal q=wrapper"][0] >= data["tct"]["optimal q=1/3"][0]
+    assert data["plain"]["optimal"][0] == 562
+    assert data["paper"] == pytest.approx([100.0, 4.0])
+    json.dumps(data, allow_nan=False)
+
+
+def test_alpha_sweep_quick_data():
+    from ensembles.plan_figures import ALPHA_QUICK, alpha_sweep
+
+    data = alpha_sweep(quick=True, seed=1)
+    assert data["alphas"] == ALPHA_QUICK["alphas"]
+    token, fail, target = (np.asarray(data[k]) for k in ("token", "fail", "target"))
+    np.testing.assert_allclose(token + fail + target, 1.0, atol=1e-12)
+    assert (target >= 0).all() and (target <= 1 / 3 + 1e-12).all()
+    assert (token >= 0).all() and (fail >= 0).all()
+    # The yield grows with alpha: each step up is at worst a small dip within the sampling error ...
+    se = np.asarray(data["token_se"])
+    for i in range(len(token) - 1):
+        assert token[i + 1] >= token[i] - 4 * math.hypot(se[i], se[i + 1]) - 1e-12
+    # ... and overall it goes from almost nothing to everything (alpha = 1: identical teachers).
+    assert token[0] < 0.05 and token[-1] == pytest.approx(1.0)
+    assert target[-1] == pytest.approx(0.0, abs=1e-12)
+    # 1 / P[target] >= 3 always; the paper's "at least about eps0 n" queries per hit, with a margin.
+    qph = [q for q in data["queries_per_hit"] if q is not None]
+    assert min(qph) >= 3
+    assert data["summary"]["min_queries_per_hit"] >= 0.5 * data["paper_queries_per_hit"]
+    json.dumps(data, allow_nan=False)
+
+
+# -- CLI -------------------------------------------------------------------------------------------------
+
+
+def run_json(capsys, *argv) -> dict:
+    assert main(["plan", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_subcommands_json(capsys):
+    d = run_json(capsys, "hits", "--eps0", "0.01")
+    assert d["command"] == "plan hits" and d["hits"] == 130 and d["plain_queries"]["optimal"] == 562
+    d = run_json(capsys, "hits", "--eps0", "0.01", "--q", "0.4", "--composition", "drv")
+    assert d["hits"] == 89
+    d = run_json(capsys, "yields", "--eps0", "0.01")
+    assert d["paper_yields"] == pytest.approx(1381.55, abs=0.01) and d["num_teachers"] == pytest.approx(2763.1, abs=0.05)
+    d = run_json(capsys, "yields", "--eps0", "0.01", "--teachers", "5000")
+    assert d["yields_per_hit"] == pytest.approx(25.0)
+    d = run_json(capsys, "for-tokens", "--tokens", "1000")
+    assert d["expected_yields"] >= 1000 and d["epsilon_spent"] <= 1.0
+    d = run_json(capsys, "compare", "--queries", "10000", "--target-rate", "0.01", "--eps0", "0.01",
+                 "--teachers", "20000", "--budget-epsilon", "1")
+    assert d["hits"] == 100 and d["max_queries"]["plain"] == 562
+    d = run_json(capsys, "margin", "--tokens", "1000")
+    assert d["n_required"] == pytest.approx(9527.93, abs=0.005)
+    d = run_json(capsys, "margin", "--teachers", "15000")
+    assert d["m_max"] == 327068772
+    d = run_json(capsys, "margin", "--tokens", "100", "--eta", "0.2", "--delta", "1e-5")
+    assert d["n_required"] == pytest.approx(13837.89, abs=0.005)
+
+
+def test_cli_text_output(capsys):
+    assert main(["plan", "hits", "--eps0", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "target hits" in out and "130" in out and "assumptions:" in out
+    assert main(["plan", "margin", "--teachers", "1000000"]) == 0
+    assert "10^1001.2" in capsys.readouterr().out
+
+
+@pytest.fixture
+def tiny_figures(monkeypatch):
+    from ensembles import plan_figures
+
+    monkeypatch.setitem(plan_figures.HITS_QUICK, "eps0", [0.01, 0.05])
+    monkeypatch.setitem(plan_figures.ALPHA_QUICK, "num_teachers", 120)
+    monkeypatch.setitem(plan_figures.ALPHA_QUICK, "num_samples", 200)
+    monkeypatch.setitem(plan_figures.ALPHA_QUICK, "alphas", [0.05, 0.5, 1.0])
+
+
+@pytest.mark.parametrize("argv", [["plan", "--plot", "--quick"], ["plan", "figures", "--plot", "--quick"]])
+def test_cli_plot_writes_pngs(tmp_path, capsys, tiny_figures, argv):
+    out = tmp_path / "figs"
+    flags = ["--out", str(out), "--no-progress", "--json"]
+    assert main([*argv, *flags]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["command"] == "plan figures" and result["quick"] is True
+    files = result["files"]
+    assert sorted(p.rsplit("/", 1)[-1] for p in files) == ["plan_alpha_sweep.png", "plan_figures.json", "plan_target_hits.png"]
+    for name in ("plan_target_hits.png", "plan_alpha_sweep.png"):
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC
+    saved = json.loads((out / "plan_figures.json").read_text())
+    assert saved["target_hits"]["tct"]["optimal q=1/3"][0] == 130
+    assert saved["alpha_sweep"]["parameters"]["num_teachers"] == 120
+
+
+def test_cli_figures_without_plot_writes_nothing(tmp_path, capsys, tiny_figures):
+    assert main(["plan", "figures", "--quick", "--no-progress", "--out", str(tmp_path / "none")]) == 0
+    out = capsys.readouterr().out
+    assert "Alpha sweep" in out and "wrote" not in out
+    assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["plan"], "--plot"),
+        (["plan", "hits"], "--eps0"),
+        (["plan", "hits", "--eps0", "0"], "--eps0"),
+        (["plan", "hits", "--eps0", "abc"], "--eps0"),
+        (["plan", "hits", "--eps0", "0.01", "--q", "1.5"], "--q"),
+        (["plan", "hits", "--eps0", "0.01", "--delta", "1"], "--delta"),
+        (["plan", "hits", "--eps0", "0.01", "--delta0", "2e-6"], "--delta0"),
+        (["plan", "hits", "--eps0", "0.01", "--composition", "rdp"], "--composition"),
+        (["plan", "yields", "--eps0", "0.01", "--teachers", "0"], "--teachers"),
+        (["plan", "for-tokens"], "--tokens"),
+        (["plan", "for-tokens", "--tokens", "2.5"], "--tokens"),
+        (["plan", "compare", "--queries", "10", "--target-rate", "2", "--eps0", "0.01", "--teachers", "5"], "--target-rate"),
+        (["plan", "compare", "--queries", "10", "--target-rate", "0.1", "--eps0", "0.01", "--teachers", "5",
+          "--charged-per-hit", "6"], "--charged-per-hit"),
+        (["plan", "margin"], "--tokens"),
+        (["plan", "margin", "--tokens", "5", "--teachers", "4"], "--teachers"),
+        (["plan", "margin", "--tokens", "5", "--eta", "0"], "--eta"),
+        (["plan", "--plot", "hits", "--eps0", "0.01"], "--plot"),
+        (["plan", "figures", "--seed", "-1"], "--seed"),
+    ],
+)
+def test_cli_bad_arguments_exit_2_naming_the_option(capsys, argv, option):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert option in err, err
