@@ -289,6 +289,8 @@ def _run_audit_mechanism(args: argparse.Namespace) -> int:
 
 
 def _run_audit(args: argparse.Namespace) -> int:
+    import sqlite3
+
     from pate_accountant.ledger import Ledger, LedgerError, VerificationResult
 
     if not os.path.isfile(args.path):
@@ -296,8 +298,8 @@ def _run_audit(args: argparse.Namespace) -> int:
     try:
         with Ledger.open(args.path, read_only=True) as ledger:
             result = ledger.verify()
-    except LedgerError as exc:
-        result = VerificationResult(False, 0, None, None, str(exc))
+    except (LedgerError, sqlite3.Error, OSError, UnicodeDecodeError) as exc:  # not a ledger, unreadable, damaged beyond SQLite
+        result = VerificationResult(False, 0, None, None, f"{type(exc).__name__}: {exc}")
     if args.json:
         print(json.dumps({"path": args.path, **result.as_dict()}, indent=2, default=str))
     else:
@@ -305,7 +307,7 @@ def _run_audit(args: argparse.Namespace) -> int:
         spent = "unknown" if result.spent is None else f"epsilon {result.spent[0]:.6g}, delta {result.spent[1]:.6g}"
         print(f"ledger      : {args.path}")
         print(f"accountant  : {result.kind or 'none attached'}")
-        print(f"rows        : {result.rows}")
+        print(f"rows        : {result.rows}{'' if result.ok else ' verified before the failure'}")
         print(f"spent       : {spent}{'' if result.ok else ' (up to the first bad row)'}")
         print(f"budget      : {budget}")
         if result.run_metadata is not None:

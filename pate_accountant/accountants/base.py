@@ -146,6 +146,8 @@ class Accountant(abc.ABC):
 
     def can_afford(self, event, count: int = 1) -> bool:
         """Whether charging ``event`` (its worst case) ``count`` times now would stay within the budget."""
+        if self._ledger is not None:
+            self._ledger.sync(self)  # include what other processes sharing the ledger have spent
         try:
             self._prepare(self._worst_case(event, count))
         except BudgetExhaustedError:
@@ -165,6 +167,8 @@ class Accountant(abc.ABC):
         self._prepare(self._worst_case(event))  # unsupported events are refused at registration
 
         def run(*args, **kwargs) -> Release:
+            if self._ledger is not None:
+                self._ledger.sync(self)
             self._prepare(self._worst_case(mechanism.event))  # BudgetExhaustedError before running
             release = mechanism(*args, **kwargs)
             self.record(release)
@@ -186,7 +190,7 @@ class Accountant(abc.ABC):
             return
         with self._ledger.transaction(self) as transaction:  # syncs rows other writers added first
             plans = self._prepare_sequence(charges)
-            transaction.append(charges)
+            transaction.append(charges, plans)  # the ledger reuses the plans for the stored totals
         for plan in plans:
             self._commit(plan)
 

@@ -1,0 +1,808 @@
+"""The persistent ledger: round trips, tamper detection, atomicity, crashes, concurrent writers, privacy."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import math
+import os
+import pkgutil
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pate_accountant import ledger as ledger_module
+from pate_accountant.accountants import Accountant, BasicCompositionAccountant
+from pate_accountant.accountants.base import Charge
+from pate_accountant.cli import main
+from pate_accountant.errors import BudgetExhaustedError, UnsupportedEventError
+from pate_accountant.events import BetweenThresholdsEvent, EpsilonDeltaEvent, ThresholdPrivacyEvent
+from pate_accountant.ledger import (
+    Ledger,
+    LedgerError,
+    LedgerIntegrityError,
+    accountant_class,
+    accountant_from_config,
+    describe_mechanism,
+    describe_seed,
+)
+from pate_accountant.release import Release
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = Path(__file__).with_name("ledger_worker.py")
+BUDGET = (1.0, 1e-5)
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+def _releases(n, epsilon=0.05, start=0):
+    event = EpsilonDeltaEvent(epsilon, 1e-8)
+    outcomes = [("tok", None), (None, None), ("tok", True)]
+    out = []
+    for i in range(start, start + n):
+        value, target = outcomes[i % 3]
+        out.append(Release(value, event, target_hit=target, charged_teachers={i % 5, 7}))
+    return out
+
+
+@pytest.fixture
+def path(tmp_path) -> Path:
+    return tmp_path / "ledger.db"
+
+
+@pytest.fixture
+def filled(path) -> Path:
+    """A closed ledger with 6 rows: 3 composes, then a batch of 3 releases (totals stored on every row)."""
+    with Ledger.open(path, totals="row") as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        for eps in (0.1, 0.05, 0.02):
+            accountant.compose(EpsilonDeltaEvent(eps, 1e-7))
+        accountant.record_many(_releases(3))
+        assert ledger.row_count == 6
+    return path
+
+
+def _verify(path):
+    if not Path(path).exists():  # a writer killed before it created the file leaves nothing to check
+        return ledger_module.VerificationResult(True, 0, (0.0, 0.0), None, "no file")
+    with Ledger.open(path, read_only=True) as ledger:
+        return ledger.verify()
+
+
+def _audit(capsys, path, *extra):
+    code = main(["audit", str(path), *extra])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# -- raw SQLite tampering ---------------------------------------------------------------------------------
+
+
+def _raw(path) -> sqlite3.Connection:
+    """A plain sqlite3 connection with the append-only triggers dropped (what a tamperer would do)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    for name in ("charges_append_only_update", "charges_append_only_delete", "meta_frozen_update", "meta_frozen_delete"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    return conn
+
+
+def _rehash(conn, respend=False):
+    """Recompute every row's hash (and the head) as a forger would; ``respend`` also recomputes the stored
+    spent totals by replaying the rows without a budget."""
+    meta = dict(conn.execute("SELECT key, value FROM meta"))
+    prev = ledger_module._genesis_hash(meta)
+    replay = BasicCompositionAccountant()
+    rows = conn.execute(f"SELECT {ledger_module._ROW_COLUMNS} FROM charges ORDER BY id").fetchall()
+    for row in rows:
+        row = list(row)
+        if respend:
+            replay.compose(ledger_module._Codec().decode(row[3]), row[4])
+            if row[7] is not None:
+                row[7], row[8] = replay.spent()
+        row[1] = prev
+        row[2] = ledger_module._row_hash(prev, row[0], *row[3:])
+        conn.execute("UPDATE charges SET prev_hash=?, hash=?, spent_epsilon=?, spent_delta=? WHERE id=?",
+                     (row[1], row[2], row[7], row[8], row[0]))
+        prev = row[2]
+    conn.execute("UPDATE head SET row_count=?, last_hash=? WHERE id=1", (len(rows), prev if rows else None))
+
+
+def _edit_event_epsilon(conn, row_id, epsilon):
+    text = conn.execute("SELECT event FROM charges WHERE id=?", (row_id,)).fetchone()[0]
+    data = json.loads(text)
+    data["fields"]["epsilon"] = epsilon
+    conn.execute("UPDATE charges SET event=? WHERE id=?", (json.dumps(data), row_id))
+
+
+def _assert_fails_at(capsys, path, row, *words):
+    result = _verify(path)
+    assert not result.ok
+    assert result.first_bad_row == row, result.message
+    assert f"row {row}" in result.message
+    for word in words:
+        assert word in result.message
+    code, out, err = _audit(capsys, path)
+    assert code == 1
+    assert f"row {row}" in err and "FAILED" in out
+    code, out, _ = _audit(capsys, path, "--json")
+    assert code == 1
+    data = json.loads(out)
+    assert data["ok"] is False and data["first_bad_row"] == row
+
+
+# -- round trip -----------------------------------------------------------------------------------------------
+
+
+def test_round_trip_reopen_replays_the_same_spent(path, capsys):
+    with Ledger.open(path) as ledger:
+        ledger.set_run_metadata({"mechanism": {"epsilon": 0.05}, "seed": describe_seed(None)})
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        accountant.compose(EpsilonDeltaEvent(0.1, 1e-7), count=3)
+        accountant.record(_releases(1)[0])
+        accountant.record_many(_releases(4, start=1))
+        spent = accountant.spent()
+        assert ledger.row_count == 6
+        assert ledger.config == {"kind": "basic", "budget": list(BUDGET)}
+    with Ledger.open(path) as ledger:
+        fresh = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        assert fresh.spent() == spent
+        rows = list(ledger.rows())
+        assert [r.id for r in rows] == list(range(1, 7))
+        assert rows[0].count == 3 and rows[0].outcome is None
+        assert [r.outcome for r in rows[1:4]] == ["token", "fail", "target"]
+        assert rows[1].charged_teachers == frozenset({0, 7})
+        assert rows[-1].spent == spent
+        assert ledger.run_metadata == {"mechanism": {"epsilon": 0.05}, "seed": "OS entropy"}
+        fresh.compose(EpsilonDeltaEvent(0.01))
+        spent = fresh.spent()
+    result = _verify(path)
+    assert result.ok, result.message
+    assert result.rows == 7 and result.spent == spent and result.first_bad_row is None
+    assert result.kind == "basic" and result.budget == BUDGET
+    assert result.software_version is not None
+    code, out, err = _audit(capsys, path)
+    assert code == 0 and err == ""
+    assert "OK" in out and "basic" in out and "rows        : 7" in out
+    code, out, _ = _audit(capsys, path, "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["ok"] is True and data["rows"] == 7
+    assert data["spent"] == {"epsilon": spent[0], "delta": spent[1]}
+    assert data["budget"] == {"epsilon": BUDGET[0], "delta": BUDGET[1]}
+    assert data["run_metadata"]["seed"] == "OS entropy"
+
+
+def test_python_dash_m_audit(filled):
+    proc = subprocess.run([sys.executable, "-m", "pate_accountant", "audit", str(filled), "--json"],
+                          capture_output=True, text=True, env=_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["rows"] == 6
+
+
+def test_in_memory_ledger_and_accountants_sharing_it():
+    with Ledger.in_memory() as ledger:
+        a = BasicCompositionAccountant(budget=(0.5, 1e-5), ledger=ledger)
+        b = BasicCompositionAccountant(budget=(0.5, 1e-5), ledger=ledger)
+        a.compose(EpsilonDeltaEvent(0.3))
+        with pytest.raises(BudgetExhaustedError):
+            b.compose(EpsilonDeltaEvent(0.3))  # b catches up on a's row first: one budget
+        assert b.spent() == (0.3, 0.0)
+        b.compose(EpsilonDeltaEvent(0.2))
+        a.compose(EpsilonDeltaEvent(0.0))
+        assert a.spent() == b.spent() == (0.5, 0.0)
+        result = ledger.verify()
+        assert result.ok and result.rows == 3
+
+
+def test_two_connections_in_one_process_share_the_budget(path):
+    with Ledger.open(path) as first, Ledger.open(path) as second:
+        a = BasicCompositionAccountant(budget=(1.0, 1e-5), ledger=first)
+        b = BasicCompositionAccountant(budget=(1.0, 1e-5), ledger=second)
+        a.compose(EpsilonDeltaEvent(0.6))
+        assert not b.can_afford(EpsilonDeltaEvent(0.6))  # can_afford syncs with the other writer first
+        with pytest.raises(BudgetExhaustedError):
+            b.compose(EpsilonDeltaEvent(0.6))
+        b.compose(EpsilonDeltaEvent(0.4))
+        with pytest.raises(BudgetExhaustedError):
+            a.compose(EpsilonDeltaEvent(0.1))
+        assert a.spent() == b.spent() == (1.0, 0.0)
+    assert _verify(path).ok
+
+
+def test_sync_shows_what_other_writers_spent(path):
+    with Ledger.open(path) as first, Ledger.open(path) as second:
+        a = BasicCompositionAccountant(budget=(1.0, 1e-5), ledger=first)
+        b = BasicCompositionAccountant(budget=(1.0, 1e-5), ledger=second)
+        a.compose(EpsilonDeltaEvent(0.7))
+        assert b.spent() == (0.0, 0.0)  # stale until it syncs
+        second.sync(b)
+        assert b.spent() == (0.7, 0.0)
+        assert not b.can_afford(EpsilonDeltaEvent(0.5))
+        a.compose(EpsilonDeltaEvent(0.2))
+        assert not b.can_afford(EpsilonDeltaEvent(0.2))  # can_afford syncs with other writers itself
+        assert b.spent() == pytest.approx((0.9, 0.0))
+        second.sync(b)  # idempotent
+        assert b.spent() == pytest.approx((0.9, 0.0))
+
+
+def test_attach_requires_an_equal_config(filled):
+    with Ledger.open(filled) as ledger:
+        with pytest.raises(ValueError, match="budget"):
+            BasicCompositionAccountant(budget=(2.0, 1e-5), ledger=ledger)
+        with pytest.raises(ValueError, match="budget"):
+            BasicCompositionAccountant(ledger=ledger)
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        with pytest.raises(ValueError, match="already attached"):
+            ledger.attach(accountant)
+
+
+def test_read_only_ledger_replays_but_refuses_charges(filled):
+    with Ledger.open(filled, read_only=True) as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        assert accountant.spent() == pytest.approx((0.32, 3e-7 + 3e-8))
+        with pytest.raises(LedgerError, match="read-only"):
+            accountant.compose(EpsilonDeltaEvent(0.01))
+        assert ledger.row_count == 6
+
+
+def test_open_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        Ledger.open(tmp_path / "missing.db", read_only=True)
+    with pytest.raises(FileNotFoundError):
+        Ledger.open(tmp_path / "no" / "such" / "folder.db")
+    with pytest.raises(ValueError, match="synchronous"):
+        Ledger.open(tmp_path / "x.db", synchronous="OFF")
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not an sqlite file at all " * 100)
+    with pytest.raises(LedgerError):
+        Ledger.open(garbage)
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError, match="not a pate-accountant ledger"):
+        Ledger.open(other)
+
+
+def test_audit_usage_errors(tmp_path, capsys):
+    code, _, err = _audit(capsys, tmp_path / "missing.db")
+    assert code == 2 and "no ledger file" in err
+    assert main(["audit"]) == 2
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not an sqlite file at all " * 100)
+    code, out, err = _audit(capsys, garbage)
+    assert code == 1 and "FAILED" in out
+
+
+def test_empty_ledger_verifies(path, capsys):
+    Ledger.open(path).close()
+    result = _verify(path)
+    assert result.ok and result.rows == 0 and result.kind is None
+    code, out, _ = _audit(capsys, path)
+    assert code == 0 and "none attached" in out
+
+
+# -- tampering --------------------------------------------------------------------------------------------
+
+
+def test_append_only_triggers_refuse_edits(filled):
+    conn = sqlite3.connect(filled, isolation_level=None)
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("UPDATE charges SET count = 2 WHERE id = 3")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("DELETE FROM charges WHERE id = 6")
+    with pytest.raises(sqlite3.DatabaseError, match="frozen"):
+        conn.execute("UPDATE meta SET value = '[5.0, 1e-05]' WHERE key = 'config'")
+    conn.close()
+    assert _verify(filled).ok
+
+
+def test_edited_event_is_named(filled, capsys):
+    with _raw(filled) as conn:
+        _edit_event_epsilon(conn, 3, 0.001)
+    conn.close()
+    _assert_fails_at(capsys, filled, 3, "edited")
+
+
+def test_edited_count_is_named(filled, capsys):
+    conn = _raw(filled)
+    conn.execute("UPDATE charges SET count = 2 WHERE id = 2")
+    conn.close()
+    _assert_fails_at(capsys, filled, 2, "edited")
+
+
+def test_edited_outcome_or_teachers_is_named(filled, capsys):
+    conn = _raw(filled)
+    conn.execute("UPDATE charges SET charged_teachers = '[7]' WHERE id = 5")
+    conn.close()
+    _assert_fails_at(capsys, filled, 5, "edited")
+
+
+def test_dropped_middle_row_is_named(filled, capsys):
+    conn = _raw(filled)
+    conn.execute("DELETE FROM charges WHERE id = 4")
+    conn.close()
+    _assert_fails_at(capsys, filled, 4, "missing")
+
+
+def test_dropped_and_renumbered_rows_are_named(filled, capsys):
+    conn = _raw(filled)
+    conn.execute("DELETE FROM charges WHERE id = 4")
+    conn.execute("UPDATE charges SET id = id - 1 WHERE id > 4")
+    conn.close()
+    _assert_fails_at(capsys, filled, 4)
+
+
+def test_swapped_row_contents_are_named(filled, capsys):
+    conn = _raw(filled)
+    cols = [c for c in ledger_module._ROW_COLUMNS.split(", ") if c != "id"]
+    two = conn.execute(f"SELECT {', '.join(cols)} FROM charges WHERE id = 2").fetchone()
+    three = conn.execute(f"SELECT {', '.join(cols)} FROM charges WHERE id = 3").fetchone()
+    setter = ", ".join(f"{c} = ?" for c in cols)
+    conn.execute(f"UPDATE charges SET {setter} WHERE id = 2", three)
+    conn.execute(f"UPDATE charges SET {setter} WHERE id = 3", two)
+    conn.close()
+    _assert_fails_at(capsys, filled, 2, "does not follow")
+
+
+def test_swapped_row_ids_are_named(filled, capsys):
+    conn = _raw(filled)
+    conn.execute("UPDATE charges SET id = 100 WHERE id = 2")
+    conn.execute("UPDATE charges SET id = 2 WHERE id = 3")
+    conn.execute("UPDATE charges SET id = 3 WHERE id = 100")
+    conn.close()
+    _assert_fails_at(capsys, filled, 2)
+
+
+def test_truncated_last_row_is_named(filled, capsys):
+    conn = _raw(filled)
+    conn.execute("DELETE FROM charges WHERE id = 6")
+    conn.close()
+    _assert_fails_at(capsys, filled, 6, "missing", "head")
+
+
+def test_edited_head_is_detected(filled, capsys):
+    conn = _raw(filled)
+    conn.execute("UPDATE head SET row_count = 5")
+    conn.close()
+    result = _verify(filled)
+    assert not result.ok and "head" in result.message
+    assert _audit(capsys, filled)[0] == 1
+
+
+def test_edited_spent_values_are_named(filled, capsys):
+    conn = _raw(filled)
+    conn.execute("UPDATE charges SET spent_epsilon = 0.0 WHERE id = 3")
+    conn.close()
+    _assert_fails_at(capsys, filled, 3, "edited")
+
+
+def test_totals_disagree_even_when_the_chain_is_forged(filled, capsys):
+    conn = _raw(filled)
+    conn.execute("UPDATE charges SET spent_epsilon = spent_epsilon - 0.05 WHERE id >= 4")
+    _rehash(conn)
+    conn.close()
+    _assert_fails_at(capsys, filled, 4, "totals disagree")
+
+
+def test_forged_count_is_caught_by_the_totals(filled, capsys):
+    conn = _raw(filled)
+    conn.execute("UPDATE charges SET count = 3 WHERE id = 2")
+    _rehash(conn)  # hashes recomputed, stored totals left as they were
+    conn.close()
+    _assert_fails_at(capsys, filled, 2, "totals disagree")
+
+
+def test_forged_ledger_beyond_the_budget_is_named(filled, capsys):
+    conn = _raw(filled)
+    _edit_event_epsilon(conn, 5, 2.0)
+    _rehash(conn, respend=True)  # a fully consistent forgery: only the budget check can catch it
+    conn.close()
+    _assert_fails_at(capsys, filled, 5, "exceeds the budget")
+
+
+def test_edited_metadata_is_caught_at_row_one(filled, capsys):
+    conn = _raw(filled)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'config'", (json.dumps({"kind": "basic", "budget": [0.05, 1e-5]}),))
+    conn.close()
+    _assert_fails_at(capsys, filled, 1, "metadata")
+
+
+def test_a_writer_refuses_a_tampered_ledger(filled):
+    conn = _raw(filled)
+    conn.execute("DELETE FROM charges WHERE id = 6")
+    conn.close()
+    with Ledger.open(filled) as ledger:
+        with pytest.raises(LedgerIntegrityError) as info:
+            BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        assert info.value.row == 6
+        assert ledger.row_count == 6
+
+
+def test_totals_once_per_transaction(path, capsys):
+    with pytest.raises(ValueError, match="totals"):
+        Ledger.in_memory(totals="sometimes")
+    with pytest.raises(ValueError, match="totals"):
+        Ledger.open(path.with_name("other.db"), totals="sometimes")
+    assert not path.with_name("other.db").exists()
+    with Ledger.open(path) as ledger:  # the default: totals on each transaction's last row
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        accountant.record_many(_releases(4))
+        accountant.compose(EpsilonDeltaEvent(0.1))
+        accountant.record_many(_releases(3))
+        spent = accountant.spent()
+        stored = [row.spent for row in ledger.rows()]
+    assert [s is not None for s in stored] == [False, False, False, True, True, False, False, True]
+    assert stored[-1] == spent
+    with Ledger.open(path, totals="row") as ledger:  # a writer storing every row's totals may join
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        assert accountant.spent() == spent
+        accountant.record_many(_releases(2))
+    result = _verify(path)
+    assert result.ok and result.rows == 10, result.message
+    assert _audit(capsys, path)[0] == 0
+
+
+def test_totals_once_per_transaction_tampering(path, capsys):
+    with Ledger.open(path, totals="transaction") as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        accountant.record_many(_releases(3))
+        accountant.record_many(_releases(3))
+    conn = _raw(path)
+    conn.execute("UPDATE charges SET count = 2 WHERE id = 2")
+    _rehash(conn)
+    conn.close()
+    _assert_fails_at(capsys, path, 3, "totals disagree")  # named at the transaction's last row
+    conn = _raw(path)
+    conn.execute("UPDATE charges SET count = 1 WHERE id = 2")
+    conn.execute("DELETE FROM charges WHERE id = 6")
+    _rehash(conn)  # a forger dropping a transaction's last row and fixing the chain and the head
+    conn.close()
+    _assert_fails_at(capsys, path, 5, "no spent totals")
+
+
+# -- atomicity ---------------------------------------------------------------------------------------------
+
+
+def _state(ledger, accountant):
+    return ledger.row_count, ledger.head_hash, accountant.spent()
+
+
+def test_budget_refusal_changes_nothing(path):
+    with Ledger.open(path) as ledger:
+        accountant = BasicCompositionAccountant(budget=(0.25, 1e-5), ledger=ledger)
+        accountant.compose(EpsilonDeltaEvent(0.1))
+        accountant.compose(EpsilonDeltaEvent(0.1))
+        before = _state(ledger, accountant)
+        with pytest.raises(BudgetExhaustedError):
+            accountant.compose(EpsilonDeltaEvent(0.1))
+        assert _state(ledger, accountant) == before
+        with pytest.raises(BudgetExhaustedError):
+            accountant.record_many(_releases(2, epsilon=0.02) + _releases(1, epsilon=0.1))
+        assert _state(ledger, accountant) == before
+        with pytest.raises(BudgetExhaustedError):
+            accountant.compose(EpsilonDeltaEvent(0.01, 2e-5))
+        assert _state(ledger, accountant) == before
+        accountant.compose(EpsilonDeltaEvent(0.05))
+        assert ledger.row_count == 3
+    assert _verify(path).ok
+
+
+def test_unsupported_event_changes_nothing(path):
+    with Ledger.open(path) as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        accountant.compose(EpsilonDeltaEvent(0.1))
+        before = _state(ledger, accountant)
+        with pytest.raises(UnsupportedEventError):
+            accountant.compose(ThresholdPrivacyEvent(5))
+        bad = Release("tok", ThresholdPrivacyEvent(5))
+        with pytest.raises(UnsupportedEventError):
+            accountant.record_many(_releases(2) + [bad])
+        with pytest.raises(TypeError):
+            accountant.record_many(_releases(1) + ["not a release"])
+        assert _state(ledger, accountant) == before
+    assert _verify(path).rows == 1
+
+
+def test_exception_inside_a_transaction_rolls_back(path):
+    with Ledger.open(path) as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        accountant.compose(EpsilonDeltaEvent(0.1))
+        before = _state(ledger, accountant)
+        with pytest.raises(RuntimeError, match="boom"):
+            with ledger.transaction(accountant) as transaction:
+                transaction.append([Charge(EpsilonDeltaEvent(0.2))])
+                raise RuntimeError("boom")
+        assert _state(ledger, accountant) == before
+        with ledger.transaction(accountant) as transaction:  # append refuses a second call and over-budget rows
+            with pytest.raises(BudgetExhaustedError):
+                transaction.append([Charge(EpsilonDeltaEvent(5.0))])
+            transaction.append([])
+            with pytest.raises(RuntimeError, match="once"):
+                transaction.append([])
+        assert _state(ledger, accountant) == before
+        accountant.compose(EpsilonDeltaEvent(0.1))
+    assert _verify(path).ok
+
+
+def test_not_attached_and_nested_transactions(path):
+    with Ledger.open(path) as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        with pytest.raises(RuntimeError, match="not attached"):
+            with ledger.transaction(BasicCompositionAccountant(budget=BUDGET)):
+                pass
+        with ledger.transaction(accountant):
+            with pytest.raises(RuntimeError, match="already open"):
+                with ledger.transaction(accountant):
+                    pass
+        accountant.compose(EpsilonDeltaEvent(0.1))
+        assert ledger.row_count == 1
+
+
+# -- run metadata and what is never stored -------------------------------------------------------------
+
+
+def test_run_metadata_is_json_and_frozen_after_the_first_row(path):
+    from mechanisms.threshold import ThresholdWeightedSampling
+
+    with Ledger.open(path) as ledger:
+        with pytest.raises(TypeError):
+            ledger.set_run_metadata(["not", "a", "dict"])
+        with pytest.raises(TypeError):
+            ledger.set_run_metadata({"seed": object()})
+        with pytest.raises(TypeError):
+            ledger.set_run_metadata({1: "non-string key"})
+        with pytest.raises(ValueError):
+            ledger.set_run_metadata({"epsilon": math.nan})
+        metadata = {"mechanism": describe_mechanism(ThresholdWeightedSampling(threshold=3, gamma=2.0)),
+                    "seed": describe_seed(1234)}
+        assert metadata["mechanism"]["parameters"] == {"threshold": 3, "gamma": 2.0}
+        ledger.set_run_metadata({"seed": 1})
+        ledger.set_run_metadata(metadata)  # replaceable before the first row
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        accountant.compose(EpsilonDeltaEvent(0.1))
+        ledger.set_run_metadata(metadata)  # a joining process may repeat it
+        with pytest.raises(ValueError, match="before the first charge"):
+            ledger.set_run_metadata({"seed": 99})
+        assert ledger.run_metadata == metadata
+    with pytest.raises(TypeError):
+        describe_seed("42")
+    assert describe_seed(None) == "OS entropy"
+    assert _verify(path).ok
+
+
+def test_no_released_value_or_prompt_reaches_the_file(path):
+    token, prompt = "TOKEN-MARKER-8f3e1c", "PROMPT-MARKER-71ab90"
+    with Ledger.open(path) as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        event = EpsilonDeltaEvent(0.01)
+        releases = [Release(token, event, info={"prompt": prompt, "noisy_count": 12.5}),
+                    Release(None, event, info={"context": prompt}),
+                    Release(f"{token}-2", event, target_hit=True, charged_teachers={1})]
+        accountant.record_many(releases)
+        accountant.record(Release(token, event, info={"prompt": prompt}))
+        files = sorted(path.parent.glob(path.name + "*"))
+        blobs = b"".join(f.read_bytes() for f in files)  # database, WAL and shared-memory files
+    blobs += path.read_bytes()
+    assert len(blobs) > 0
+    for marker in (token, prompt, "noisy_count"):
+        assert marker.encode() not in blobs
+    with Ledger.open(path, read_only=True) as ledger:
+        rows = list(ledger.rows())
+    assert [r.outcome for r in rows] == ["token", "fail", "target", "token"]
+
+
+# -- every accountant kind ---------------------------------------------------------------------------------
+
+
+def _accountant_classes():
+    import pate_accountant.accountants as package
+
+    for module in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+        try:
+            importlib.import_module(module.name)
+        except Exception:  # another module's problem; its own tests report it
+            pass
+    found = []
+    stack = list(Accountant.__subclasses__())
+    while stack:
+        cls = stack.pop(0)
+        stack.extend(cls.__subclasses__())
+        if cls.__module__.startswith("pate_accountant.") and cls.__dict__.get("kind") and cls not in found:
+            found.append(cls)
+    return sorted(found, key=lambda c: c.kind)
+
+
+#: Constructor arguments some accountants require, and events to try in turn (the first one accepted is used).
+REQUIRED_ARGUMENTS = {"num_teachers": 10}
+#: Per-kind constructor arguments and events (individual charging needs eps0 and q with a budget, and
+#: accounts only BetweenThresholds events at that eps0; values from spec 10).
+_Q = -math.expm1(-0.02 * 151) / (1.0 + math.exp(0.02))  # BetweenThresholds' discrete q at eps0 0.02, gap 150
+KIND_SETUP = {"individual-charging": ({"epsilon0": 0.02, "gap": 150, "relation": "add-remove-one",
+                                       "budget": (1.0, 1e-6)},
+                                      (BetweenThresholdsEvent(0.02, q=_Q, relation="add-remove-one"),))}
+CANDIDATE_EVENTS = (EpsilonDeltaEvent(0.1, 1e-6), EpsilonDeltaEvent(0.1), BetweenThresholdsEvent(0.1, q=0.1))
+
+
+def _construct(cls, **kwargs):
+    parameters = inspect.signature(cls).parameters
+    for name, parameter in parameters.items():
+        if parameter.default is inspect.Parameter.empty and parameter.kind not in (
+                inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            if name not in REQUIRED_ARGUMENTS:
+                pytest.skip(f"{cls.__name__} needs an argument {name!r} this test does not know")
+            kwargs.setdefault(name, REQUIRED_ARGUMENTS[name])
+    return cls(**kwargs)
+
+
+@pytest.mark.parametrize("cls", _accountant_classes(), ids=lambda c: c.kind)
+def test_every_accountant_kind_round_trips_through_a_ledger(cls, path):
+    assert accountant_class(cls.kind) is cls
+    with Ledger.open(path) as ledger:
+        arguments, events = KIND_SETUP.get(cls.kind, ({}, CANDIDATE_EVENTS))
+        accountant = _construct(cls, **{"budget": (8.0, 1e-3), **arguments}, ledger=ledger)
+        for event in events:
+            try:
+                accountant.compose(event, count=2)
+                break
+            except UnsupportedEventError:
+                continue
+        else:
+            pytest.skip(f"{cls.__name__} accounts none of {events}")
+        releases = [Release(r.value, event, target_hit=r.target_hit, charged_teachers=r.charged_teachers)
+                    for r in _releases(4)]
+        accountant.record_many(releases[:3])
+        accountant.record(releases[3])
+        spent = accountant.spent()
+        config = accountant.config()
+        assert ledger.row_count == 5
+    assert accountant_from_config(json.loads(json.dumps(config))).config() == config
+    with Ledger.open(path) as ledger:
+        fresh = accountant_class(config["kind"])(
+            **{k: (tuple(v) if k == "budget" else v) for k, v in config.items() if k != "kind"}, ledger=ledger)
+        assert fresh.spent() == pytest.approx(spent)
+    result = _verify(path)
+    assert result.ok, result.message
+    assert result.kind == cls.kind and result.rows == 5
+    assert result.spent == pytest.approx(spent)
+
+
+def test_unknown_kind_is_reported(path, capsys):
+    with Ledger.open(path) as ledger:
+        BasicCompositionAccountant(budget=BUDGET, ledger=ledger).compose(EpsilonDeltaEvent(0.1))
+    conn = _raw(path)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'config'", (json.dumps({"kind": "no-such-kind", "budget": None}),))
+    conn.close()
+    result = _verify(path)
+    assert not result.ok and "no-such-kind" in result.message
+    assert _audit(capsys, path)[0] == 1
+    with pytest.raises(LedgerError, match="unknown accountant kind"):
+        accountant_class("no-such-kind")
+
+
+# -- crashes and concurrent writers (real processes) ---------------------------------------------------------
+
+
+class _Server:
+    """tests/ledger_worker.py in ``serve`` mode: forks a charging child per ``run``, or racers (``race N``)."""
+
+    def __init__(self, path, budget, step, max_batch=10, pause=0.0):
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER), "serve", str(path), "--budget", str(budget), "--step", str(step),
+             "--max-batch", str(max_batch), "--pause", str(pause)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env(),
+        )
+        assert self._line() == "ready"
+
+    def _line(self) -> str:
+        line = self.proc.stdout.readline()
+        assert line, "the ledger worker died"
+        return line.strip()
+
+    def start(self, seed: int) -> int:
+        self.proc.stdin.write(f"run {seed}\n")
+        self.proc.stdin.flush()
+        kind, pid = self._line().split()
+        assert kind == "pid"
+        return int(pid)
+
+    def attached(self) -> bool:
+        line = self._line()
+        assert line in ("attached", "gone")
+        self._seen_attached = True
+        return line == "attached"
+
+    def wait(self) -> int:
+        if not getattr(self, "_seen_attached", False):
+            self.attached()
+        self._seen_attached = False
+        kind, code = self._line().split()
+        assert kind == "exit"
+        return int(code)
+
+    def close(self):
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc.stdout.close()
+
+
+def test_killed_writers_leave_a_ledger_that_verifies(path):
+    budget, step, runs = 6.0, 0.004, 25
+    rng = random.Random(20261121)
+    server = _Server(path, budget, step)
+    killed_while_writing = 0
+    try:
+        for run in range(runs):
+            before = _verify(path).rows
+            pid = server.start(seed=run)
+            if run % 2:  # any moment: while it opens or creates the file, catches up, or writes
+                time.sleep(rng.uniform(0.0, 0.04))
+            else:  # while it writes (a transaction every ~0.5 ms)
+                server.attached()
+                time.sleep(rng.uniform(0.0, 0.015))
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # it already spent the whole budget and exited
+                pass
+            code = server.wait()
+            assert code in (0, -signal.SIGKILL)
+            result = _verify(path)
+            assert result.ok, f"run {run}: {result.message}"
+            assert result.spent[0] <= budget + 1e-9 and result.spent[1] <= 1e-5
+            if code == -signal.SIGKILL and result.rows > before:
+                killed_while_writing += 1
+        server.start(seed=runs)  # a last writer, left alone, spends the rest of the budget
+        assert server.wait() == 0
+    finally:
+        server.close()
+    result = _verify(path)
+    assert result.ok, result.message
+    assert budget - step - 1e-9 < result.spent[0] <= budget + 1e-9
+    assert killed_while_writing >= runs // 4  # many kills landed while rows were being written
+    with Ledger.open(path) as ledger:  # and the ledger is still writable
+        accountant = BasicCompositionAccountant(budget=(budget, 1e-5), ledger=ledger)
+        assert accountant.spent() == result.spent
+        with pytest.raises(BudgetExhaustedError):
+            accountant.compose(EpsilonDeltaEvent(step))
+
+
+def test_concurrent_writers_share_one_budget(path):
+    budget, step, workers = 1.5, 0.01, 3
+    server = _Server(path, budget, step, pause=0.001)
+    try:
+        server.proc.stdin.write(f"race {workers}\n")
+        server.proc.stdin.flush()
+        reports = [json.loads(server._line()) for _ in range(workers)]
+        assert server._line() == "done"
+    finally:
+        server.close()
+    result = _verify(path)
+    assert result.ok, result.message
+    assert result.spent[0] <= budget + 1e-9
+    assert result.spent[0] > budget - step - 1e-9  # the budget was used up, not wasted
+    assert sum(r["charged"] for r in reports) == result.rows
+    with Ledger.open(path, read_only=True) as ledger:
+        writers = [row.writer for row in ledger.rows()]
+    for report in reports:
+        assert writers.count(report["writer"]) == report["charged"]
+        assert report["spent"][0] == pytest.approx(result.spent[0])  # each saw everyone's charges at the end
+    assert sum(1 for r in reports if r["charged"] > 0) >= 2  # they really raced
