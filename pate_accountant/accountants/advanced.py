@@ -1,0 +1,244 @@
+"""Advanced composition: the smallest of several valid bounds on a multiset of (epsilon, delta) steps.
+
+Every event is translated into ``(epsilon, delta)`` terms (:func:`~pate_accountant.accountants.translate.
+epsilon_delta_terms`; never an under-count), and the accountant keeps the multiset of terms as a dict
+``{(epsilon_i, delta_i): count}`` so that identical steps are recognised.  At a total ``delta`` it reports the
+smallest of the bounds that apply (spec section 6):
+
+* ``"basic"``: ``sum epsilon_i`` when ``delta >= sum delta_i`` (Dwork-Roth Thm 3.16);
+* ``"drv"``: heterogeneous Dwork-Rothblum-Vadhan with slack ``delta' = delta - sum delta_i > 0`` (spec 6.1,
+  :func:`pate_accountant.composition.drv`);
+* ``"kov"``: Kairouz-Oh-Viswanath Thm 3.3, the optimal bound on the grid ``eps0 (k - 2i)`` for ``k``
+  identical ``(eps0, delta0)`` steps (spec 6.2, :func:`pate_accountant.composition.kov`, computed only where
+  dp-accounting's loop cannot overflow: ``k ln(1 + e^eps0) <= 700``);
+* ``"optimal-pure"`` (identical pure steps) and ``"optimal"`` (identical ``(eps0, delta0 > 0)`` steps): the
+  exact optimal composition with a continuous ``eps'`` (spec 6.3): the worst ``(eps0, delta0)`` mechanism
+  leaks with probability ``delta0`` and otherwise is binary randomized response, so
+  ``delta(eps') = 1 - (1 - delta0)^k (1 - delta_RR(eps'))`` with ``delta_RR`` of
+  :func:`pate_accountant.composition.pure_optimal_delta`.  It equals KOV at KOV's grid points.
+
+``bound_name(delta)`` (and ``last_bound``, set by every ``get_epsilon``) says which bound won;
+``bounds(delta)`` gives all of them.  ``spent()`` is ``(get_epsilon(d), d)`` with ``d`` the budget's delta, or
+the ``target_delta`` keyword (default ``1e-6``) without a budget.  The budget check tries cheap valid bounds
+first (basic, DRV, and for a pure step the last certified epsilon plus the step's epsilon) and computes the
+optimal bounds only when none fits, so its decision is always that of the smallest bound.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+
+import numpy as np
+from scipy import stats
+
+from pate_accountant import composition
+from pate_accountant.accountants.base import Accountant, Charge
+from pate_accountant.accountants.translate import epsilon_delta_terms
+from pate_accountant.validation import check_real
+
+__all__ = ["AdvancedCompositionAccountant", "BOUND_NAMES"]
+
+#: The bounds the accountant compares, in the order used to break ties.
+BOUND_NAMES = ("optimal-pure", "optimal", "kov", "drv", "basic")
+
+#: dp-accounting's KOV loop computes ``(1 + e^eps0)^k`` as a float: only call it below this exponent.
+_KOV_MAX_LOG = 700.0
+
+
+@functools.lru_cache(maxsize=4096)
+def _kov(epsilon0: float, delta0: float, k: int, delta: float) -> float:
+    """KOV Thm 3.3 (cached; ``inf`` where it does not apply or would overflow)."""
+    if k * math.log1p(math.exp(epsilon0)) > _KOV_MAX_LOG:
+        return math.inf
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            value = composition.kov(epsilon0, delta0, k, delta)
+        except (OverflowError, ValueError):
+            return math.inf
+    return value if math.isfinite(value) else math.inf
+
+
+@functools.lru_cache(maxsize=4096)
+def _optimal(epsilon0: float, delta0: float, k: int, delta: float) -> float:
+    """Exact optimal composition of ``k`` identical ``(epsilon0, delta0)`` steps at total ``delta`` (spec 6.3)."""
+    if delta0 == 0.0:
+        target = delta
+    else:
+        survive = math.exp(k * math.log1p(-delta0))  # (1 - delta0)^k
+        target = (survive - (1.0 - delta)) / survive
+        target *= 1.0 - 1e-12  # stay on the safe side of the rounding in the line above
+        if target < 0.0:
+            return math.inf
+    return _pure_optimal_epsilon(k, epsilon0, min(1.0, target))
+
+
+def _pure_optimal_epsilon(k: int, epsilon0: float, delta: float) -> float:
+    """:func:`pate_accountant.composition.pure_optimal_epsilon` (same law, same bisection to 1e-12), without
+    its per-``k`` cache of ``k + 1``-long arrays (a budgeted accountant asks for a new ``k`` at every charge)
+    and keeping only the outcomes whose probability does not underflow to zero."""
+    if k == 0 or epsilon0 == 0.0:
+        return 0.0
+    i = np.arange(k + 1)
+    weights = stats.binom.pmf(i, k, 1.0 / (1.0 + math.exp(epsilon0)))
+    keep = weights > 0.0
+    weights, losses = weights[keep], epsilon0 * (k - 2 * i[keep])
+
+    def delta_at(eps: float) -> float:  # only losses above eps contribute: clipping the exponent is exact
+        return float(np.sum(weights * -np.expm1(np.minimum(eps - losses, 0.0))))
+
+    if delta_at(0.0) <= delta:
+        return 0.0
+    lo, hi = 0.0, k * epsilon0
+    while hi - lo > 1e-12 * max(1.0, hi):
+        mid = (lo + hi) / 2
+        if delta_at(mid) <= delta:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+class AdvancedCompositionAccountant(Accountant):
+    """Heterogeneous DRV, KOV and exact optimal composition for identical steps, basic composition: the
+    smallest valid bound (spec sections 6.1-6.3).  Neighbouring relation: that of the charged events (each
+    event's ``(epsilon, delta)`` is stated under its own relation; the accountant does not convert between
+    relations).
+
+    Keywords: ``budget=(epsilon, delta)``, ``ledger``, ``target_delta`` (the delta ``spent()`` reports at
+    when there is no budget; default ``1e-6``).
+    """
+
+    kind = "advanced"
+
+    def __init__(self, *, budget=None, ledger=None, target_delta: float = 1e-6):
+        self._target_delta = check_real("target_delta", target_delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+        self._classes: dict[tuple[float, float], int] = {}
+        # Running sums: (sum eps, sum delta, sum eps^2, sum eps (e^eps - 1)).
+        self._sums = (0.0, 0.0, 0.0, 0.0)
+        # With a budget: a valid epsilon at the budget's delta for everything charged (so that a pure step can
+        # often be accepted by basic composition without re-running the optimal bound).
+        self._certified: float | None = 0.0
+        self.last_bound: str | None = None
+        super().__init__(budget=budget, ledger=ledger)
+
+    def _config(self) -> dict:
+        return {"target_delta": self._target_delta}
+
+    @property
+    def report_delta(self) -> float:
+        """The total delta ``spent()`` reports at: the budget's delta, else ``target_delta``."""
+        return self._budget[1] if self._budget is not None else self._target_delta
+
+    @property
+    def classes(self) -> dict:
+        """``{(epsilon_i, delta_i): count}`` of the charged steps (a copy)."""
+        return dict(self._classes)
+
+    # -- the accountant hooks -----------------------------------------------------------------------------
+    def _prepare(self, charge: Charge):
+        """O(size of the event), plus the epsilon bounds when there is a budget."""
+        new: dict[tuple[float, float], int] = {}
+        for eps, delta, mult in epsilon_delta_terms(charge.event):  # UnsupportedEventError names the event
+            if eps > 0.0 or delta > 0.0:
+                new[(eps, delta)] = new.get((eps, delta), 0) + mult * charge.count
+        s_eps, s_delta, s_sq, s_drift = self._sums
+        for (eps, delta), n in new.items():
+            s_eps += n * eps
+            s_delta += n * delta
+            s_sq += n * eps * eps
+            s_drift += n * eps * math.expm1(eps)
+        sums = (s_eps, s_delta, s_sq, s_drift)
+        certified = None
+        if self._budget is not None:
+            budget_eps, budget_delta = self._budget
+            certified = min(_cheap_bounds(sums, budget_delta).values(), default=math.inf)
+            pure = all(delta == 0.0 for _, delta in new)
+            if certified > budget_eps and pure and self._certified is not None:
+                # Basic composition of the charged block (certified at the budget's delta) with the new pure steps.
+                certified = self._certified + sum(n * eps for (eps, _), n in new.items())
+            if certified > budget_eps:
+                # The optimal bounds are evaluated only when the cheap ones do not fit.
+                certified, _ = _smallest(_all_bounds(_single_class(self._classes, new), sums, budget_delta))
+                if not self._within_budget(certified, budget_delta):
+                    self._refuse(f"charging {charge.event!r} x{charge.count}", certified, budget_delta)
+        return new, sums, certified
+
+    def _commit(self, plan) -> None:
+        new, self._sums, self._certified = plan
+        for key, n in new.items():
+            self._classes[key] = self._classes.get(key, 0) + n
+
+    def _epsilon(self, delta: float) -> float:
+        value, name = _smallest(self.bounds(delta))
+        self.last_bound = name
+        return value
+
+    def spent(self) -> tuple[float, float]:
+        delta = self.report_delta
+        return self._epsilon(delta), delta
+
+    def _snapshot(self) -> dict:
+        # _commit updates the dict in place; the rest is replaced.
+        return {"_classes": dict(self._classes), "_sums": self._sums, "_certified": self._certified}
+
+    # -- reporting ------------------------------------------------------------------------------------------
+    def bounds(self, delta: float) -> dict[str, float]:
+        """Every bound that applies at total ``delta`` (name -> epsilon); ``{}`` if none does."""
+        delta = check_real("delta", delta, minimum=0.0, maximum=1.0)
+        return _all_bounds(_single_class(self._classes, {}), self._sums, delta)
+
+    def bound_name(self, delta: float) -> str | None:
+        """Which bound ``get_epsilon(delta)`` reports (``None`` when none applies: epsilon is ``inf``)."""
+        return _smallest(self.bounds(delta))[1]
+
+
+def _cheap_bounds(sums, delta: float) -> dict[str, float]:
+    s_eps, s_delta, s_sq, s_drift = sums
+    if s_eps == 0.0 and s_delta == 0.0:
+        return {"basic": 0.0}
+    out = {}
+    if delta >= s_delta:
+        out["basic"] = s_eps
+    slack = delta - s_delta
+    if 0.0 < slack < 1.0:
+        out["drv"] = math.sqrt(2.0 * math.log(1.0 / slack) * s_sq) + s_drift
+    return out
+
+
+def _single_class(classes: dict, new: dict):
+    """``(eps0, delta0, k)`` when ``classes`` plus ``new`` hold one class of identical steps, else ``None``."""
+    if len(classes) > 1 or len(new) > 1:
+        return None
+    merged = dict(classes)
+    for key, n in new.items():
+        merged[key] = merged.get(key, 0) + n
+    if len(merged) != 1:
+        return None
+    ((eps0, delta0), k), = merged.items()
+    return eps0, delta0, k
+
+
+def _all_bounds(single, sums, delta: float) -> dict[str, float]:
+    out = _cheap_bounds(sums, delta)
+    if single is not None:
+        eps0, delta0, k = single
+        if eps0 > 0.0:
+            kov = _kov(eps0, delta0, k, delta)
+            if math.isfinite(kov):
+                out["kov"] = kov
+        optimal = _optimal(eps0, delta0, k, delta)
+        if math.isfinite(optimal):
+            out["optimal-pure" if delta0 == 0.0 else "optimal"] = optimal
+    return out
+
+
+def _smallest(bounds: dict[str, float]) -> tuple[float, str | None]:
+    best, name = math.inf, None
+    for candidate in BOUND_NAMES:
+        value = bounds.get(candidate)
+        if value is not None and value < best:
+            best, name = value, candidate
+    return best, name

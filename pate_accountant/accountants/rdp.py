@@ -1,0 +1,225 @@
+"""Renyi-DP accountant: a bridge to ``dp_accounting.rdp.RdpAccountant`` (spec sections 6.4 and 8).
+
+Translation (never an under-count):
+
+====================================================  =====================================================
+event                                                 what dp-accounting's RDP accountant composes
+====================================================  =====================================================
+pure steps: ``EpsilonDeltaEvent(eps, 0)`` (and        ``ZCDpEvent(rho=eps**2 / 2)``: every pure ``eps``-DP
+``NoisyArgMaxEvent`` / ``WeightedSamplingEvent``      mechanism is ``eps**2 / 2``-zCDP (Bun-Steinke 2016,
+with ``delta = 0``), ``BetweenThresholdsEvent``,      Prop. 1.4), under the relation the event states.
+a ``BoundaryWrapperEvent`` around a pure inner step   Never ``LaplaceDpEvent(1 / eps)``: the Laplace RDP
+                                                      curve is not an upper bound for every ``eps``-DP step
+approximate steps ``(eps, delta > 0)``                rejected (``UnsupportedEventError`` naming the event):
+                                                      an RDP curve cannot carry a delta
+dp-accounting's native events (``GaussianDpEvent``,   passed through unchanged, if a scratch
+``LaplaceDpEvent``, ``ZCDpEvent``,                    ``dp_accounting.rdp.RdpAccountant`` with the same
+``PoissonSampledDpEvent``, ``RandomizedResponse``,    orders and relation ``supports`` them
+``SampledWithoutReplacement``, ``RepeatAndSelect``,
+tree aggregation, ...)
+``ComposedDpEvent``, ``SelfComposedDpEvent``          their parts (so they may mix ours and native ones)
+``NoOpDpEvent``                                       nothing
+``ThresholdPrivacyEvent``, ``NonPrivateDpEvent``      rejected, naming the event
+====================================================  =====================================================
+
+Neighbouring relation (keyword ``neighboring_relation``, default ``"add-remove-one"`` as dp-accounting): it
+is passed to dp-accounting and only matters for its native events: ``PoissonSampledDpEvent`` needs
+add/remove, ``RandomizedResponseDpEvent`` and ``SampledWithoutReplacementDpEvent`` need ``"replace-one"``
+(the others, Gaussian, Laplace, zCDP, are relation-free at sensitivity one).  The zCDP translation of our
+events holds under whatever relation each event states.
+
+RDP composes by adding curves, so the accountant keeps the summed curve (one value per order) and each
+event's curve is computed once by a scratch dp-accounting accountant (and cached).  Check-then-commit: the
+candidate curve is summed and its epsilon computed before anything changes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from dp_accounting import dp_event
+from dp_accounting.privacy_accountant import NeighboringRelation
+from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
+
+from pate_accountant.accountants.base import Accountant, Charge
+from pate_accountant.accountants.translate import epsilon_delta_terms
+from pate_accountant.errors import UnsupportedEventError
+from pate_accountant.events import (
+    ADD_REMOVE_ONE,
+    NEIGHBOURING_RELATIONS,
+    REPLACE_ONE,
+    BetweenThresholdsEvent,
+    BoundaryWrapperEvent,
+    EpsilonDeltaEvent,
+    ThresholdPrivacyEvent,
+)
+from pate_accountant.validation import check_real
+
+__all__ = ["RdpAccountant", "rdp_translation"]
+
+_RELATIONS = {ADD_REMOVE_ONE: NeighboringRelation.ADD_OR_REMOVE_ONE, REPLACE_ONE: NeighboringRelation.REPLACE_ONE}
+
+
+def rdp_translation(event) -> list[tuple[dp_event.DpEvent, int]]:
+    """``[(dp-accounting event, multiplicity), ...]`` composing to an upper bound on ``event``.
+
+    Our pure steps become ``ZCDpEvent(eps**2 / 2)``; dp-accounting's own events are returned as they are
+    (whether dp-accounting supports them is checked by the accountant); anything with a delta, threshold
+    privacy and non-private steps raise ``UnsupportedEventError`` naming the event.
+    """
+    out: list = []
+    _collect(event, 1, out, event)
+    return out
+
+
+def _collect(event, n: int, out: list, top) -> None:
+    def refuse(why: str):
+        inner = "" if event is top else f" (in {top!r})"
+        return UnsupportedEventError(f"RdpAccountant cannot account for event {event!r}{inner}: {why}")
+
+    if isinstance(event, (EpsilonDeltaEvent, BetweenThresholdsEvent, BoundaryWrapperEvent)):
+        for eps, delta, m in epsilon_delta_terms(event):
+            if delta > 0.0:
+                raise refuse(
+                    f"it is ({eps:g}, {delta:g})-DP with delta > 0, and an RDP curve cannot represent a delta "
+                    "(use PldAccountant or AdvancedCompositionAccountant)"
+                )
+            if eps > 0.0:
+                out.append((dp_event.ZCDpEvent(rho=eps * eps / 2.0), n * m))
+    elif isinstance(event, ThresholdPrivacyEvent):
+        raise refuse("threshold privacy is not differential privacy")
+    elif isinstance(event, dp_event.NonPrivateDpEvent):
+        raise refuse("a non-private step has no finite privacy loss")
+    elif isinstance(event, dp_event.NoOpDpEvent):
+        return
+    elif isinstance(event, dp_event.SelfComposedDpEvent):
+        if event.count > 0:
+            _collect(event.event, n * event.count, out, top)
+    elif isinstance(event, dp_event.ComposedDpEvent):
+        for part in event.events:
+            _collect(part, n, out, top)
+    elif isinstance(event, dp_event.DpEvent) and type(event).__module__ == dp_event.__name__:
+        out.append((event, n))  # a native dp-accounting event: the accountant asks dp-accounting
+    else:
+        raise refuse("no RDP translation for this event")
+
+
+@functools.lru_cache(maxsize=4096)
+def _curve_cached(event, orders: tuple, relation: str) -> np.ndarray:
+    return _curve(event, orders, relation)
+
+
+def _curve(event, orders: tuple, relation: str) -> np.ndarray:
+    """The RDP curve of one native dp-accounting ``event``, from a scratch dp-accounting accountant."""
+    scratch = rdp_lib.RdpAccountant(list(orders), _RELATIONS[relation])
+    if not scratch.supports(event):
+        raise UnsupportedEventError(
+            f"RdpAccountant cannot account for event {event!r}: dp-accounting's RDP accountant does not support "
+            f'it under neighboring_relation="{relation}" (randomized response and sampling without replacement '
+            'need "replace-one", Poisson sampling needs "add-remove-one")'
+        )
+    scratch.compose(event)
+    curve = np.array(scratch._rdp, dtype=np.float64)  # noqa: SLF001  (dp-accounting 0.6.0 keeps the curve here)
+    curve.setflags(write=False)
+    return curve
+
+
+def _event_curve(event, orders: tuple, relation: str) -> np.ndarray:
+    try:
+        hash(event)
+    except TypeError:  # an unhashable event (e.g. one holding a list)
+        return _curve(event, orders, relation)
+    return _curve_cached(event, orders, relation)
+
+
+class RdpAccountant(Accountant):
+    """Renyi-DP composition through dp-accounting (spec sections 6.4, 8): pure steps as zCDP, native
+    dp-accounting events as they are; approximate ``(eps, delta > 0)`` steps are rejected.
+
+    Keywords: ``budget=(epsilon, delta)``, ``ledger``, ``orders`` (default dp-accounting's
+    ``DEFAULT_RDP_ORDERS``), ``target_delta`` (the delta ``spent()`` reports at without a budget; default
+    ``1e-6``) and ``neighboring_relation`` (``"add-remove-one"``, default, or ``"replace-one"``: passed to
+    dp-accounting for its native events).  ``spent()`` is ``(get_epsilon(d), d)`` with ``d`` the budget's
+    delta, else ``target_delta``; the epsilon is dp-accounting's RDP-to-DP conversion of the summed curve.
+    """
+
+    kind = "rdp"
+
+    def __init__(
+        self,
+        *,
+        budget=None,
+        ledger=None,
+        orders=None,
+        target_delta: float = 1e-6,
+        neighboring_relation: str = ADD_REMOVE_ONE,
+    ):
+        self._default_orders = orders is None
+        if orders is None:
+            orders = rdp_lib.DEFAULT_RDP_ORDERS
+        orders = tuple(float(check_real("order", a, minimum=1.0, min_open=True)) for a in orders)
+        if not orders:
+            raise ValueError("orders must not be empty")
+        self._orders = orders
+        self._target_delta = check_real("target_delta", target_delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+        if neighboring_relation not in NEIGHBOURING_RELATIONS:
+            raise ValueError(f"neighboring_relation must be one of {NEIGHBOURING_RELATIONS}, got {neighboring_relation!r}")
+        self._relation = neighboring_relation
+        self._rdp = np.zeros(len(orders))
+        self._rdp.setflags(write=False)
+        super().__init__(budget=budget, ledger=ledger)
+
+    def _config(self) -> dict:
+        orders = None if self._default_orders else list(self._orders)
+        return {"orders": orders, "target_delta": self._target_delta, "neighboring_relation": self._relation}
+
+    @property
+    def orders(self) -> tuple:
+        return self._orders
+
+    @property
+    def rdp(self) -> np.ndarray:
+        """The summed RDP curve (read-only), one value per order."""
+        return self._rdp
+
+    @property
+    def report_delta(self) -> float:
+        """The total delta ``spent()`` reports at: the budget's delta, else ``target_delta``."""
+        return self._budget[1] if self._budget is not None else self._target_delta
+
+    def _prepare(self, charge: Charge):
+        parts = rdp_translation(charge.event)
+        curve = np.zeros(len(self._orders))
+        for event, n in parts:
+            curve += n * _event_curve(event, self._orders, self._relation)
+        candidate = self._rdp + charge.count * curve
+        candidate.setflags(write=False)
+        if self._budget is not None and parts:
+            eps = _epsilon(self._orders, candidate, self._budget[1])
+            if not self._within_budget(eps, self._budget[1]):
+                self._refuse(f"charging {charge.event!r} x{charge.count}", eps, self._budget[1])
+        return candidate
+
+    def _commit(self, plan) -> None:
+        self._rdp = plan
+
+    def _epsilon(self, delta: float) -> float:
+        return _epsilon(self._orders, self._rdp, delta)
+
+    def spent(self) -> tuple[float, float]:
+        delta = self.report_delta
+        return self._epsilon(delta), delta
+
+    def _snapshot(self) -> dict:
+        return {"_rdp": self._rdp}  # replaced, never mutated, by _commit
+
+
+def _epsilon(orders: tuple, rdp: np.ndarray, delta: float) -> float:
+    if not np.any(rdp > 0.0):
+        return 0.0
+    if delta <= 0.0:
+        return math.inf
+    eps, _ = rdp_lib.compute_epsilon(orders, rdp, delta)
+    return max(0.0, float(eps))
