@@ -537,3 +537,31 @@ def test_pld_benchmark_ten_thousand_heterogeneous_events():
     elapsed = time.perf_counter() - start
     print(f"PLD, 10^4 heterogeneous events: {elapsed:.3f} s, epsilon {eps:.6f} at delta 1e-6")
     assert elapsed < 2.0
+
+
+# --- get_epsilon and a re-derived delta agree ------------------------------------------------------------
+from hypothesis import given as _given  # noqa: E402
+from hypothesis import settings as _settings  # noqa: E402
+from hypothesis import strategies as _st  # noqa: E402
+
+from pate_accountant.composition import pure_optimal_delta  # noqa: E402
+
+
+@_settings(max_examples=25, deadline=None)
+@_given(_st.integers(1, 400), _st.floats(0.005, 0.5), _st.sampled_from([1e-3, 1e-5, 1e-7]))
+def test_get_epsilon_and_rederived_delta_agree(k, eps0, delta):
+    """For k identical pure eps0 steps the exact delta at the reported epsilon re-derives the delta asked for:
+    exactly (advanced, optimal-pure bound) or from below (PLD is pessimistic, so its epsilon is a bit larger)."""
+    advanced = AdvancedCompositionAccountant()
+    advanced.compose(EpsilonDeltaEvent(eps0), count=k)
+    eps = advanced.get_epsilon(delta)
+    rederived = pure_optimal_delta(k, eps0, eps)
+    assert rederived <= delta * (1 + 1e-9)
+    if eps > 0:
+        # Just below the reported epsilon the exact delta exceeds the target: the bound is tight.
+        assert pure_optimal_delta(k, eps0, eps * (1 - 1e-6)) >= delta * (1 - 1e-6) or advanced.bound_name(delta) != "optimal-pure"
+    pld = PldAccountant(value_discretization_interval=1e-4)
+    pld.compose(EpsilonDeltaEvent(eps0), count=k)
+    eps_pld = pld.get_epsilon(delta)
+    assert pure_optimal_delta(k, eps0, eps_pld) <= delta * (1 + 1e-9)  # never under-counts
+    assert eps_pld <= eps + 1e-3 * k ** 0.5 + 1e-3  # and is close to the exact value
