@@ -1,4 +1,6 @@
+import contextlib
 import os
+import types
 
 import numpy as np
 import pytest
@@ -16,3 +18,23 @@ def z_bound(num_tests: int, alpha: float = 1e-4) -> float:
     from scipy.stats import norm
 
     return float(norm.isf(alpha / (2 * max(1, num_tests))))
+
+
+class FakeLedger:
+    """A minimal stand-in for pate_accountant.ledger: rows appended per transaction, replayed on attach."""
+
+    def __init__(self):
+        self.rows = []
+
+    def sync(self, accountant):  # a single writer: nothing to catch up on
+        pass
+
+    def attach(self, accountant):
+        for charge in self.rows:
+            accountant._replay(charge)
+
+    @contextlib.contextmanager
+    def transaction(self, accountant):
+        pending = []
+        yield types.SimpleNamespace(append=lambda charges, plans=None: pending.extend(charges))
+        self.rows.extend(pending)

@@ -3,10 +3,8 @@ atomic refusals, the generation loop's view of the active teachers, and the vect
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import types
 
 import numpy as np
 import pytest
@@ -31,6 +29,7 @@ from pate_accountant.accountants.individual import (
     individual_limit,
 )
 from pate_accountant.tct import tct_epsilon, tct_max_hits
+from conftest import FakeLedger
 
 DELTA = 1e-6
 EVENT = BetweenThresholdsEvent(0.01, 0.47)
@@ -344,26 +343,6 @@ def test_record_batch_from_a_mechanism():
     expected = np.bincount(np.concatenate([np.array(c) for c, h in zip(charged, hits) if h]), minlength=200)
     assert acc.counters.tolist() == expected.tolist()
     assert acc.queries == 1000 and acc.hits == int(hits.sum())
-
-
-class FakeLedger:
-    """A minimal stand-in for pate_accountant.ledger: rows appended per transaction, replayed on attach."""
-
-    def sync(self, accountant):  # a single writer: nothing to catch up on
-        pass
-
-    def __init__(self):
-        self.rows = []
-
-    def attach(self, accountant):
-        for charge in self.rows:
-            accountant._replay(charge)
-
-    @contextlib.contextmanager
-    def transaction(self, accountant):
-        pending = []
-        yield types.SimpleNamespace(append=lambda charges, plans=None: pending.extend(charges))
-        self.rows.extend(pending)
 
 
 def test_ledger_rows_replay_to_the_same_state():

@@ -4,14 +4,12 @@ cost almost nothing (paper, "Privacy analysis considerations")."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import types
 
 import numpy as np
 import pytest
-from conftest import z_bound
+from conftest import FakeLedger, z_bound
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -416,24 +414,6 @@ def test_record_many_is_all_or_nothing():
 
 
 # -- the ledger path (a minimal stand-in for pate_accountant.ledger: rows appended per transaction) -----------
-class FakeLedger:
-    def sync(self, accountant):  # a single writer: nothing to catch up on
-        pass
-
-    def __init__(self):
-        self.rows = []
-
-    def attach(self, accountant):
-        for charge in self.rows:
-            accountant._replay(charge)
-
-    @contextlib.contextmanager
-    def transaction(self, accountant):
-        pending = []
-        yield types.SimpleNamespace(append=lambda charges, plans=None: pending.extend(charges))
-        self.rows.extend(pending)
-
-
 def test_ledger_rows_replay_to_the_same_state():
     ledger = FakeLedger()
     with_ledger = TargetChargingAccountant(budget=(1.0, DELTA), ledger=ledger)
