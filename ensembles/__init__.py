@@ -27,7 +27,17 @@ __all__ = [
     "independent_votes",
 ]
 
-from ensembles import metrics, synthetic  # noqa: E402
+from ensembles import backends, data, metrics, synthetic  # noqa: E402
+from ensembles.generation import GenerationResult, PrivateGenerator, StepRecord  # noqa: E402
 from ensembles.samplers import EnsembleSampler  # noqa: E402
 
-__all__ += ["EnsembleSampler", "metrics", "synthetic"]
+__all__ += [
+    "EnsembleSampler",
+    "GenerationResult",
+    "PrivateGenerator",
+    "StepRecord",
+    "backends",
+    "data",
+    "metrics",
+    "synthetic",
+]

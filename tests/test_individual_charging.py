@@ -413,3 +413,11 @@ def test_fast_record_equals_contract_path(limit, sequence):
         assert outcomes[0] == outcomes[1]
         assert state(fast) == state(slow)
     assert fast.spent() == slow.spent()
+
+
+def test_individual_epsilon_never_overflows():
+    """Large per-charge epsilons under replace-one used to overflow math.exp; now the answer is a number
+    (here inf: no finite group-privacy bound fits in floating point) and spent() works."""
+    value = individual_epsilon(3, 0.5, 0.3, 1e-6)
+    assert value == math.inf or value > 0
+    assert individual_epsilon(5, 0.01, 0.4, 1e-6) < 1.0

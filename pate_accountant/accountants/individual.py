@@ -123,7 +123,11 @@ def individual_epsilon(
         return tct_epsilon(tau, q, epsilon0, delta, composition=composition)
 
     def eps_a(x):
-        return tct_epsilon(tau, q, epsilon0, delta / (1.0 + math.exp(x)), composition=composition)
+        # delta / (1 + e^x), written so that it cannot overflow; once it underflows no epsilon fits.
+        delta_a = delta * math.exp(-x) / (1.0 + math.exp(-x))
+        if delta_a <= 0.0:
+            return math.inf
+        return tct_epsilon(tau, q, epsilon0, delta_a, composition=composition)
 
     # eps_a increases with x (a smaller delta_a), so every x < eps_a(0) <= eps_a(x) is infeasible and the
     # feasible x form a half-line [x*, inf) (eps_a grows like sqrt(ln(1/delta_a)), far slower than x).

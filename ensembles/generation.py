@@ -1,0 +1,275 @@
+"""Framework 2 of the paper: lockstep private generation with fallbacks (docs/generation.md).
+
+Each step: check the budget (``accountant.can_afford(mechanism.event)``), read the active teachers'
+next-token distributions from the backend (temperature, then top-p), draw ONE vote histogram (coordinated:
+Hot PATE, or independent: Cold PATE), run the mechanism through the accountant, and append the released
+token to every active teacher.  A ``fail`` (or a boundary-wrapper target, which releases nothing) is
+handled by the fallback: ``"retry"`` (fresh shared randomness, each retry a charged run), ``"public"``
+(a token from a public backend: no privacy cost) or ``"stop"``.
+
+With a :class:`~mechanisms.BetweenThresholds` mechanism the step is the individual-charging scheme of
+spec 5.1: a random rate ``nu ~ U[1/n, 1]`` and a random candidate ``v ~ U(V)`` (both data-independent),
+each active teacher included with probability ``nu``, and ``BetweenThresholds`` on the count ``c'_v`` of
+included teachers voting ``v``; ``above``/``between`` release ``v``, ``below`` fails.  The recorded
+release names the counted teachers (original indices) in ``charged_teachers``; an
+``IndividualChargingAccountant`` charges them on ``between`` and removes teachers at their limit, and the
+generator drops removed teachers from the backend before the next step.
+
+Nothing about prompts is stored: the result and the ledger hold only released tokens, outcome classes and
+counts.  ``StepRecord.max_count``/``margin`` are the *raw* (non-private) top count and margin of the step's
+histogram, for diagnostics; do not publish them as part of a DP release.
+"""
+
+from __future__ import annotations
+
+import attr
+import numpy as np
+
+from ensembles.backends.base import NextTokenBackend
+from ensembles.histograms import TAIL_VOTE, VoteHistogram, coordinated_votes, independent_votes
+from mechanisms.between_thresholds import BetweenThresholds
+from pate_accountant.accountants.base import Accountant
+from pate_accountant.accountants.individual import IndividualChargingAccountant
+from pate_accountant.errors import BudgetExhaustedError
+from pate_accountant.release import Release
+from pate_accountant.validation import check_int, check_real
+
+__all__ = ["GenerationResult", "PrivateGenerator", "StepRecord"]
+
+HISTOGRAMS = ("coordinated", "independent")
+FALLBACKS = ("retry", "public", "stop")
+STOP_REASONS = ("eos", "stop_string", "max_tokens", "budget", "fail")
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class StepRecord:
+    """One charged mechanism run (a retry is a separate record).
+
+    ``token``: the token appended after this run (``None`` if none); ``outcome``: ``"token"`` (released
+    privately), ``"fail"``, ``"target"`` (boundary-wrapper target: nothing released) or ``"fallback"``
+    (the run failed and a public token was used); ``retries``: earlier failed runs at this position;
+    ``num_teachers``: active teachers in this run; ``max_count``/``margin``: raw histogram diagnostics
+    (not private); ``target_hit``: the release's target flag; ``counted``: teachers named in the release's
+    ``charged_teachers`` (BetweenThresholds: the counted teachers; charged only on a target hit).
+    """
+
+    token: int | None
+    outcome: str
+    max_count: int
+    margin: int
+    retries: int
+    num_teachers: int
+    target_hit: bool | None = None
+    counted: int = 0
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class GenerationResult:
+    """What :meth:`PrivateGenerator.generate` returns: the generated text and token ids (without eos),
+    the per-run step records, ``spent = accountant.spent()`` at the end, the stop reason (one of
+    ``"eos"``, ``"stop_string"``, ``"max_tokens"``, ``"budget"``, ``"fail"``) and the number of
+    teachers still active.  Holds no prompt text."""
+
+    text: str
+    token_ids: tuple
+    steps: tuple
+    spent: tuple
+    stop_reason: str
+    num_active_teachers: int
+
+    @property
+    def num_charged_runs(self) -> int:
+        return len(self.steps)
+
+    def outcome_counts(self) -> dict:
+        counts: dict = {}
+        for step in self.steps:
+            counts[step.outcome] = counts.get(step.outcome, 0) + 1
+        return counts
+
+
+def _choice(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value
+
+
+def _diagnostics(votes: np.ndarray) -> tuple[int, int]:
+    real = votes[votes != TAIL_VOTE]
+    if real.size == 0:
+        return 0, 0
+    counts = np.sort(np.unique(real, return_counts=True)[1])[::-1]
+    top = int(counts[0])
+    second = int(counts[1]) if counts.size > 1 else 0
+    return top, top - second
+
+
+class PrivateGenerator:
+    """``PrivateGenerator(backend, mechanism, accountant, *, histograms="coordinated", fallback="retry",
+    max_retries=3, public_backend=None, public_prompt="", max_tokens=32, stop_strings=(), top_p=None,
+    temperature=1.0, seed=None)``; :meth:`generate` runs Framework 2 (module docstring)."""
+
+    def __init__(self, backend, mechanism, accountant, *, histograms="coordinated", fallback="retry",
+                 max_retries=3, public_backend=None, public_prompt="", max_tokens=32, stop_strings=(),
+                 top_p=None, temperature=1.0, seed=None):
+        if not isinstance(backend, NextTokenBackend):
+            raise TypeError(f"backend must implement NextTokenBackend, got {type(backend).__name__}")
+        if not isinstance(accountant, Accountant):
+            raise TypeError(f"accountant must be an Accountant, got {type(accountant).__name__}")
+        if not callable(mechanism) or not hasattr(mechanism, "event"):
+            raise TypeError("mechanism must be callable with an .event")
+        self.backend, self.mechanism, self.accountant = backend, mechanism, accountant
+        self.histograms = _choice("histograms", histograms, HISTOGRAMS)
+        self.fallback = _choice("fallback", fallback, FALLBACKS)
+        self.max_retries = check_int("max_retries", max_retries, minimum=0)
+        if fallback == "public" and public_backend is None:
+            raise ValueError('fallback="public" needs a public_backend')
+        if public_backend is not None and not isinstance(public_backend, NextTokenBackend):
+            raise TypeError("public_backend must implement NextTokenBackend")
+        if public_backend is not None and public_backend.vocab_size != backend.vocab_size:
+            raise ValueError("public_backend must share the backend's vocabulary")
+        self.public_backend, self.public_prompt = public_backend, public_prompt
+        self.max_tokens = check_int("max_tokens", max_tokens, minimum=1)
+        if isinstance(stop_strings, str):
+            stop_strings = (stop_strings,)
+        self.stop_strings = tuple(str(s) for s in stop_strings)
+        if any(not s for s in self.stop_strings):
+            raise ValueError("stop strings must be non-empty")
+        self.top_p = None if top_p is None else check_real("top_p", top_p, minimum=0.0, maximum=1.0, min_open=True)
+        self.temperature = check_real("temperature", temperature, minimum=0.0, min_open=True)
+        self.seed = seed
+        self._individual = isinstance(accountant, IndividualChargingAccountant)
+        self._between = isinstance(mechanism, BetweenThresholds)
+        if self._individual and not self._between:
+            raise ValueError("an IndividualChargingAccountant needs a BetweenThresholds mechanism (spec 5.1)")
+
+    # -- pieces ----------------------------------------------------------------------------------------
+    def _transform(self, dists):
+        if self.temperature != 1.0:
+            dists = dists.with_temperature(self.temperature)  # before top-p: needs untruncated rows
+        if self.top_p is not None and self.top_p < 1.0:
+            dists = dists.top_p(self.top_p)
+        return dists
+
+    def _votes(self, dists, rng) -> np.ndarray:
+        draw = coordinated_votes if self.histograms == "coordinated" else independent_votes
+        return draw(dists, 1, rng, num_threads=1)[0]
+
+    def _public_token(self, rng) -> int:
+        dists = self._transform(self.public_backend.distributions())
+        ids, probs = dists.row(0)
+        probs = probs / probs.sum()
+        return int(ids[rng.choice(ids.size, p=probs)])
+
+    def _between_step(self, votes, active, rng) -> tuple[Release, int | None]:
+        n = votes.size
+        nu = rng.uniform(1.0 / n, 1.0)
+        candidate = int(rng.integers(self.backend.vocab_size))
+        included = rng.random(n) < nu
+        counted = np.flatnonzero(included & (votes == candidate))
+        release = self.mechanism(int(counted.size), rng=rng)
+        release = attr.evolve(release, charged_teachers=frozenset(int(t) for t in active[counted]))
+        self.accountant.record(release)  # check-then-commit: refuses atomically
+        token = candidate if release.value in ("between", "above") else None
+        return release, token
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def generate(self, teacher_prompts, *, shared_prefix="", seed=None, rng=None) -> GenerationResult:
+        """Generate one response privately from ``teacher_prompts`` (one prompt per teacher, text or ids).
+
+        Randomness: ``rng``, else ``np.random.default_rng(seed)``, else the constructor's ``seed``; equal
+        seeds give equal results (for a deterministic backend).
+        """
+        if rng is None:
+            rng = np.random.default_rng(self.seed if seed is None else seed)
+        backend, accountant = self.backend, self.accountant
+        teacher_prompts = list(teacher_prompts)
+        backend.begin(teacher_prompts, shared_prefix=shared_prefix or None)
+        if self.public_backend is not None:
+            self.public_backend.begin([self.public_prompt or ""], shared_prefix=shared_prefix or None)
+        try:
+            run = None if self._between else accountant.register(self.mechanism)
+        except BudgetExhaustedError:  # not even one run is affordable
+            return GenerationResult("", (), (), tuple(accountant.spent()), "budget",
+                                    int(backend.active_teachers().size))
+        event = self.mechanism.event
+        if self._individual:
+            if accountant.num_teachers != len(teacher_prompts):
+                raise ValueError(
+                    f"the accountant tracks {accountant.num_teachers} teachers but {len(teacher_prompts)} prompts were given"
+                )
+            self._sync_active()
+
+        tokens: list[int] = []
+        steps: list[StepRecord] = []
+        stop_reason = "max_tokens"
+        text = ""
+        while len(tokens) < self.max_tokens:
+            token, retries = None, 0
+            while True:
+                if not accountant.can_afford(event):
+                    stop_reason = "budget"
+                    break
+                active = backend.active_teachers()
+                dists = self._transform(backend.distributions())
+                votes = self._votes(dists, rng)
+                max_count, margin = _diagnostics(votes)
+                try:
+                    if self._between:
+                        release, token = self._between_step(votes, active, rng)
+                    else:
+                        release = run(VoteHistogram.from_votes(votes, backend.vocab_size), rng=rng)
+                        token = None if (release.failed or release.target_hit) else int(release.value)
+                except BudgetExhaustedError:
+                    stop_reason = "budget"
+                    break
+                if self._individual:
+                    self._sync_active()
+                if token is not None:
+                    outcome = "token"
+                elif release.target_hit and not self._between:
+                    outcome = "target"
+                else:
+                    outcome = "fail"
+                if token is None and self.fallback == "public":
+                    token, outcome = self._public_token(rng), "fallback"
+                steps.append(StepRecord(token, outcome, max_count, margin, retries, int(active.size),
+                                        release.target_hit, len(release.charged_teachers)))
+                if token is not None or self.fallback == "stop" or retries >= self.max_retries:
+                    break
+                retries += 1
+            if stop_reason == "budget":
+                break
+            if token is None:
+                stop_reason = "fail"
+                break
+            if backend.eos_token_id is not None and token == backend.eos_token_id:
+                stop_reason = "eos"
+                break
+            tokens.append(token)
+            backend.append(token)
+            if self.public_backend is not None:
+                self.public_backend.append(token)
+            text = backend.decode(tokens)
+            hit = self._stop_string(text)
+            if hit is not None:
+                text = text[:hit]
+                stop_reason = "stop_string"
+                break
+        else:
+            stop_reason = "max_tokens"
+        if stop_reason != "stop_string":
+            text = backend.decode(tokens)
+        num_active = int(backend.active_teachers().size)
+        return GenerationResult(text, tuple(tokens), tuple(steps), tuple(accountant.spent()), stop_reason, num_active)
+
+    def _stop_string(self, text: str) -> int | None:
+        positions = [text.find(s) for s in self.stop_strings if s in text]
+        return min(positions) if positions else None
+
+    def _sync_active(self) -> None:
+        keep = self.accountant.active_teachers()
+        current = self.backend.active_teachers()
+        removed = np.setdiff1d(current, keep)
+        if removed.size:
+            self.backend.drop_teachers(removed)

@@ -1,0 +1,201 @@
+"""Framework 2 (ensembles.generation.PrivateGenerator) on the toy backend: accounting, fallbacks,
+individual charging, determinism and that no prompt text leaks into results or ledgers."""
+
+import numpy as np
+import pytest
+
+from ensembles.backends import ToyBackend
+from ensembles.generation import GenerationResult, PrivateGenerator
+from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax
+from pate_accountant.accountants import (
+    BasicCompositionAccountant,
+    IndividualChargingAccountant,
+    TargetChargingAccountant,
+)
+from pate_accountant.ledger import Ledger
+
+VOCAB = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat", "dog", "ran", "."]
+W = {w: i for i, w in enumerate(VOCAB)}
+# A word chain: the -> cat -> sat -> on -> the ...
+CHAIN = {W["the"]: W["cat"], W["cat"]: W["sat"], W["sat"]: W["on"], W["on"]: W["the"], W["<unk>"]: W["the"]}
+SECRET = "ZEBRAPASSWORD"
+PROMPTS = [f"{SECRET} {i} the" for i in range(8)]
+
+
+def agreeing(top=0.97):
+    def f(teacher, context):
+        p = np.full(len(VOCAB), (1 - top) / (len(VOCAB) - 1))
+        p[CHAIN.get(context[-1] if context else 0, W["the"])] = top
+        return p
+    return f
+
+
+def disagreeing(teacher, context):
+    """Each teacher is sure of its own word: no majority, so DPArgMax fails."""
+    p = np.zeros(len(VOCAB))
+    p[2 + teacher % 8] = 1.0
+    return p
+
+
+def prompts(n):
+    return [f"{SECRET} {i} the" for i in range(n)]
+
+
+def test_basic_composition_runs_until_budget():
+    mech = DPArgMax(1.0, 1e-5)
+    acc = BasicCompositionAccountant(budget=(5.0, 1e-3), ledger=Ledger.in_memory())
+    gen = PrivateGenerator(ToyBackend(agreeing(), VOCAB), mech, acc, max_tokens=100, seed=1)
+    result = gen.generate(prompts(60))
+    assert isinstance(result, GenerationResult)
+    assert result.stop_reason == "budget"
+    assert len(result.steps) == 5  # five runs of epsilon 1 fit into epsilon 5
+    assert result.spent[0] <= 5.0 + 1e-9 and result.spent[1] <= 1e-3
+    assert result.text == "cat sat on the cat"
+    assert acc.ledger.verify().ok
+    assert acc.ledger.row_count == len(result.steps)
+
+
+def test_target_charging_with_boundary_wrapper_and_ledger(tmp_path):
+    mech = BoundaryWrapper(DPArgMax(0.05, 1e-9))  # error bound L = 682
+    path = tmp_path / "run.ledger"
+    ledger = Ledger.open(path)
+    acc = TargetChargingAccountant(budget=(4.0, 1e-4), ledger=ledger)
+    gen = PrivateGenerator(ToyBackend(agreeing(0.99), VOCAB), mech, acc, max_tokens=12, seed=3)
+    result = gen.generate(prompts(4000), shared_prefix=f"{SECRET} header")
+    assert result.stop_reason in ("max_tokens", "budget")
+    assert result.spent[0] <= 4.0 + 1e-9 and result.spent[1] <= 1e-4
+    assert ledger.verify().ok
+    assert ledger.row_count == len(result.steps)
+    # outcome classes in the result match the ledger's
+    assert sum(s.outcome == "target" for s in result.steps) == acc.hits
+    ledger.close()
+    data = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    assert SECRET.encode() not in data
+    assert SECRET not in repr(result)
+
+
+def test_target_counts_as_fail_and_is_retried():
+    mech = BoundaryWrapper(DPArgMax(0.05, 1e-9))
+    acc = TargetChargingAccountant(budget=(4.0, 1e-4))
+
+    # top count 2680 near the release threshold n/2 + L = 2682: fails and targets are likely
+    table = np.zeros((4000, len(VOCAB)))
+    table[:2680, W["cat"]] = 1.0
+    table[2680:, W["dog"]] = 1.0
+    gen = PrivateGenerator(ToyBackend(table, VOCAB), mech, acc, max_tokens=3, max_retries=5, seed=0)
+    result = gen.generate(prompts(4000))
+    outcomes = {s.outcome for s in result.steps}
+    assert "target" in outcomes or "fail" in outcomes
+    for s in result.steps:
+        if s.outcome in ("target", "fail"):
+            assert s.token is None
+    assert result.spent[0] <= 4.0 + 1e-9
+
+
+def test_equal_seeds_equal_text_and_different_seeds_run():
+    def run(seed):
+        acc = BasicCompositionAccountant()
+        gen = PrivateGenerator(ToyBackend(agreeing(0.6), VOCAB), DPArgMax(2.0, 1e-4), acc, max_tokens=10,
+                               fallback="public", public_backend=ToyBackend(agreeing(0.5), VOCAB))
+        return gen.generate(prompts(80), seed=seed)
+
+    a, b = run(11), run(11)
+    assert a.text == b.text and a.token_ids == b.token_ids and a.steps == b.steps
+    run(12)  # a different seed runs too
+
+
+def test_fallback_public_when_teachers_disagree():
+    acc = BasicCompositionAccountant()
+    public = ToyBackend(agreeing(1.0), VOCAB)
+    gen = PrivateGenerator(ToyBackend(disagreeing, VOCAB), DPArgMax(1.0, 1e-5), acc, fallback="public",
+                           public_backend=public, public_prompt="the", max_tokens=4, seed=0)
+    result = gen.generate(prompts(64))
+    assert [s.outcome for s in result.steps] == ["fallback"] * 4
+    assert result.text == "cat sat on the"  # the public model's chain after "the"
+    assert acc.spent()[0] == pytest.approx(4.0)  # each private attempt is charged; the fallback is free
+    assert result.stop_reason == "max_tokens"
+
+
+def test_fallback_retry_and_stop_when_teachers_disagree():
+    acc = BasicCompositionAccountant()
+    gen = PrivateGenerator(ToyBackend(disagreeing, VOCAB), DPArgMax(1.0, 1e-5), acc, fallback="retry",
+                           max_retries=3, seed=0)
+    result = gen.generate(prompts(64))
+    assert result.stop_reason == "fail"
+    assert [s.retries for s in result.steps] == [0, 1, 2, 3]
+    assert all(s.outcome == "fail" for s in result.steps)
+    assert acc.spent()[0] == pytest.approx(4.0)  # every retry is a charged run
+
+    acc = BasicCompositionAccountant()
+    gen = PrivateGenerator(ToyBackend(disagreeing, VOCAB), DPArgMax(1.0, 1e-5), acc, fallback="stop", seed=0)
+    result = gen.generate(prompts(64))
+    assert result.stop_reason == "fail" and len(result.steps) == 1 and result.text == ""
+
+
+def test_eos_and_stop_strings():
+    def to_eos(teacher, context):
+        p = np.zeros(len(VOCAB))
+        p[W["dog"] if len(context) < 5 else W["<eos>"]] = 1.0  # the prompt has 3 tokens
+        return p
+
+    gen = PrivateGenerator(ToyBackend(to_eos, VOCAB), DPArgMax(1.0, 1e-5), BasicCompositionAccountant(), seed=0)
+    result = gen.generate(prompts(64))
+    assert result.stop_reason == "eos" and result.text == "dog dog" and W["<eos>"] not in result.token_ids
+
+    gen = PrivateGenerator(ToyBackend(agreeing(1.0), VOCAB), DPArgMax(1.0, 1e-5), BasicCompositionAccountant(),
+                           stop_strings=("on",), seed=0)
+    result = gen.generate(prompts(64))
+    assert result.stop_reason == "stop_string" and result.text == "cat sat "
+
+
+def test_temperature_and_top_p_and_independent_histograms():
+    acc = BasicCompositionAccountant()
+    gen = PrivateGenerator(ToyBackend(agreeing(0.7), VOCAB), DPArgMax(1.0, 1e-5), acc, histograms="independent",
+                           temperature=0.5, top_p=0.9, max_tokens=4, seed=0)
+    result = gen.generate(prompts(100))
+    assert result.text == "cat sat on the"
+
+
+def test_individual_charging_removes_teachers():
+    bt = BetweenThresholds(0.2, 5, 15)
+    acc = IndividualChargingAccountant(40, per_teacher_limit=2, epsilon0=0.2, q=bt.q)
+
+    def small_vocab(teacher, context):  # two-word vocabulary use, so the random candidate often hits
+        p = np.zeros(len(VOCAB))
+        p[W["cat"]] = 1.0
+        return p
+
+    gen = PrivateGenerator(ToyBackend(small_vocab, VOCAB), bt, acc, max_tokens=40, fallback="retry",
+                           max_retries=30, seed=5)
+    result = gen.generate(prompts(40))
+    sizes = [s.num_teachers for s in result.steps]
+    assert sizes[0] == 40
+    assert sizes == sorted(sizes, reverse=True)
+    assert sizes[-1] < 40 and result.num_active_teachers < 40
+    assert set(acc.removed_teachers)  # someone was removed
+    assert result.num_active_teachers == acc.num_active
+    hits = [s for s in result.steps if s.target_hit]
+    assert hits and all(s.token == W["cat"] for s in hits if s.counted)  # only "cat" voters are counted
+
+
+def test_individual_charging_needs_between_thresholds():
+    acc = IndividualChargingAccountant(4)
+    with pytest.raises(ValueError, match="BetweenThresholds"):
+        PrivateGenerator(ToyBackend(agreeing(), VOCAB), DPArgMax(1.0, 1e-5), acc)
+
+
+def test_budget_exhausted_before_first_step():
+    acc = BasicCompositionAccountant(budget=(0.5, 1e-3))
+    gen = PrivateGenerator(ToyBackend(agreeing(), VOCAB), DPArgMax(1.0, 1e-5), acc, seed=0)
+    result = gen.generate(prompts(60))
+    assert result.stop_reason == "budget" and result.steps == () and result.spent == (0.0, 0.0)
+
+
+def test_constructor_validation():
+    backend = ToyBackend(agreeing(), VOCAB)
+    with pytest.raises(ValueError, match="public_backend"):
+        PrivateGenerator(backend, DPArgMax(1.0, 1e-5), BasicCompositionAccountant(), fallback="public")
+    with pytest.raises(ValueError, match="histograms"):
+        PrivateGenerator(backend, DPArgMax(1.0, 1e-5), BasicCompositionAccountant(), histograms="hot")
+    with pytest.raises(TypeError):
+        PrivateGenerator(object(), DPArgMax(1.0, 1e-5), BasicCompositionAccountant())
