@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_audit_mechanism_command(commands)
     _add_audit_command(commands)
     _add_plan_command(commands)
+    _add_demo_command(commands)
+    _add_generate_command(commands)
     return parser
 
 
@@ -658,6 +660,159 @@ def _run_plan_figures(args: argparse.Namespace) -> int:
     for path in result.get("files", []):
         print(f"wrote {path}")
     return 0
+
+
+# -- demo / generate: private generation runs (docs/demo.md) ------------------------------------------------
+
+#: ``demo`` defaults (docs/demo.md explains the choice).
+DEMO_DEFAULTS = {
+    "teachers": 26, "records": 3, "max_tokens": 24, "mechanism": "dp-argmax", "accountant": "basic",
+    "step_epsilon": 2.0, "step_delta": 1e-6, "relation": "add-remove-one", "epsilon": 150.0, "delta": 1e-4,
+    "temperature": 0.7, "top_p": 0.9,
+}
+RUN_MECHANISMS = ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling")
+RUN_ACCOUNTANTS = ("basic", "advanced", "pld", "target-charging")
+
+
+def _run_options(p, *, demo: bool) -> None:
+    d = DEMO_DEFAULTS
+    p.add_argument("--teachers", metavar="N", type=_positive_int, default=d["teachers"] if demo else None,
+                   required=not demo, help="number of teachers n" + (f" (default {d['teachers']})" if demo else ""))
+    p.add_argument("--records", metavar="K", type=_positive_int, default=d["records"],
+                   help=f"synthetic records to generate (default {d['records']})")
+    p.add_argument("--max-tokens", metavar="T", type=_positive_int, default=d["max_tokens"],
+                   help=f"at most T tokens per record; a record also stops at a newline (default {d['max_tokens']})")
+    p.add_argument("--step-epsilon", metavar="E", type=_positive_float, default=d["step_epsilon"],
+                   help=f"per-step epsilon of the mechanism (default {d['step_epsilon']:g})")
+    p.add_argument("--step-delta", metavar="D", type=_probability, default=d["step_delta"],
+                   help=f"per-step delta of the mechanism (default {d['step_delta']:g})")
+    p.add_argument("--relation", choices=("replace-one", "add-remove-one"), default=d["relation"],
+                   help=f"neighbouring relation of the mechanism (default {d['relation']})")
+    p.add_argument("--temperature", metavar="T", type=_positive_float, default=d["temperature"],
+                   help=f"teacher temperature (default {d['temperature']:g})")
+    p.add_argument("--top-p", metavar="P", type=_noise_scale, default=d["top_p"],
+                   help=f"teacher top-p in (0, 1] (default {d['top_p']:g})")
+    p.add_argument("--seed", metavar="S", type=_nonnegative_int, default=None,
+                   help="seed (default: fresh OS entropy; the ledger records which)")
+    p.add_argument("--threads", metavar="K", type=_positive_int, default=None, help="CPU threads (default 2)")
+    p.add_argument("--json", action="store_true", help="print only the JSON result")
+    p.add_argument("--no-progress", action="store_true", help="do not show the progress bar (stderr)")
+
+
+def _add_demo_command(commands) -> None:
+    d = DEMO_DEFAULTS
+    p = commands.add_parser(
+        "demo",
+        help="generate a few synthetic records privately from the bundled sample on the embedded model",
+        description=(
+            "Generate a few synthetic instructions privately (Hot PATE) from the bundled Dolly-format sample "
+            "on the embedded SmolLM2-135M-Instruct model, write a NEW ledger and audit it (docs/demo.md). "
+            f"Defaults: {d['teachers']} teachers, DPArgMax(epsilon {d['step_epsilon']:g}, delta {d['step_delta']:g}, "
+            f"{d['relation']}) per step, basic composition with budget (epsilon {d['epsilon']:g}, delta {d['delta']:g})."
+        ),
+    )
+    p.add_argument("--ledger", metavar="PATH", default=None,
+                   help="new ledger file (default ./pate-demo.sqlite, or a timestamped name if that exists)")
+    p.add_argument("--epsilon", type=_positive_float, default=d["epsilon"], help=f"total budget epsilon (default {d['epsilon']:g})")
+    p.add_argument("--delta", type=_probability, default=d["delta"], help=f"total budget delta (default {d['delta']:g})")
+    _run_options(p, demo=True)
+    p.set_defaults(handler=_run_demo, parser=p)
+
+
+def _add_generate_command(commands) -> None:
+    p = commands.add_parser(
+        "generate",
+        help="generate synthetic records privately from a Dolly-format JSONL file on a local model",
+        description=(
+            "Partition the records of --data between --teachers in-context teachers of the local model "
+            "--model, generate --records synthetic instructions privately, write a NEW ledger --ledger and "
+            "audit it (docs/demo.md). --epsilon/--delta are the total budget; --step-epsilon/--step-delta the "
+            "mechanism's per-step parameters."
+        ),
+    )
+    p.add_argument("--model", metavar="PATH", required=True, help="local model folder, .gguf file, or folder with one")
+    p.add_argument("--data", metavar="FILE", required=True, help="Dolly-format JSON lines (records with a context are skipped)")
+    p.add_argument("--mechanism", choices=RUN_MECHANISMS, required=True, help="per-step aggregation mechanism")
+    p.add_argument("--accountant", choices=RUN_ACCOUNTANTS, required=True, help="privacy accountant")
+    p.add_argument("--epsilon", type=_positive_float, required=True, help="total budget epsilon")
+    p.add_argument("--delta", type=_probability, required=True, help="total budget delta")
+    p.add_argument("--ledger", metavar="FILE", required=True, help="new ledger file (must not exist)")
+    _run_options(p, demo=False)
+    p.set_defaults(handler=_run_generate, parser=p)
+
+
+def _private_run(args, *, command: str, model, records, ledger, model_label: str, data_label: str) -> int:
+    from ensembles.run import RunInputError, private_run
+
+    try:
+        result = private_run(
+            model=model, records=records, num_teachers=args.teachers, ledger_path=ledger,
+            mechanism=getattr(args, "mechanism", DEMO_DEFAULTS["mechanism"]),
+            accountant=getattr(args, "accountant", DEMO_DEFAULTS["accountant"]),
+            step_epsilon=args.step_epsilon, step_delta=args.step_delta, relation=args.relation,
+            epsilon=args.epsilon, delta=args.delta, num_records=args.records, max_tokens=args.max_tokens,
+            seed=args.seed, temperature=args.temperature, top_p=args.top_p, threads=args.threads,
+            progress=not args.no_progress and not args.json, command=command,
+            model_label=model_label, data_label=data_label,
+        )
+    except RunInputError as exc:
+        args.parser.error(str(exc))
+    except ValueError as exc:  # the backend: unknown model path, no tokenizer, ...
+        args.parser.error(f"argument --model: {exc}" if command == "generate" else str(exc))
+    if args.json:
+        print(json.dumps(result, indent=2, allow_nan=False))
+        return 0 if result["audit"]["ok"] else 1
+    p = result["parameters"]
+    print(f"{command}: {p['num_teachers']} teachers from {p['num_data_records']} records ({p['data']}), "
+          f"model {p['model']}, {p['mechanism_name']} (step epsilon {args.step_epsilon:g}, delta "
+          f"{args.step_delta:g}), {p['accountant']} accountant, seed {p['seed']}")
+    for i, record in enumerate(result["records"], start=1):
+        print(f"  record {i}: {record['text']!r}")
+        print(f"            {record['num_tokens']} tokens: {record['private_tokens']} private, "
+              f"{record['fallback_tokens']} public fallbacks; stop: {record['stop_reason']}")
+    s, b = result["spent"], result["budget"]
+    print(f"spent       : epsilon {s['epsilon']:.6g}, delta {s['delta']:.3g} of budget epsilon {b['epsilon']:g}, "
+          f"delta {b['delta']:g} ({result['charged_runs']} charged runs)")
+    print(f"ledger      : {result['ledger']['path']} ({result['ledger']['rows']} rows)")
+    audit = result["audit"]
+    print(f"audit       : {'OK' if audit['ok'] else 'FAILED'}: {audit['message']}")
+    print(f"wall time   : {result['wall_seconds']:.1f} s")
+    return 0 if audit["ok"] else 1
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from ensembles.data import bundled_sample
+    from ensembles.run import default_demo_ledger, demo_model_path
+
+    if args.ledger is None:
+        ledger = default_demo_ledger()
+    else:
+        ledger = args.ledger
+        if os.path.exists(ledger):
+            args.parser.error(f"argument --ledger: {ledger!r} already exists: each run writes a new ledger")
+    try:
+        model = demo_model_path()
+    except ValueError as exc:
+        args.parser.error(str(exc))
+    return _private_run(args, command="demo", model=model, records=bundled_sample(), ledger=ledger,
+                        model_label="SmolLM2-135M-Instruct (embedded)", data_label="bundled sample")
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from ensembles.data import load_dolly_jsonl
+
+    if not os.path.exists(os.path.expanduser(args.model)):
+        args.parser.error(f"argument --model: no model at {args.model!r} (model hubs are not used: give a local path)")
+    try:
+        records = load_dolly_jsonl(args.data)
+    except FileNotFoundError as exc:
+        args.parser.error(f"argument --data: {exc}")
+    except ValueError as exc:
+        args.parser.error(f"argument --data: {exc}")
+    return _private_run(args, command="generate", model=args.model, records=records, ledger=args.ledger,
+                        model_label=args.model, data_label=os.path.basename(args.data))
 
 
 # -- entry point -------------------------------------------------------------------------------------------
