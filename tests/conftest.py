@@ -38,3 +38,18 @@ class FakeLedger:
         pending = []
         yield types.SimpleNamespace(append=lambda charges, plans=None: pending.extend(charges))
         self.rows.extend(pending)
+
+
+class Counting:
+    """Forwards to a mechanism and counts the runs (to prove a refused call never ran)."""
+
+    def __init__(self, mechanism):
+        self.mechanism, self.calls = mechanism, 0
+
+    @property
+    def event(self):
+        return self.mechanism.event
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.mechanism(*args, **kwargs)

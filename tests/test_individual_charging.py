@@ -29,7 +29,7 @@ from pate_accountant.accountants.individual import (
     individual_limit,
 )
 from pate_accountant.tct import tct_epsilon, tct_max_hits
-from conftest import FakeLedger
+from conftest import Counting, FakeLedger
 
 DELTA = 1e-6
 EVENT = BetweenThresholdsEvent(0.01, 0.47)
@@ -55,19 +55,6 @@ def hit(teachers, event=EVENT):
 
 def miss(teachers=(), event=EVENT, value="below"):
     return Release(value, event, target_hit=False, charged_teachers=teachers)
-
-
-class Counting:
-    def __init__(self, mechanism):
-        self.mechanism, self.calls = mechanism, 0
-
-    @property
-    def event(self):
-        return self.mechanism.event
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.mechanism(*args, **kwargs)
 
 
 # -- the limits of spec 5.2 / 10 -------------------------------------------------------------------------------

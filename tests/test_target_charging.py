@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import FakeLedger, z_bound
+from conftest import Counting, FakeLedger, z_bound
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,21 +42,6 @@ def wrapper_event(eps0, q, delta0=0.0):
 
 def state(acc):
     return (acc.hits, acc.queries, acc.charged_tau, acc.spent(), acc.classes(), acc.max_hits)
-
-
-class Counting:
-    """Forwards to a mechanism and counts the runs (to prove a refused call never ran)."""
-
-    def __init__(self, mechanism):
-        self.mechanism, self.calls = mechanism, 0
-
-    @property
-    def event(self):
-        return self.mechanism.event
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.mechanism(*args, **kwargs)
 
 
 # -- spec 10: the TCT vectors through the accountant ---------------------------------------------------------
