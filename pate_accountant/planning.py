@@ -32,7 +32,15 @@ from collections.abc import Mapping
 import numpy as np
 
 from pate_accountant.composition import pure_optimal_delta, pure_optimal_epsilon
-from pate_accountant.tct import COMPOSITIONS, SPLITS, private_draws_needed, tct_details, tct_epsilon, tct_max_hits
+from pate_accountant.tct import (
+    COMPOSITIONS,
+    SPLITS,
+    largest_fitting,
+    private_draws_needed,
+    tct_details,
+    tct_epsilon,
+    tct_max_hits,
+)
 from pate_accountant.validation import check_int, check_real
 
 __all__ = [
@@ -391,18 +399,7 @@ def plain_max_queries(eps0: float, epsilon: float, delta: float, *, delta0: floa
         while k > 0 and not _plain_fits(k, eps0, epsilon, delta, delta0, method):
             k -= 1
         return k
-    if not _plain_fits(1, eps0, epsilon, delta, delta0, method):
-        return 0
-    lo, hi = 1, 2
-    while _plain_fits(hi, eps0, epsilon, delta, delta0, method):
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if _plain_fits(mid, eps0, epsilon, delta, delta0, method):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return largest_fitting(lambda k: _plain_fits(k, eps0, epsilon, delta, delta0, method))
 
 
 # -- target hits and yields ------------------------------------------------------------------------------
@@ -560,20 +557,9 @@ def _max_eps0_for_hits(hits: int, q: float, epsilon: float, delta: float, delta0
 
 def _max_hits_from(start: int, q: float, eps0: float, epsilon: float, delta: float, delta0: float, composition: str) -> int:
     """``tct_max_hits`` when ``start`` hits are known to fit: gallop upwards from ``start``."""
-    def fits(h):
-        return tct_epsilon(h, q, eps0, delta, delta0=delta0, composition=composition) <= epsilon
-
-    lo, step = start, 1
-    while fits(lo + step):
-        lo, step = lo + step, step * 2
-    hi = lo + step
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return largest_fitting(
+        lambda h: tct_epsilon(h, q, eps0, delta, delta0=delta0, composition=composition) <= epsilon, start
+    )
 
 
 def plan_for_tokens(

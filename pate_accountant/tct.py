@@ -27,6 +27,7 @@ from pate_accountant.validation import check_int, check_real
 
 __all__ = [
     "SPLITS",
+    "largest_fitting",
     "negative_binomial_tail",
     "private_draws_needed",
     "tct_details",
@@ -113,14 +114,19 @@ def tct_max_hits(
 ) -> int:
     """The largest number of target hits whose :func:`tct_epsilon` stays within ``epsilon``."""
     epsilon = check_real("epsilon", epsilon, minimum=0.0)
-    if tct_epsilon(1, q, eps0, delta, delta0=delta0, composition=composition) > epsilon:
-        return 0
-    lo, hi = 1, 2
-    while tct_epsilon(hi, q, eps0, delta, delta0=delta0, composition=composition) <= epsilon:
-        lo, hi = hi, hi * 2
+    return largest_fitting(lambda h: tct_epsilon(h, q, eps0, delta, delta0=delta0, composition=composition) <= epsilon)
+
+
+def largest_fitting(fits, start: int = 0) -> int:
+    """The largest integer ``k >= start`` with ``fits(k)``, for a predicate that holds up to some point and
+    fails after it; ``fits(start)`` is taken to hold.  Gallops up from ``start``, then bisects."""
+    lo, step = start, 1
+    while fits(lo + step):
+        lo, step = lo + step, step * 2
+    hi = lo + step
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if tct_epsilon(mid, q, eps0, delta, delta0=delta0, composition=composition) <= epsilon:
+        if fits(mid):
             lo = mid
         else:
             hi = mid
