@@ -8,7 +8,10 @@ handled by the fallback: ``"retry"`` (fresh shared randomness, each retry a char
 (a token from a public backend: no privacy cost) or ``"stop"``.
 
 With a :class:`~mechanisms.BetweenThresholds` mechanism the step is the individual-charging scheme of
-spec 5.1: a random rate ``nu ~ U[1/n, 1]`` and a random candidate ``v ~ U(V)`` (both data-independent),
+spec 5.1: a random rate ``nu ~ U[1/n, 1]`` and a random candidate ``v`` (both data-independent: ``v`` is
+drawn from the public backend's next-token distribution when there is one, ``candidate="public"``, the
+default then, else uniformly from the vocabulary, ``candidate="uniform"``; the public backend only sees the
+public prompt and released tokens, so either choice is independent of the private data),
 each active teacher included with probability ``nu``, and ``BetweenThresholds`` on the count ``c'_v`` of
 included teachers voting ``v``; ``above``/``between`` release ``v``, ``below`` fails.  The recorded
 release names the counted teachers (original indices) in ``charged_teachers``; an
@@ -38,6 +41,7 @@ __all__ = ["GenerationResult", "PrivateGenerator", "StepRecord"]
 
 HISTOGRAMS = ("coordinated", "independent")
 FALLBACKS = ("retry", "public", "stop")
+CANDIDATES = ("public", "uniform")
 STOP_REASONS = ("eos", "stop_string", "max_tokens", "budget", "fail")
 
 
@@ -107,11 +111,16 @@ def _diagnostics(votes: np.ndarray) -> tuple[int, int]:
 class PrivateGenerator:
     """``PrivateGenerator(backend, mechanism, accountant, *, histograms="coordinated", fallback="retry",
     max_retries=3, public_backend=None, public_prompt="", max_tokens=32, stop_strings=(), top_p=None,
-    temperature=1.0, seed=None)``; :meth:`generate` runs Framework 2 (module docstring)."""
+    temperature=1.0, seed=None, candidate=None)``; :meth:`generate` runs Framework 2 (module docstring).
+
+    ``candidate`` (BetweenThresholds only): where the individual-charging step's candidate token comes from,
+    ``"public"`` (a sample of the public backend's distribution; the default when ``public_backend`` is given)
+    or ``"uniform"`` (uniform over the vocabulary; the default without one).  A uniform candidate is rarely
+    one the teachers vote for when the vocabulary is large, so most steps fail."""
 
     def __init__(self, backend, mechanism, accountant, *, histograms="coordinated", fallback="retry",
                  max_retries=3, public_backend=None, public_prompt="", max_tokens=32, stop_strings=(),
-                 top_p=None, temperature=1.0, seed=None):
+                 top_p=None, temperature=1.0, seed=None, candidate=None):
         if not isinstance(backend, NextTokenBackend):
             raise TypeError(f"backend must implement NextTokenBackend, got {type(backend).__name__}")
         if not isinstance(accountant, Accountant):
@@ -138,6 +147,11 @@ class PrivateGenerator:
         self.top_p = None if top_p is None else check_real("top_p", top_p, minimum=0.0, maximum=1.0, min_open=True)
         self.temperature = check_real("temperature", temperature, minimum=0.0, min_open=True)
         self.seed = seed
+        if candidate is None:
+            candidate = "uniform" if public_backend is None else "public"
+        self.candidate = _choice("candidate", candidate, CANDIDATES)
+        if self.candidate == "public" and public_backend is None:
+            raise ValueError('candidate="public" needs a public_backend')
         self._individual = isinstance(accountant, IndividualChargingAccountant)
         self._between = isinstance(mechanism, BetweenThresholds)
         if self._individual and not self._between:
@@ -164,7 +178,10 @@ class PrivateGenerator:
     def _between_step(self, votes, active, rng) -> tuple[Release, int | None]:
         n = votes.size
         nu = rng.uniform(1.0 / n, 1.0)
-        candidate = int(rng.integers(self.backend.vocab_size))
+        if self.candidate == "public":
+            candidate = self._public_token(rng)
+        else:
+            candidate = int(rng.integers(self.backend.vocab_size))
         included = rng.random(n) < nu
         counted = np.flatnonzero(included & (votes == candidate))
         release = self.mechanism(int(counted.size), rng=rng)

@@ -199,3 +199,36 @@ def test_constructor_validation():
         PrivateGenerator(backend, DPArgMax(1.0, 1e-5), BasicCompositionAccountant(), histograms="hot")
     with pytest.raises(TypeError):
         PrivateGenerator(object(), DPArgMax(1.0, 1e-5), BasicCompositionAccountant())
+
+
+def test_individual_charging_candidate_from_public_backend():
+    """With a public backend, the BetweenThresholds candidate is a public-model sample: when the public model
+    agrees with the teachers, the candidate is the teachers' token and steps release it; uniform candidates
+    over the 10-word vocabulary hit only about 1 time in 10."""
+    def make(candidate):
+        bt = BetweenThresholds(0.5, 3, 8)
+        acc = IndividualChargingAccountant(60, per_teacher_limit=1000, epsilon0=0.5, q=bt.q)
+        public = ToyBackend(agreeing(1.0), VOCAB)
+        return PrivateGenerator(ToyBackend(agreeing(1.0), VOCAB), bt, acc, max_tokens=20, fallback="public",
+                                public_backend=public, candidate=candidate, seed=3)
+
+    public_run = make(None).generate(prompts(60))  # default with a public backend: "public"
+    uniform_run = make("uniform").generate(prompts(60))
+    released_public = public_run.outcome_counts().get("token", 0)
+    released_uniform = uniform_run.outcome_counts().get("token", 0)
+    # Public candidate = the chain word every teacher votes for; the count of included voters is
+    # nu * 60 with nu ~ U[1/60, 1], below the lower threshold 3 only when nu < about 0.05 (and noise):
+    # expect about 19 of 20 releases.  Uniform: each release needs the candidate to be the chain word
+    # (probability 1/10), so releases ~ Binomial(20, <= 0.1), mean <= 2, P[>= 8] < 1e-3.
+    assert released_public >= 15
+    assert released_uniform < 8
+    assert public_run.text.startswith("the cat sat on the")  # released and fallback tokens follow the chain
+
+
+def test_public_candidate_needs_a_public_backend():
+    bt = BetweenThresholds(0.5, 3, 8)
+    acc = IndividualChargingAccountant(10, per_teacher_limit=10, epsilon0=0.5, q=bt.q)
+    with pytest.raises(ValueError, match="candidate"):
+        PrivateGenerator(ToyBackend(agreeing(), VOCAB), bt, acc, candidate="public")
+    with pytest.raises(ValueError, match="candidate"):
+        PrivateGenerator(ToyBackend(agreeing(), VOCAB), bt, acc, candidate="model")
