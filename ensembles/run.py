@@ -173,6 +173,10 @@ def private_run(
     parts = partition_records(records, num_teachers, rng)
     shared_prefix, prompts = teacher_prompts(parts)
     public_prompt = OPEN_SLOT  # the open slot only: no private record
+    try:  # prompts that do not fit the context window: refused before the ledger exists
+        backend.check_prompts(prompts, shared_prefix)
+    except ValueError as exc:
+        raise RunInputError(f"--teachers {num_teachers}: {exc} (use more teachers or shorter records)") from None
 
     metadata = {
         "command": command,

@@ -124,6 +124,31 @@ def test_bad_inputs_refused_before_the_ledger(model_dir, tmp_path, kwargs, messa
     assert not ledger.exists()
 
 
+def test_prompt_longer_than_context_window_refused_before_the_ledger(model_dir, tmp_path):
+    long_records = [dict(r, instruction=" ".join([r["instruction"]] * 80)) for r in _records(12)]
+    ledger = tmp_path / "long.sqlite"
+    with pytest.raises(RunInputError, match="context window") as caught:
+        _run(model_dir, ledger, records=long_records)
+    assert not ledger.exists()
+    assert MARKER not in str(caught.value)
+
+
+def test_tokenizer_without_pad_or_eos_refused_before_the_ledger(model_dir, tmp_path):
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    folder = tmp_path / "no-pad"
+    LlamaForCausalLM.from_pretrained(model_dir).save_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.pad_token = None
+    tokenizer.eos_token = None
+    tokenizer.save_pretrained(folder)
+    assert AutoTokenizer.from_pretrained(folder).pad_token_id is None
+    ledger = tmp_path / "nopad.sqlite"
+    with pytest.raises(ValueError, match="neither a pad token nor an eos token"):
+        _run(folder, ledger)
+    assert not ledger.exists()
+
+
 def test_existing_ledger_refused(model_dir, tmp_path):
     ledger = tmp_path / "exists.sqlite"
     ledger.write_bytes(b"")

@@ -282,6 +282,12 @@ class TransformersBackend:
                 )
         return prefix, suffixes
 
+    def check_prompts(self, teacher_prompts, shared_prefix=None) -> None:
+        """Raise ``ValueError``/``TypeError`` (as :meth:`begin` would) for prompts that are empty, hold bad
+        token ids, or do not fit the context window, without running the model (so callers can refuse bad
+        input before opening a ledger)."""
+        self._contexts(teacher_prompts, shared_prefix)
+
     # -- model calls ---------------------------------------------------------------------------------
     def _forward(self, input_ids, mask, positions, cache):
         import torch
