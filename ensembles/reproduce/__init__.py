@@ -1,0 +1,59 @@
+"""The paper's results, regenerated from scratch: ``pate-accountant experiment NAME`` (docs/results.md).
+
+Every experiment is a module in this package with the same small interface, so the command line (and
+the tests) treat them alike:
+
+Module-level imports must stay light (numpy, scipy; no torch, no matplotlib): the parser imports
+every module to learn its options.
+
+* ``NAME`` (the command's name), ``HELP`` (one line), ``DESCRIPTION`` (a paragraph), ``SIZES``
+  (``{"full": {...}, "quick": {...}}``: the sizes that ``--quick`` switches between) and ``FULL_RUNTIME``
+  (what the full size took on our machine, for the help text and docs/results.md);
+* ``add_arguments(parser)``: the experiment's own options (may add none);
+* ``run(*, quick, seed, progress, **options) -> dict``: the whole experiment, deterministic for a seed,
+  returning plain JSON data (``{"experiment": NAME, "parameters": {...}, ...}``); ``options`` are the
+  experiment's own parsed options, by their ``dest`` names; bad values raise ``ValueError`` naming them;
+* ``plot(result, out_dir) -> list[pathlib.Path]``: PNG figures (matplotlib, imported lazily, Agg canvas);
+* ``summary(result) -> str``: a short human-readable report (tables, the claims checked).
+
+:data:`EXPERIMENTS` maps names to modules; :func:`load` imports one lazily (the model-based experiments
+import torch only when run).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+__all__ = ["EXPERIMENTS", "available", "load"]
+
+#: Command name -> module (imported on demand by :func:`load`).
+EXPERIMENTS = {
+    "alpha-sweep": "ensembles.reproduce.alpha_sweep",
+    "tct-budget": "ensembles.reproduce.tct_budget",
+    "planet-z": "ensembles.reproduce.planet_z",
+    "instructions": "ensembles.reproduce.instructions",
+    "end-to-end": "ensembles.reproduce.end_to_end",
+}
+
+_REQUIRED = ("NAME", "HELP", "DESCRIPTION", "SIZES", "FULL_RUNTIME", "add_arguments", "run", "plot", "summary")
+
+
+def load(name: str):
+    """The experiment module ``name`` (a key of :data:`EXPERIMENTS`), checked for the interface above."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"experiment must be one of {sorted(EXPERIMENTS)}, got {name!r}")
+    module = importlib.import_module(EXPERIMENTS[name])
+    missing = [attr for attr in _REQUIRED if not hasattr(module, attr)]
+    if missing:
+        raise RuntimeError(f"experiment module {module.__name__} lacks {', '.join(missing)}")
+    return module
+
+
+def available() -> list[str]:
+    """Names of the experiments whose module exists (all of them once the package is complete)."""
+    names = []
+    for name, module in EXPERIMENTS.items():
+        if importlib.util.find_spec(module) is not None:
+            names.append(name)
+    return names
