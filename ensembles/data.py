@@ -53,7 +53,7 @@ def _parse_lines(lines, source: str, *, no_context: bool, max_instruction_chars:
     return records
 
 
-def load_dolly_jsonl(path, *, no_context: bool = True, max_instruction_chars: int | None = 256) -> list[dict]:
+def load_dolly_jsonl(path, *, no_context: bool = True, max_instruction_chars: int | None = 255) -> list[dict]:
     """Read Dolly-format JSON lines; keep records without context (``no_context``) whose instruction has at
     most ``max_instruction_chars`` characters (``None``: no limit).  Blank lines are skipped.
 
@@ -73,7 +73,7 @@ def load_dolly_jsonl(path, *, no_context: bool = True, max_instruction_chars: in
     return records
 
 
-def bundled_sample(*, no_context: bool = True, max_instruction_chars: int | None = 256) -> list[dict]:
+def bundled_sample(*, no_context: bool = True, max_instruction_chars: int | None = 255) -> list[dict]:
     """The small invented Dolly-format sample shipped with the package (``ensembles/data/dolly_sample.jsonl``)."""
     resource = resources.files("ensembles").joinpath("data", "dolly_sample.jsonl")
     text = resource.read_text(encoding="utf-8")

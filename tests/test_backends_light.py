@@ -166,3 +166,13 @@ def test_bundled_sample_loads_partitions_and_prompts():
         assert prompt.endswith("Instruction:")
     with pytest.raises(ValueError, match="field"):
         teacher_prompts(parts, template="{nope}")
+
+
+def test_dolly_loader_keeps_instructions_shorter_than_256_characters(tmp_path):
+    """The paper keeps no-context instructions shorter than 256 characters: 255 stays, 256 goes."""
+    import json
+
+    path = tmp_path / "lengths.jsonl"
+    rows = [{"instruction": "a" * k, "context": "", "response": "r", "category": "open_qa"} for k in (255, 256)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert [len(r["instruction"]) for r in load_dolly_jsonl(path)] == [255]
