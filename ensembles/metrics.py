@@ -12,7 +12,9 @@ array (the result then has one entry per threshold).
 * the transferred distribution ``(1/r) sum_h c_j^h 1{c_j^h >= T} / n`` and its total variation to the
   average teacher distribution (the missing mass is the ``fail`` outcome);
 * the tau-robust mass ``P(tau) = sum_j (1/n) sum_i min(p_ij, tau-th largest p_hj)`` (Remark D.1);
-* pairwise agreement: probability Jaccard ``J_P`` (exact for Algorithm 1) and weighted Jaccard ``J_W``.
+* pairwise agreement: probability Jaccard ``J_P`` (exact for Algorithm 1) and weighted Jaccard ``J_W``;
+* :func:`cold_zero_threshold`: a threshold from which independent (Cold PATE) coverage is zero with high
+  probability (Chernoff-Hoeffding bound on each token's binomial-like count).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import numpy as np
 
 from ensembles.distributions import TeacherDistributions
 from ensembles.histograms import count_votes
-from pate_accountant.validation import check_int
+from pate_accountant.validation import check_int, check_real
 
 __all__ = [
     "agreement_by_token",
+    "cold_zero_threshold",
     "average_yield",
     "coverage",
     "independent_agreement",
@@ -255,3 +258,31 @@ def _pair(p, q) -> tuple[np.ndarray, np.ndarray]:
         if not np.isfinite(v).all() or (v < 0).any() or abs(v.sum() - 1.0) > 1e-9:
             raise ValueError(f"{name} must be a probability vector (non-negative, summing to 1)")
     return p, q
+
+
+def cold_zero_threshold(average, num_teachers: int, num_samples: int, delta: float = 1e-6):
+    """Smallest ``T`` such that, with probability at least ``1 - delta``, no token reaches count ``T`` in any
+    of ``num_samples`` independent (Cold PATE) histograms of ``n = num_teachers`` teachers whose average
+    distribution is ``average``; ``None`` when no ``T <= n`` qualifies.
+
+    Token ``j``'s independent count is a sum of ``n`` independent Bernoulli votes with mean ``n pbar_j``
+    (Poisson-binomial).  The Chernoff-Hoeffding bound ``Pr[count_j >= T] <= exp(-n D(T/n || pbar_j))`` for
+    ``T/n > pbar_j`` (``D``: Bernoulli relative entropy; Hoeffding 1963, Theorem 1, which holds for any
+    independent summands in ``[0, 1]`` with average mean ``pbar_j``), with a union bound over the tokens and the samples, must total at most ``delta``.  Coverage
+    is non-increasing in ``T``, so it stays zero above the returned value.
+    """
+    from scipy.special import rel_entr
+
+    n = check_int("num_teachers", num_teachers, minimum=1)
+    r = check_int("num_samples", num_samples, minimum=1)
+    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    p = np.asarray(average, dtype=np.float64).ravel()
+    p = p[p > 0]
+    for t in range(1, n + 1):
+        q = t / n
+        if (p >= q).any():
+            continue
+        divergence = rel_entr(q, p) + rel_entr(1.0 - q, 1.0 - p)  # finite and warning-free for tiny p
+        if r * np.exp(-n * divergence).sum() <= delta:
+            return t
+    return None
