@@ -259,3 +259,29 @@ def test_smollm2_distribution():
     assert (dist.tail <= 0.05 + 1e-9).all()
     backend.append(backend.encode(" Paris")[0])
     assert backend.distributions().num_teachers == 2
+
+
+@pytest.mark.gpu
+def test_cuda_bf16_matches_cpu_fp32(tokenizer):
+    """The CUDA path (bf16 by default): same caches, padding and prefix logic on the device, distributions
+    within bf16 accuracy of the CPU fp32 backend.  Runs with ``-m gpu`` on a machine with CUDA."""
+    if not torch.cuda.is_available():
+        pytest.fail("the gpu lane needs CUDA")
+    import copy
+
+    cpu_model = tiny_llama(tokenizer)
+    cuda = TransformersBackend(copy.deepcopy(cpu_model), tokenizer, device="cuda", batch_size=2)
+    assert cuda.device.type == "cuda" and cuda.dtype == torch.bfloat16
+    cpu = _backend(cpu_model, tokenizer)
+    for backend in (cuda, cpu):
+        backend.begin(PROMPTS, shared_prefix=PREFIX)
+    for token in (17, 42, 5):
+        on_gpu, on_cpu = cuda.distributions().to_dense(), cpu.distributions().to_dense()
+        # bf16 keeps 8 mantissa bits, so logits differ from fp32 by about 1e-2 relative; a cache, padding or
+        # position bug moves whole rows (total variation near 1), rounding only a few percent.
+        assert (0.5 * np.abs(on_gpu - on_cpu).sum(axis=1)).max() < 0.1
+        np.testing.assert_allclose(on_gpu.sum(axis=1), 1.0, atol=1e-9)
+        for backend in (cuda, cpu):
+            backend.append(token)
+    votes = cuda.coordinated_votes_on_device(4, seed=0)
+    assert np.asarray(votes).shape == (4, len(PROMPTS))
