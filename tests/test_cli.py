@@ -202,3 +202,11 @@ def test_importing_pate_accountant_does_not_import_ensembles_matplotlib_or_torch
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == ""
+
+
+def test_experiment_list_matches_the_reproduce_package():
+    from ensembles import reproduce
+    from pate_accountant.cli import REPRODUCE_EXPERIMENTS
+
+    assert list(REPRODUCE_EXPERIMENTS) == list(reproduce.EXPERIMENTS)
+    assert sorted(reproduce.available()) == sorted(reproduce.EXPERIMENTS)  # every experiment has its module

@@ -1,0 +1,820 @@
+"""``pate-accountant experiment end-to-end``: full private generation of a set of records (paper Framework 2).
+
+The paper's Framework 2 (Section 1.2, "PATE framework for sequential text generation") generates a response
+token by token: every teacher gives its next-token distribution, one vote histogram is drawn (coordinated:
+Hot PATE, Algorithm 1; independent: Cold PATE), a DP aggregator releases a token or fails, and a failure is
+answered by a fallback (a public model).  Section 6 ("Privacy analysis considerations") charges the
+aggregation with the Target Charging Technique through the boundary wrapper (only ``top`` outcomes are
+charged), and Appendix "DP methods for heterogeneous ensembles" (spec MECHANISMS.md 5.1) charges
+BetweenThresholds queries to the individual teachers counted in them.  The paper states the ingredients
+and their guarantees but runs no end-to-end generation; this experiment runs it, with our mechanisms and
+accountants, for three configurations, each under Hot and Cold histograms with the same seed, budget and
+teachers:
+
+* ``target-dp-argmax``: ``BoundaryWrapper(DPArgMax)`` (``LArgMax_L`` of paper Algorithm 2, spec 1.3, inside
+  the spec 4.3 wrapper) under :class:`~pate_accountant.accountants.TargetChargingAccountant`;
+* ``target-dp-weighted-sampling``: ``BoundaryWrapper(DPWeightedSampling)`` (``LWS_L``, paper Algorithm 3,
+  spec 2.2-2.3) under the same accountant.  The target-charging accountant accepts a wrapped weighted
+  sampler (its event's inner part is an (epsilon, delta) event) and the wrapper's ``q`` holds for
+  multi-outcome inner laws (docs/mechanisms/boundary_wrapper.md), so no plain-composition stand-in is needed;
+  for reference every target-charging run also reports what PLD composition of the *unwrapped* inner
+  mechanism would charge for the same number of runs;
+* ``individual-between-thresholds``: the spec 5.1 step (random rate ``nu``, a candidate token drawn from the
+  public model, ``BetweenThresholds`` on the count of sampled teachers voting for it) under
+  :class:`~pate_accountant.accountants.IndividualChargingAccountant` (teachers removed at their limit).
+
+Every run generates up to ``K`` records with :class:`~ensembles.generation.PrivateGenerator` and the public
+fallback (the same model with the public prompt only), so records complete; it stops early only when the
+budget is spent.  Per run we report records produced per epsilon spent, the fail rate (charged runs that
+released nothing: fail or target), private and fallback tokens, the accountant's state and the diversity
+of the produced set (:func:`diversity`: distinct records, distinct-1 and distinct-2).
+
+Two ensembles (two "parts"):
+
+* ``model``: the embedded SmolLM2-135M-Instruct (``--model`` for another local model) with few-shot teachers
+  on Dolly-format instructions (``--data``; default the bundled sample), prompts and partition as in
+  :func:`ensembles.run.private_run`.  With tens of teachers (``n`` is capped by the records, and every step
+  costs a forward pass per teacher on a CPU) the per-step parameters must be large for anything to pass:
+  ``DPArgMax`` releases only a count above ``n/2 + L`` and ``L`` is about ``(2/eps) ln(2/delta)``.  At such levels the boundary wrapper's ``q`` is small (``q ~ e^-eps / 2``), so the
+  TCT price of even the first query is hundreds of epsilon (:data:`MODEL_SETTING` documents the choice).
+  This part is a working end-to-end pipeline at a privacy level that is not meaningful; the paper's regime
+  needs thousands of teachers (Section 6: ``n = C_delta / eps0``).
+* ``synthetic``: the paper's regime on a table of teacher distributions (a :class:`ToyBackend`):
+  ``p_i = alpha s + (1 - alpha) r_i`` (Section 6's alpha mixtures, :func:`ensembles.synthetic.alpha_mixture`)
+  with ``s`` uniform over ``k`` common words (one of them the end of a record) and ``r_i`` a word of teacher
+  ``i`` alone, ``n`` in the thousands, per-query levels ``<= 0.1`` and a total budget of single-digit
+  epsilon; the public model knows the common words but not the teachers' preferences (uniform over them).
+  Here Hot PATE releases nearly every token privately and Cold PATE almost none: an independent histogram
+  spreads the common mass over ``k`` words, so no count gets near ``n/2 + L`` (DPArgMax), ``L`` (DPWS) or
+  the BetweenThresholds threshold, while the coordinated histogram puts it on one word.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pate_accountant.validation import check_int, check_real
+
+__all__ = [
+    "CONFIGURATIONS",
+    "DESCRIPTION",
+    "ENSEMBLES",
+    "FULL_RUNTIME",
+    "HELP",
+    "MODEL_SETTING",
+    "NAME",
+    "SIZES",
+    "SYNTHETIC_SETTING",
+    "SharedPrefill",
+    "add_arguments",
+    "build_configuration",
+    "distinct_ngrams",
+    "diversity",
+    "generate_records",
+    "plot",
+    "run",
+    "run_part",
+    "summarize_run",
+    "summary",
+    "synthetic_backends",
+]
+
+NAME = "end-to-end"
+HELP = "Framework 2 end to end: private records under target and individual charging, Hot vs Cold"
+DESCRIPTION = (
+    "Generate K records privately (paper Framework 2) with the public fallback, under three configurations: "
+    "the boundary-wrapped DPArgMax and DPWeightedSampling with target charging, and BetweenThresholds with "
+    "individual charging; each with coordinated (Hot PATE) and independent (Cold PATE) histograms at the "
+    "same seed, budget and teachers. Two ensembles: few-shot teachers on a local causal LM (default: the "
+    "embedded SmolLM2-135M-Instruct on the bundled Dolly-format sample: tens of teachers, so large "
+    "per-step epsilons) and a synthetic alpha-mixture table in the paper's regime (thousands of teachers, "
+    "per-query eps0 <= 0.1). Reports records and private tokens per epsilon spent, fail rate, fallback "
+    "tokens, the accountants' state and the diversity of the records (distinct records, distinct-1/2)."
+)
+SIZES = {
+    "full": {"teachers": 50, "records": 8, "max_tokens": 24, "synthetic_teachers": 4000, "synthetic_records": 100},
+    "quick": {"teachers": 40, "records": 1, "max_tokens": 4, "synthetic_teachers": 4000, "synthetic_records": 3},
+}
+FULL_RUNTIME = "about 6 minutes on an idle 2-core CPU"  # measured: see docs/results/end-to-end.md
+
+#: The configurations (mechanism + accountant), in report order.
+CONFIGURATIONS = ("target-dp-argmax", "target-dp-weighted-sampling", "individual-between-thresholds")
+#: Ensemble label -> PrivateGenerator ``histograms``.
+ENSEMBLES = (("hot", "coordinated"), ("cold", "independent"))
+PARTS = ("model", "synthetic")
+
+#: Per-step parameters and budgets of the model part (tens of teachers), under replace-one.
+#:
+#: * Target charging: inner ``(eps_A, delta0) = (2, 1e-8)``, so ``L = 19`` and ``DPArgMax`` releases only a
+#:   top count above ``n/2 + 19``: with ``n = 50`` a count of 44 releases with probability 0.27 and 46 with
+#:   0.9; with ``n = 40`` a count of 39 with 0.27 and a unanimous one with 0.73.  The wrapped query is charged at
+#:   level ``2 eps_A = 4`` with ``q = 0.071``, and the TCT bound for ``delta = 1e-5`` is 648 for the first
+#:   hit (spent as soon as one query ran), 800 for two and 1160 for five: budget ``(1000, 1e-5)``, 3 hits.
+#:   A smaller ``eps_A`` lets nothing through at this ``n``; a larger one makes ``q`` smaller still
+#:   (``eps_A = 3``: 2844 for the first hit).
+#: * Individual charging: ``BetweenThresholds(0.2, 10, 20)`` (gap times epsilon = 2, ``q = 0.40``); the
+#:   per-teacher limit for ``(32, 1e-5)`` under replace-one is 11 charges (none fits below epsilon 14).
+MODEL_SETTING = {
+    "relation": "replace-one",
+    "target": {"epsilon0": 2.0, "delta0": 1e-8, "budget": (1000.0, 1e-5)},
+    "individual": {"epsilon0": 0.2, "low": 10, "high": 20, "budget": (32.0, 1e-5)},
+}
+#: Per-step parameters and budgets of the synthetic part (the paper's regime), under replace-one; one total
+#: budget ``(8, 1e-6)`` for every configuration.
+#:
+#: * Target charging: inner ``(0.05, 1e-10)``: ``L = 774``, level ``0.1``, ``q = 1/3``; 43 target hits fit
+#:   in ``(8, 1e-6)`` (the first costs 2.7).  With ``n = 4000`` DPArgMax can release a top count above
+#:   ``n/2 + L = 2774`` (0.69 n) and surely releases one above ``n/2 + 2L = 3548``.
+#: * Individual charging: ``BetweenThresholds(0.05, 500, 540)`` (``q = 0.42``), per-teacher limit 50; the
+#:   threshold 500 lies above every independent count of a common word (``alpha n / k = 345`` for
+#:   ``n = 4000``) by 7.75 noise scales, and far below a coordinated one (about ``alpha n``).
+SYNTHETIC_SETTING = {
+    "relation": "replace-one",
+    "target": {"epsilon0": 0.05, "delta0": 1e-10, "budget": (8.0, 1e-6)},
+    "individual": {"epsilon0": 0.05, "low": 500, "high": 540, "budget": (8.0, 1e-6)},
+}
+#: The synthetic ensemble: ``k`` common words (the first ends a record), weight ``alpha`` on them.
+SYNTHETIC_COMMON_WORDS = 11
+SYNTHETIC_ALPHA = 0.95
+SYNTHETIC_MAX_TOKENS = 10
+#: Model part: no top-p truncation (the full distributions are the cheapest here: a top-p cut sorts every
+#: teacher's vocabulary each step), as in ``ensembles.run.private_run``.
+TOP_P = None
+#: Model part: teachers per forward pass (one pass for the default sizes).
+BATCH_SIZE = 64
+#: Relative slack when comparing a spent epsilon with the budget (float rounding of the bounds).
+BUDGET_SLACK = 1e-9
+
+
+# -- diversity -------------------------------------------------------------------------------------------
+def distinct_ngrams(texts, n: int) -> tuple[int, int]:
+    """``(distinct, total)`` word ``n``-grams over ``texts`` (whitespace-split words; n-grams never cross
+    records).  ``distinct / total`` is the distinct-``n`` ratio (Li et al. 2016, "A diversity-promoting
+    objective function for neural conversation models")."""
+    n = check_int("n", n, minimum=1)
+    seen: set = set()
+    total = 0
+    for text in texts:
+        words = str(text).split()
+        grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+        total += len(grams)
+        seen.update(grams)
+    return len(seen), total
+
+
+def _ratio(numerator, denominator):
+    return numerator / denominator if denominator else None
+
+
+def diversity(texts) -> dict:
+    """Diversity of a produced set of records: number of records, distinct records (exact text match after
+    stripping), and distinct word 1- and 2-grams with their distinct-n ratios (``None`` for no n-gram)."""
+    texts = [str(t).strip() for t in texts]
+    out = {"records": len(texts), "distinct_records": len(set(texts))}
+    for n in (1, 2):
+        distinct, total = distinct_ngrams(texts, n)
+        out[f"distinct_{n}"] = distinct
+        out[f"total_{n}"] = total
+        out[f"distinct_{n}_ratio"] = _ratio(distinct, total)
+    return out
+
+
+# -- configurations --------------------------------------------------------------------------------------
+def build_configuration(configuration: str, setting: dict, num_teachers: int, records=None):
+    """``(mechanism, accountant, budget)`` of one configuration (a fresh accountant).
+
+    Target charging goes through :func:`ensembles.run.build_mechanism` / :func:`~ensembles.run.build_accountant`
+    (``boundary-dp-argmax``; the wrapped weighted sampler is built here, ``run.MECHANISMS`` has no name for
+    it) and, with ``records``, :func:`~ensembles.run.check_inputs`.  Raises ``ValueError`` when the budget
+    cannot pay for a single step."""
+    from ensembles.run import build_accountant, build_mechanism, check_inputs
+    from mechanisms import BetweenThresholds, BoundaryWrapper, DPWeightedSampling
+    from pate_accountant.accountants import IndividualChargingAccountant
+
+    if configuration not in CONFIGURATIONS:
+        raise ValueError(f"configuration must be one of {CONFIGURATIONS}, got {configuration!r}")
+    relation = setting["relation"]
+    if configuration.startswith("target-"):
+        params = setting["target"]
+        budget = tuple(float(x) for x in params["budget"])
+        if configuration == "target-dp-argmax":
+            mechanism = build_mechanism("boundary-dp-argmax", params["epsilon0"], params["delta0"], relation)
+        else:
+            mechanism = BoundaryWrapper(DPWeightedSampling(params["epsilon0"], params["delta0"], relation=relation))
+        if records is not None:
+            check_inputs(records, num_teachers, mechanism, "target-charging", budget)
+        accountant = build_accountant("target-charging", budget)
+    else:
+        params = setting["individual"]
+        budget = tuple(float(x) for x in params["budget"])
+        mechanism = BetweenThresholds(params["epsilon0"], params["low"], params["high"], relation=relation)
+        accountant = IndividualChargingAccountant(num_teachers, budget=budget, epsilon0=mechanism.epsilon,
+                                                  q=mechanism.q, relation=relation)
+    if not accountant.can_afford(mechanism.event):
+        raise ValueError(f"{configuration}: the budget {budget} cannot pay for a single step")
+    return mechanism, accountant, budget
+
+
+def generate_records(backend, public, mechanism, accountant, *, histograms: str, prompts, shared_prefix="",
+                     public_prompt="", num_records: int, max_tokens: int, stop_strings=(), top_p=None, rng,
+                     on_record=None) -> list:
+    """Up to ``num_records`` :class:`~ensembles.generation.GenerationResult` from one
+    :class:`~ensembles.generation.PrivateGenerator` (public fallback) sharing ``accountant``; stops after a
+    record cut short by the budget.  ``on_record()`` is called once per requested record."""
+    from ensembles.generation import PrivateGenerator
+
+    generator = PrivateGenerator(
+        backend, mechanism, accountant, histograms=histograms, fallback="public", public_backend=public,
+        public_prompt=public_prompt, max_tokens=max_tokens, stop_strings=stop_strings, top_p=top_p,
+    )
+    results = []
+    for index in range(num_records):
+        result = generator.generate(prompts, shared_prefix=shared_prefix, rng=rng)
+        results.append(result)
+        if on_record is not None:
+            on_record()
+        if result.stop_reason == "budget":
+            if on_record is not None:
+                for _ in range(num_records - index - 1):
+                    on_record()
+            break
+    return results
+
+
+def _finite(value):
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _accountant_state(accountant) -> dict:
+    from pate_accountant.accountants import IndividualChargingAccountant
+
+    if isinstance(accountant, IndividualChargingAccountant):
+        counters = list(accountant.counters)
+        return {
+            "kind": accountant.kind,
+            "between_hits": int(accountant.hits),
+            "queries": int(accountant.queries),
+            "per_teacher_limit": accountant.per_teacher_limit,
+            "largest_charge": int(max(counters)) if counters else 0,
+            "teachers_charged": int(sum(1 for c in counters if c > 0)),
+            "teachers_removed": len(accountant.removed_teachers),
+        }
+    return {
+        "kind": accountant.kind,
+        "target_hits": int(accountant.hits),
+        "queries": int(accountant.queries),
+        "max_hits": accountant.max_hits,
+        "charged_tau": int(accountant.charged_tau),
+    }
+
+
+def _plain_composition(mechanism, runs: int, delta: float):
+    """Epsilon that PLD composition of ``runs`` runs of the unwrapped inner mechanism would charge at
+    ``delta`` (``None`` when infinite, e.g. once ``runs * delta0`` exceeds ``delta``)."""
+    from pate_accountant.accountants import PldAccountant
+
+    if runs == 0:
+        return 0.0
+    accountant = PldAccountant()
+    accountant.compose(mechanism.inner.event, count=runs)
+    return _finite(accountant.get_epsilon(delta))
+
+
+def summarize_run(results, accountant, budget, mechanism=None, *, num_records: int) -> dict:
+    """The JSON summary of one configuration's run (module docstring): counts from the step records, the
+    accountant's ``spent()`` against ``budget``, diversity of the records not cut short by the budget."""
+    steps = [step for result in results for step in result.steps]
+    runs = len(steps)
+    private = [step.token for step in steps if step.outcome == "token"]
+    fallback = sum(1 for step in steps if step.outcome == "fallback")
+    # A boundary-wrapper target releases nothing (target_runs); a BetweenThresholds "between" (also a charged
+    # target) releases its candidate: target_hits counts both kinds.
+    targets = sum(1 for step in steps if step.target_hit and step.outcome != "token")
+    completed = [result for result in results if result.stop_reason != "budget"]
+    texts = [result.text.strip() for result in completed]
+    stops: dict = {}
+    for result in results:
+        stops[result.stop_reason] = stops.get(result.stop_reason, 0) + 1
+    spent_eps, spent_delta = (float(x) for x in accountant.spent())
+    within = spent_eps <= budget[0] * (1 + BUDGET_SLACK) and spent_delta <= budget[1] * (1 + BUDGET_SLACK)
+    out = {
+        "records": texts,
+        "records_requested": num_records,
+        "records_produced": len(completed),
+        "stop_reasons": stops,
+        "tokens": sum(len(result.token_ids) for result in results),
+        "charged_runs": runs,
+        "private_tokens": len(private),
+        "fallback_tokens": fallback,
+        "failed_runs": runs - len(private),
+        "target_runs": targets,
+        "target_hits": sum(1 for step in steps if step.target_hit),
+        "fail_rate": _ratio(runs - len(private), runs),
+        "distinct_private_tokens": len(set(private)),
+        "spent": {"epsilon": _finite(spent_eps), "delta": spent_delta},
+        "budget": {"epsilon": budget[0], "delta": budget[1]},
+        "within_budget": bool(within),
+        "records_per_epsilon": _ratio(len(completed), spent_eps) if math.isfinite(spent_eps) else None,
+        "private_tokens_per_epsilon": _ratio(len(private), spent_eps) if math.isfinite(spent_eps) else None,
+        "accountant": _accountant_state(accountant),
+        "diversity": diversity(texts),
+    }
+    if mechanism is not None and hasattr(mechanism, "inner"):
+        out["plain_composition_epsilon"] = _plain_composition(mechanism, runs, budget[1])
+    return out
+
+
+def run_part(backend, public, *, setting: dict, num_teachers: int, prompts, shared_prefix="", public_prompt="",
+             num_records: int, max_tokens: int, stop_strings=(), top_p=None, seed: int, part_index: int,
+             records=None, on_record=None) -> list[dict]:
+    """Every configuration under Hot and Cold on one ensemble: a list of run summaries.
+
+    Hot and Cold runs of a configuration use the same generator ``default_rng([seed, part_index, c])``
+    (``c`` the configuration's index), the same budget and the same teachers."""
+    runs = []
+    for c, configuration in enumerate(CONFIGURATIONS):
+        for label, histograms in ENSEMBLES:
+            mechanism, accountant, budget = build_configuration(configuration, setting, num_teachers, records)
+            rng = np.random.default_rng([seed, part_index, c])
+            started = time.perf_counter()
+            results = generate_records(
+                backend, public, mechanism, accountant, histograms=histograms, prompts=prompts,
+                shared_prefix=shared_prefix, public_prompt=public_prompt, num_records=num_records,
+                max_tokens=max_tokens, stop_strings=stop_strings, top_p=top_p, rng=rng, on_record=on_record,
+            )
+            entry = {"configuration": configuration, "ensemble": label, "histograms": histograms}
+            entry.update(summarize_run(results, accountant, budget, mechanism, num_records=num_records))
+            entry["wall_seconds"] = round(time.perf_counter() - started, 3)
+            runs.append(entry)
+    return runs
+
+
+class SharedPrefill:
+    """A :class:`~ensembles.backends.transformers_backend.TransformersBackend` whose :meth:`begin` prefills a
+    given set of prompts once: every record of every run starts from the same teacher prompts, so later
+    ``begin`` calls with the same prompts restore a copy of the first prefill's state (KV caches and last
+    logits) instead of running the model over the prompts again.  Everything else is delegated.
+
+    This reaches into the backend's private per-batch state (``_batches``); a backend without it is simply
+    prefilled every time.  (A supported ``snapshot``/``restore`` on the backend would replace this.)"""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self._key = None
+        self._saved = None
+
+    @property
+    def vocab_size(self) -> int:
+        return self._backend.vocab_size
+
+    @property
+    def eos_token_id(self):
+        return self._backend.eos_token_id
+
+    def encode(self, text):
+        return self._backend.encode(text)
+
+    def decode(self, token_ids):
+        return self._backend.decode(token_ids)
+
+    def next_token_distributions(self, contexts):
+        return self._backend.next_token_distributions(contexts)
+
+    def begin(self, teacher_prompts, shared_prefix=None) -> None:
+        import copy
+
+        key = (tuple(str(p) for p in teacher_prompts), str(shared_prefix))
+        backend = self._backend
+        if key == self._key and self._saved is not None:
+            backend._batches = copy.deepcopy(self._saved[0])
+            backend._num_teachers = self._saved[1]
+            return
+        backend.begin(teacher_prompts, shared_prefix)
+        self._key = key
+        batches = getattr(backend, "_batches", None)
+        self._saved = None if batches is None else (copy.deepcopy(batches), backend._num_teachers)
+
+    def distributions(self):
+        return self._backend.distributions()
+
+    def append(self, token_id) -> None:
+        self._backend.append(token_id)
+
+    def drop_teachers(self, indices) -> None:
+        self._backend.drop_teachers(indices)
+
+    def active_teachers(self):
+        return self._backend.active_teachers()
+
+
+# -- the synthetic ensemble ------------------------------------------------------------------------------
+def synthetic_backends(num_teachers: int, *, common_words: int = SYNTHETIC_COMMON_WORDS,
+                       alpha: float = SYNTHETIC_ALPHA, seed: int = 0):
+    """``(teachers, public)`` :class:`~ensembles.backends.toy.ToyBackend` pair for the synthetic part.
+
+    Teacher ``i``: ``alpha`` spread uniformly over the ``common_words`` words ``"<eos>", "w1", ...`` and
+    ``1 - alpha`` on its own word ``"t<i>"`` (:func:`ensembles.synthetic.alpha_mixture`, the same at every
+    step).  The public model: uniform over the common words (it knows the task's words, not the teachers).
+    """
+    from ensembles.backends.toy import ToyBackend
+    from ensembles.distributions import TeacherDistributions
+    from ensembles.synthetic import alpha_mixture
+
+    n = check_int("num_teachers", num_teachers, minimum=1)
+    k = check_int("common_words", common_words, minimum=2)
+    vocab = ["<eos>"] + [f"w{j}" for j in range(1, k)] + [f"t{i}" for i in range(n)]
+    table = alpha_mixture(n, len(vocab), alpha, np.random.default_rng(seed), common_size=k, private_size=1)
+    public_row = TeacherDistributions.from_sparse([np.arange(k)], [np.full(k, 1.0 / k)], len(vocab))
+
+    class _Fixed(ToyBackend):
+        """A ToyBackend over fixed sparse rows (the per-teacher Python call of a function model is the
+        bottleneck at thousands of teachers): the full table is returned as is, so its vote plan is
+        cached across steps; after removals, the subset."""
+
+        def __init__(self, distributions):
+            super().__init__(lambda i, _context: distributions.row(i), vocab)
+            self._fixed = distributions
+
+        def _distributions_for(self, teachers):
+            if teachers.size == self._fixed.num_teachers:
+                return self._fixed
+            return self._fixed.subset(teachers)
+
+    return _Fixed(table), _Fixed(public_row)
+
+
+# -- the run ---------------------------------------------------------------------------------------------
+def add_arguments(parser) -> None:
+    """The experiment's own options (sizes default to ``SIZES``)."""
+    full, quick = SIZES["full"], SIZES["quick"]
+    parser.add_argument("--model", metavar="PATH", default=None,
+                        help="local model folder or .gguf file (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--data", metavar="FILE", default=None,
+                        help="Dolly-format JSON lines (default: the bundled sample)")
+    parser.add_argument("--teachers", metavar="N", type=int, default=None,
+                        help=f"teachers of the model part, capped by the records (default {full['teachers']}, "
+                             f"the records split between them; --quick {quick['teachers']}, one record each)")
+    parser.add_argument("--records", metavar="K", type=int, default=None,
+                        help=f"records per run in the model part (default {full['records']}, "
+                             f"--quick {quick['records']})")
+    parser.add_argument("--max-tokens", metavar="M", type=int, default=None,
+                        help=f"tokens per record in the model part (default {full['max_tokens']}, "
+                             f"--quick {quick['max_tokens']})")
+    parser.add_argument("--synthetic-teachers", metavar="N", type=int, default=None,
+                        help=f"teachers of the synthetic part (default {full['synthetic_teachers']}; at least "
+                             f"{_min_synthetic_teachers()} so that DPArgMax can release)")
+    parser.add_argument("--synthetic-records", metavar="K", type=int, default=None,
+                        help=f"records per run in the synthetic part (default {full['synthetic_records']}, "
+                             f"--quick {quick['synthetic_records']})")
+    parser.add_argument("--part", choices=("both",) + PARTS, default="both",
+                        help="which ensemble to run: the language model, the synthetic table, or both (default)")
+    parser.add_argument("--target-epsilon", metavar="EPS", type=float, default=None,
+                        help="model part: total epsilon of the target-charging runs "
+                             f"(default {MODEL_SETTING['target']['budget'][0]:g})")
+    parser.add_argument("--individual-epsilon", metavar="EPS", type=float, default=None,
+                        help="model part: total epsilon of the individual-charging runs "
+                             f"(default {MODEL_SETTING['individual']['budget'][0]:g})")
+    parser.add_argument("--threads", metavar="N", type=int, default=None,
+                        help="CPU threads for the model (default: the backend's 2)")
+
+
+def _min_synthetic_teachers() -> int:
+    """The least ``n`` at which the synthetic DPArgMax can release a coordinated count of ``alpha n``
+    (``alpha n > n/2 + L``)."""
+    from mechanisms import DPArgMax
+
+    params = SYNTHETIC_SETTING["target"]
+    bound = DPArgMax(params["epsilon0"], params["delta0"], relation=SYNTHETIC_SETTING["relation"]).error_bound
+    return int(math.floor(bound / (SYNTHETIC_ALPHA - 0.5))) + 1
+
+
+def _options(quick, teachers, records, max_tokens, synthetic_teachers, synthetic_records, part,
+             target_epsilon, individual_epsilon, threads) -> dict:
+    size = SIZES["quick" if quick else "full"]
+    out = {
+        "teachers": size["teachers"] if teachers is None else check_int("--teachers", teachers, minimum=1),
+        "records": size["records"] if records is None else check_int("--records", records, minimum=1),
+        "max_tokens": size["max_tokens"] if max_tokens is None else check_int("--max-tokens", max_tokens, minimum=1),
+        "synthetic_records": size["synthetic_records"] if synthetic_records is None
+        else check_int("--synthetic-records", synthetic_records, minimum=1),
+    }
+    if synthetic_teachers is None:
+        out["synthetic_teachers"] = size["synthetic_teachers"]
+    else:
+        minimum = _min_synthetic_teachers()
+        out["synthetic_teachers"] = check_int("--synthetic-teachers", synthetic_teachers, minimum=1)
+        if synthetic_teachers < minimum:
+            raise ValueError(f"--synthetic-teachers must be at least {minimum} (DPArgMax needs alpha n > n/2 + L), "
+                             f"got {synthetic_teachers}")
+    if part not in ("both",) + PARTS:
+        raise ValueError(f"--part must be one of {('both',) + PARTS}, got {part!r}")
+    out["parts"] = PARTS if part == "both" else (part,)
+    setting = {key: dict(value) if isinstance(value, dict) else value for key, value in MODEL_SETTING.items()}
+    for option, key, value in (("--target-epsilon", "target", target_epsilon),
+                               ("--individual-epsilon", "individual", individual_epsilon)):
+        if value is not None:
+            value = check_real(option, value, minimum=0.0, min_open=True)
+            setting[key]["budget"] = (value, setting[key]["budget"][1])
+    out["model_setting"] = setting
+    out["threads"] = None if threads is None else check_int("--threads", threads, minimum=1)
+    return out
+
+
+def _check_model_setting(setting: dict, n: int, records) -> None:
+    """Refuse budgets that cannot pay for one step, naming the option, before the model is loaded."""
+    for configuration, option in (("target-dp-argmax", "--target-epsilon"),
+                                  ("target-dp-weighted-sampling", "--target-epsilon"),
+                                  ("individual-between-thresholds", "--individual-epsilon")):
+        key = "target" if configuration.startswith("target-") else "individual"
+        try:
+            build_configuration(configuration, setting, n, records)
+        except ValueError as exc:
+            raise ValueError(f"{option} {setting[key]['budget'][0]:g}: {exc}") from None
+
+
+def _model_part(options: dict, *, data, model, seed: int, bar) -> dict:
+    from ensembles.data import OPEN_SLOT, partition_records, teacher_prompts
+    from ensembles.reproduce.instructions import _model, _records
+
+    records, data_label = _records(data)
+    model_path, model_label = _model(model)
+    n = min(options["teachers"], len(records))
+    rng = np.random.default_rng(seed)
+    if options["one_record_each"] and n < len(records):  # --quick: one record per teacher
+        records = [records[i] for i in rng.choice(len(records), size=n, replace=False)]
+    setting = options["model_setting"]
+    _check_model_setting(setting, n, records)
+    parts = partition_records(records, n, rng)
+    shared_prefix, prompts = teacher_prompts(parts)
+
+    from ensembles.backends.transformers_backend import TransformersBackend
+
+    bar.set_postfix_str("loading model")
+    try:
+        backend = TransformersBackend(model_path, threads=options["threads"], batch_size=BATCH_SIZE)
+    except ValueError as exc:
+        raise ValueError(f"--model: {exc}") from None
+    public = TransformersBackend(backend.model, backend.tokenizer, threads=options["threads"])
+    backend = SharedPrefill(backend)
+    bar.set_postfix_str(f"model part, {n} teachers")
+    runs = run_part(
+        backend, public, setting=setting, num_teachers=n, prompts=prompts, shared_prefix=shared_prefix,
+        public_prompt=OPEN_SLOT, num_records=options["records"], max_tokens=options["max_tokens"],
+        stop_strings=("\n",), top_p=TOP_P, seed=seed, part_index=0, records=records, on_record=bar.update,
+    )
+    return {
+        "model": model_label,
+        "data": data_label,
+        "teachers": n,
+        "data_records": len(records),
+        "records_per_teacher": [len(part) for part in parts],
+        "records_requested": options["records"],
+        "max_tokens": options["max_tokens"],
+        "top_p": TOP_P,
+        "setting": _jsonable_setting(setting),
+        "runs": runs,
+    }
+
+
+def _synthetic_part(options: dict, *, seed: int, bar) -> dict:
+    n = options["synthetic_teachers"]
+    teachers, public = synthetic_backends(n, seed=seed)
+    bar.set_postfix_str(f"synthetic part, {n} teachers")
+    runs = run_part(
+        teachers, public, setting=SYNTHETIC_SETTING, num_teachers=n, prompts=[[] for _ in range(n)],
+        num_records=options["synthetic_records"], max_tokens=SYNTHETIC_MAX_TOKENS, seed=seed, part_index=1,
+        on_record=bar.update,
+    )
+    return {
+        "teachers": n,
+        "common_words": SYNTHETIC_COMMON_WORDS,
+        "alpha": SYNTHETIC_ALPHA,
+        "records_requested": options["synthetic_records"],
+        "max_tokens": SYNTHETIC_MAX_TOKENS,
+        "setting": _jsonable_setting(SYNTHETIC_SETTING),
+        "runs": runs,
+    }
+
+
+def _jsonable_setting(setting: dict) -> dict:
+    out = {"relation": setting["relation"]}
+    for key in ("target", "individual"):
+        params = dict(setting[key])
+        params["budget"] = {"epsilon": float(params["budget"][0]), "delta": float(params["budget"][1])}
+        out[key] = params
+    return out
+
+
+def run(*, quick: bool, seed: int, progress: bool, model=None, data=None, teachers=None, records=None,
+        max_tokens=None, synthetic_teachers=None, synthetic_records=None, part: str = "both",
+        target_epsilon=None, individual_epsilon=None, threads=None) -> dict:
+    """The whole experiment (module docstring); deterministic for a ``seed`` on a given machine.
+
+    Randomness: ``default_rng(seed)`` picks the records (``--quick``: one per teacher) and partitions them;
+    each configuration's Hot and Cold runs share ``default_rng([seed, part, configuration])``.  Bad option
+    values raise ``ValueError`` naming the option, before the model is loaded.
+    """
+    from tqdm import tqdm
+
+    started, cpu_started = time.perf_counter(), time.process_time()
+    seed = check_int("--seed", seed, minimum=0)
+    options = _options(quick, teachers, records, max_tokens, synthetic_teachers, synthetic_records, part,
+                       target_epsilon, individual_epsilon, threads)
+    options["one_record_each"] = bool(quick)
+    per_part = {"model": options["records"], "synthetic": options["synthetic_records"]}
+    total = sum(len(CONFIGURATIONS) * len(ENSEMBLES) * per_part[p] for p in options["parts"])
+    result = {
+        "experiment": NAME,
+        "parameters": {
+            "quick": bool(quick),
+            "seed": seed,
+            "parts": list(options["parts"]),
+            "configurations": list(CONFIGURATIONS),
+            "ensembles": [label for label, _ in ENSEMBLES],
+            "fallback": "public",
+        },
+    }
+    with tqdm(total=total, desc=NAME, unit="record", disable=not progress, dynamic_ncols=True) as bar:
+        if "model" in options["parts"]:
+            result["model"] = _model_part(options, data=data, model=model, seed=seed, bar=bar)
+        if "synthetic" in options["parts"]:
+            result["synthetic"] = _synthetic_part(options, seed=seed, bar=bar)
+    result["claims"] = _claims(result)
+    result["wall_seconds"] = round(time.perf_counter() - started, 3)
+    result["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
+    return result
+
+
+def _pairs(runs: list) -> dict:
+    """``{configuration: {"hot": run, "cold": run}}``."""
+    out: dict = {}
+    for entry in runs:
+        out.setdefault(entry["configuration"], {})[entry["ensemble"]] = entry
+    return out
+
+
+def _claims(result: dict) -> dict:
+    """Per part and configuration: every run within its budget; Hot private tokens minus Cold's."""
+    claims = {}
+    for part in PARTS:
+        if part not in result:
+            continue
+        runs = result[part]["runs"]
+        claims[part] = {
+            "all_within_budget": all(entry["within_budget"] for entry in runs),
+            "hot_minus_cold_private_tokens": {
+                configuration: pair["hot"]["private_tokens"] - pair["cold"]["private_tokens"]
+                for configuration, pair in _pairs(runs).items()
+            },
+        }
+    return claims
+
+
+# -- reporting -------------------------------------------------------------------------------------------
+def _fmt(value, spec: str = ".3g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def summary(result: dict) -> str:
+    lines = [f"end-to-end private generation (paper Framework 2), seed {result['parameters']['seed']}",
+             "  (rec: records produced, runs: charged runs, priv/fallbk: private/public tokens, fail: share of "
+             "runs releasing nothing, hits: charged target outcomes (wrapper targets, BetweenThresholds 'between'), rec/eps and tok/eps: records and private tokens "
+             "per epsilon spent, d-rec: distinct records, d-1/d-2: distinct-n ratios)"]
+    header = (f"  {'configuration':<30} {'ens':<4} {'rec':>4} {'runs':>5} {'priv':>5} {'fallbk':>6} {'fail':>6} "
+              f"{'hits':>6} {'eps spent':>10} {'rec/eps':>8} {'tok/eps':>8} {'d-rec':>5} {'d-1':>5} {'d-2':>5} {'budget':>6}")
+    for part in PARTS:
+        if part not in result:
+            continue
+        data = result[part]
+        if part == "model":
+            lines.append(f"model part: {data['model']}, {data['data']}, n = {data['teachers']} teachers")
+        else:
+            lines.append(f"synthetic part: n = {data['teachers']} teachers, {data['common_words']} common words, "
+                         f"alpha = {data['alpha']}")
+        setting = data["setting"]
+        for key in ("target", "individual"):
+            budget = setting[key]["budget"]
+            lines.append(f"  {key} charging: per step {_describe_step(key, setting[key])}; "
+                         f"budget ({budget['epsilon']:g}, {budget['delta']:g})")
+        lines.append(header)
+        for entry in data["runs"]:
+            d = entry["diversity"]
+            lines.append(
+                f"  {entry['configuration']:<30} {entry['ensemble']:<4} {entry['records_produced']:>4} "
+                f"{entry['charged_runs']:>5} {entry['private_tokens']:>5} {entry['fallback_tokens']:>6} "
+                f"{_fmt(entry['fail_rate'], '.2f'):>6} {entry['target_hits']:>6} "
+                f"{_fmt(entry['spent']['epsilon'], '.4g'):>10} {_fmt(entry['records_per_epsilon'], '.3g'):>8} "
+                f"{_fmt(entry['private_tokens_per_epsilon'], '.3g'):>8} "
+                f"{d['distinct_records']:>5} {_fmt(d['distinct_1_ratio'], '.2f'):>5} "
+                f"{_fmt(d['distinct_2_ratio'], '.2f'):>5} {'ok' if entry['within_budget'] else 'OVER':>6}"
+            )
+        claims = result["claims"][part]
+        diffs = ", ".join(f"{c}: {v:+d}" for c, v in claims["hot_minus_cold_private_tokens"].items())
+        lines.append(f"  Hot minus Cold private tokens: {diffs}; every run within budget: "
+                     f"{'yes' if claims['all_within_budget'] else 'NO'}")
+    lines.append(f"wall time {result['wall_seconds']:.1f} s")
+    return "\n".join(lines)
+
+
+def _describe_step(key: str, params: dict) -> str:
+    if key == "target":
+        return f"BoundaryWrapper(inner (eps {params['epsilon0']:g}, delta {params['delta0']:g}))"
+    return f"BetweenThresholds(eps {params['epsilon0']:g}, low {params['low']}, high {params['high']})"
+
+
+def _figure(figsize):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+_SHORT = {
+    "target-dp-argmax": "target\nDPArgMax",
+    "target-dp-weighted-sampling": "target\nDPWS",
+    "individual-between-thresholds": "individual\nBetweenThr.",
+}
+
+
+def _grouped_bars(ax, pairs: dict, metrics) -> None:
+    """Bars per configuration: for Hot (red) and Cold (blue), one bar per ``(name, getter, alpha)`` metric."""
+    x = np.arange(len(pairs))
+    width = 0.8 / (2 * len(metrics))
+    slot = 0
+    for label, color in (("hot", "tab:red"), ("cold", "tab:blue")):
+        for name, getter, alpha in metrics:
+            values = [getter(pairs[c][label]) for c in pairs]
+            values = [np.nan if v is None else v for v in values]
+            ax.bar(x - 0.4 + width * (slot + 0.5), values, width, color=color, alpha=alpha, label=f"{label}: {name}")
+            slot += 1
+    ax.set_xticks(x, [_SHORT.get(c, c) for c in pairs], fontsize=8)
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def plot(result: dict, out_dir) -> list[Path]:
+    """Three figures, one panel per part (Hot red, Cold blue, per configuration):
+    ``end_to_end_tokens.png`` (private and fallback tokens), ``end_to_end_epsilon.png`` (private tokens and
+    records per epsilon spent, log scale) and ``end_to_end_diversity.png`` (distinct records, distinct-1 and
+    distinct-2 ratios of the produced records)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    parts = [p for p in PARTS if p in result]
+    paths = []
+
+    fig = _figure((5.2 * len(parts), 4.4))
+    for i, part in enumerate(parts):
+        ax = fig.add_subplot(1, len(parts), i + 1)
+        pairs = _pairs(result[part]["runs"])
+        x = np.arange(len(pairs))
+        top = 0
+        for offset, label, color in ((-0.2, "hot", "tab:red"), (0.2, "cold", "tab:blue")):
+            private = np.array([pairs[c][label]["private_tokens"] for c in pairs])
+            fallback = np.array([pairs[c][label]["fallback_tokens"] for c in pairs])
+            ax.bar(x + offset, private, 0.38, color=color, label=f"{label}: private")
+            ax.bar(x + offset, fallback, 0.38, bottom=private, color=color, alpha=0.3, label=f"{label}: fallback")
+            top = max(top, int((private + fallback).max()))
+        ax.set_xticks(x, [_SHORT.get(c, c) for c in pairs], fontsize=8)
+        ax.set_ylim(0, 1.35 * max(top, 1))
+        ax.set_ylabel("tokens (one charged run each)")
+        ax.set_title(f"{part} part (n = {result[part]['teachers']}): private vs fallback tokens", fontsize=9)
+        ax.legend(fontsize=7, ncol=2, loc="upper center")
+    paths.append(_save(fig, out / "end_to_end_tokens.png"))
+
+    fig = _figure((5.2 * len(parts), 4.4))
+    for i, part in enumerate(parts):
+        ax = fig.add_subplot(1, len(parts), i + 1)
+        _grouped_bars(ax, _pairs(result[part]["runs"]), (
+            ("private tokens / eps", lambda r: r["private_tokens_per_epsilon"] or None, 1.0),
+            ("records / eps", lambda r: r["records_per_epsilon"] or None, 0.4),
+        ))
+        ax.set_yscale("log")
+        ax.set_ylabel("per unit of epsilon spent")
+        ax.set_title(f"{part} part: yield per epsilon spent (no bar: zero)", fontsize=9)
+        ax.legend(fontsize=7, ncol=2)
+    paths.append(_save(fig, out / "end_to_end_epsilon.png"))
+
+    fig = _figure((5.2 * len(parts), 4.4))
+    for i, part in enumerate(parts):
+        ax = fig.add_subplot(1, len(parts), i + 1)
+        _grouped_bars(ax, _pairs(result[part]["runs"]), (
+            ("distinct records", lambda r: _ratio(r["diversity"]["distinct_records"], r["diversity"]["records"]), 1.0),
+            ("distinct-1", lambda r: r["diversity"]["distinct_1_ratio"], 0.6),
+            ("distinct-2", lambda r: r["diversity"]["distinct_2_ratio"], 0.3),
+        ))
+        ax.set_ylim(0, 1.45)
+        ax.set_ylabel("ratio")
+        ax.set_title(f"{part} part: diversity of the produced records", fontsize=9)
+        ax.legend(fontsize=7, ncol=2, loc="upper center")
+    paths.append(_save(fig, out / "end_to_end_diversity.png"))
+    return paths
