@@ -63,7 +63,7 @@ SIZES = {
         "eps0": [0.005, 0.01, 0.02],
     },
 }
-FULL_RUNTIME = "2 to 2.5 min wall, 50 s CPU on a shared 2-core CPU"  # measured: docs/results/alpha-sweep.md
+FULL_RUNTIME = "2 to 2.5 min wall, 50 s CPU on a shared 2-core CPU"  # measured: docs/results.md, section alpha-sweep
 
 #: Defaults of the mechanism (total (epsilon, delta) of DPArgMax under replace-one) and of the budget.
 DEFAULT_EPSILON = 0.5

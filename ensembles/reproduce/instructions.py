@@ -23,7 +23,7 @@ each next prefix appends the *majority token*: the most likely token of the ense
 distribution that does not end the instruction (no newline, not end-of-text).  So the prefixes follow the
 ensemble's greedy consensus; the distributions of every prefix are read exactly once.
 
-Setup differences from the paper (docs/results/instructions.md): the embedded SmolLM2-135M-Instruct instead
+Setup differences from the paper (docs/results.md, section instructions): the embedded SmolLM2-135M-Instruct instead
 of the pre-trained Llama-3.1-8B; by default the small bundled Dolly-format sample (``--data`` takes a
 user's ``databricks-dolly-15k.jsonl``), so ``n`` is capped by the number of records; each teacher's
 distribution is truncated to its top-``p`` (0.99 by default) set with the rest an explicit tail whose

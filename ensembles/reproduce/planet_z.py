@@ -7,7 +7,7 @@ set ``C`` of ``k`` three-digit numbers plus the teacher's own private three-digi
 The prompt asks for one breakfast number.  ``C`` is what should transfer; the name, the private number and
 the order are teacher-specific.
 
-What differs from the paper, and why (docs/results/planet-z.md):
+What differs from the paper, and why (docs/results.md, section planet-z):
 
 * the model is SmolLM2-135M-Instruct (embedded, CPU) or any local Llama folder/GGUF (``--model``), not
   Llama-3-8B-Instruct; the prompt wording is ours; the assistant turn is opened with a short lead-in

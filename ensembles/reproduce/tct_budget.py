@@ -46,7 +46,7 @@ SIZES = {
     "full": {"eps0": [0.001, 0.0015, 0.002, 0.003, 0.005, 0.007, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1]},
     "quick": {"eps0": [0.002, 0.005, 0.01, 0.02, 0.05, 0.1]},
 }
-FULL_RUNTIME = "71 s wall, 23 s CPU on a shared 2-core CPU"  # measured: docs/results/tct-budget.md
+FULL_RUNTIME = "71 s wall, 23 s CPU on a shared 2-core CPU"  # measured: docs/results.md, section tct-budget
 
 DEFAULT_EPSILON = 1.0
 DEFAULT_DELTA = 1e-6
