@@ -33,7 +33,7 @@ __all__ = [
     "private_run",
 ]
 
-MECHANISMS = ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling")
+MECHANISMS = ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling", "boundary-dp-weighted-sampling")
 ACCOUNTANTS = ("basic", "advanced", "pld", "target-charging")
 RELATIONS = ("replace-one", "add-remove-one")
 
@@ -55,6 +55,8 @@ def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "re
             return DPArgMax(epsilon, delta, relation=relation)
         if name == "boundary-dp-argmax":
             return BoundaryWrapper(DPArgMax(epsilon, delta, relation=relation))
+        if name == "boundary-dp-weighted-sampling":
+            return BoundaryWrapper(DPWeightedSampling(epsilon, delta, relation=relation))
         return DPWeightedSampling(epsilon, delta, relation=relation)
     except (TypeError, ValueError) as exc:
         raise RunInputError(f"mechanism {name}: {exc}") from None

@@ -748,7 +748,7 @@ DEMO_DEFAULTS = {
     "step_epsilon": 2.0, "step_delta": 1e-6, "relation": "add-remove-one", "epsilon": 150.0, "delta": 1e-4,
     "temperature": 0.7, "top_p": 0.9,
 }
-RUN_MECHANISMS = ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling")
+RUN_MECHANISMS = ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling", "boundary-dp-weighted-sampling")
 RUN_ACCOUNTANTS = ("basic", "advanced", "pld", "target-charging")
 
 

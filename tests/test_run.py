@@ -205,3 +205,16 @@ def test_cli_generate_bad_inputs_exit_2(model_dir, tmp_path, capsys, case):
         assert not ledger.exists()
     else:
         assert ledger.read_bytes() == b""
+
+
+def test_every_mechanism_name_builds_and_target_charging_takes_the_wrapped_ones():
+    from ensembles.run import MECHANISMS, build_accountant, build_mechanism
+    from mechanisms import BoundaryWrapper
+    from pate_accountant.cli import RUN_MECHANISMS
+
+    assert tuple(RUN_MECHANISMS) == tuple(MECHANISMS)
+    for name in MECHANISMS:
+        mech = build_mechanism(name, 2.0, 1e-6)
+        assert isinstance(mech, BoundaryWrapper) == name.startswith("boundary-")
+        if name.startswith("boundary-"):
+            assert build_accountant("target-charging", (1e4, 1e-3)).can_afford(mech.event)

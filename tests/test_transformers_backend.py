@@ -285,3 +285,24 @@ def test_cuda_bf16_matches_cpu_fp32(tokenizer):
             backend.append(token)
     votes = cuda.coordinated_votes_on_device(4, seed=0)
     assert np.asarray(votes).shape == (4, len(PROMPTS))
+
+
+def test_snapshot_and_restore(model, tokenizer):
+    """restore() returns to a snapshot's state exactly, repeatedly, even after steps and dropped teachers."""
+    backend = _backend(model, tokenizer)
+    backend.begin(PROMPTS, shared_prefix=PREFIX)
+    state = backend.snapshot()
+    first = backend.distributions().to_dense()
+    backend.append(17)
+    after_one = backend.distributions().to_dense()
+    backend.drop_teachers([0])
+    backend.append(42)
+    assert backend.active_teachers().size == len(PROMPTS) - 1
+    for _ in range(2):
+        backend.restore(state)
+        np.testing.assert_array_equal(backend.active_teachers(), np.arange(len(PROMPTS)))
+        np.testing.assert_allclose(backend.distributions().to_dense(), first, atol=1e-12, rtol=0)
+        backend.append(17)
+        np.testing.assert_allclose(backend.distributions().to_dense(), after_one, atol=1e-12, rtol=0)
+    with pytest.raises(TypeError, match="snapshot"):
+        backend.restore({"batches": []})

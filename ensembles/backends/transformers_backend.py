@@ -117,6 +117,15 @@ def _resolve_model_path(model) -> Path:
     raise ValueError(f"model path {str(path)!r} holds neither a config.json nor a .gguf file")
 
 
+class _Snapshot:
+    """What :meth:`TransformersBackend.snapshot` returns."""
+
+    __slots__ = ("batches", "num_teachers")
+
+    def __init__(self, batches, num_teachers):
+        self.batches, self.num_teachers = batches, num_teachers
+
+
 class _Batch:
     """One batch of teachers with its own KV cache."""
 
@@ -404,6 +413,20 @@ class TransformersBackend:
         self._batches = None
         self._num_teachers = len(suffixes)
         self._batches = self._prefill(prefix, suffixes, np.arange(len(suffixes), dtype=np.int64))
+
+    def snapshot(self):
+        """An opaque copy of the current state (every active teacher's KV cache, mask, positions and pending
+        tokens).  :meth:`restore` returns to it, e.g. to start several generations from one prefill of the
+        same prompts without running the model over them again."""
+        self._check_started()
+        return _Snapshot(copy.deepcopy(self._batches), self._num_teachers)
+
+    def restore(self, state) -> None:
+        """Return to a state taken by :meth:`snapshot` on this backend (the snapshot stays reusable)."""
+        if not isinstance(state, _Snapshot):
+            raise TypeError(f"state must come from snapshot(), got {type(state).__name__}")
+        self._batches = copy.deepcopy(state.batches)
+        self._num_teachers = state.num_teachers
 
     def _check_started(self) -> None:
         if self._batches is None:

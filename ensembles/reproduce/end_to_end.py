@@ -360,8 +360,7 @@ class SharedPrefill:
     ``begin`` calls with the same prompts restore a copy of the first prefill's state (KV caches and last
     logits) instead of running the model over the prompts again.  Everything else is delegated.
 
-    This reaches into the backend's private per-batch state (``_batches``); a backend without it is simply
-    prefilled every time.  (A supported ``snapshot``/``restore`` on the backend would replace this.)"""
+    It uses the backend's ``snapshot``/``restore``; a backend without them is simply prefilled every time."""
 
     def __init__(self, backend):
         self._backend = backend
@@ -386,18 +385,14 @@ class SharedPrefill:
         return self._backend.next_token_distributions(contexts)
 
     def begin(self, teacher_prompts, shared_prefix=None) -> None:
-        import copy
-
         key = (tuple(str(p) for p in teacher_prompts), str(shared_prefix))
         backend = self._backend
         if key == self._key and self._saved is not None:
-            backend._batches = copy.deepcopy(self._saved[0])
-            backend._num_teachers = self._saved[1]
+            backend.restore(self._saved)
             return
         backend.begin(teacher_prompts, shared_prefix)
         self._key = key
-        batches = getattr(backend, "_batches", None)
-        self._saved = None if batches is None else (copy.deepcopy(batches), backend._num_teachers)
+        self._saved = backend.snapshot() if hasattr(backend, "snapshot") else None
 
     def distributions(self):
         return self._backend.distributions()
