@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-__all__ = ["EXPERIMENTS", "available", "load"]
+__all__ = ["EXPERIMENTS", "available", "claim_lines", "load"]
 
 #: Command name -> module (imported on demand by :func:`load`).
 EXPERIMENTS = {
@@ -57,3 +57,8 @@ def available() -> list[str]:
         if importlib.util.find_spec(module) is not None:
             names.append(name)
     return names
+
+
+def claim_lines(claims) -> list[str]:
+    """The ``summary`` lines of checked claims: ``{"claim", "holds", "detail"}`` dicts, after a header."""
+    return ["", "claims:"] + [f"  [{'ok' if c['holds'] else 'FAILS'}] {c['claim']}: {c['detail']}" for c in claims]

@@ -552,6 +552,7 @@ def summary(result: dict) -> str:
             f"{r['threshold_fraction']:>6.3f} {_fmt(r['law_min_yields_per_hit_below_threshold'], '>9.2f')} "
             f"{_fmt(r['law_yields'], '>10.1f')}"
         )
-    lines += ["", "claims:"]
-    lines += [f"  [{'ok' if c['holds'] else 'FAILS'}] {c['claim']}: {c['detail']}" for c in result["claims"]]
+    from ensembles.reproduce import claim_lines
+
+    lines += claim_lines(result["claims"])
     return "\n".join(lines)

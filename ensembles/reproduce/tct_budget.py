@@ -266,6 +266,7 @@ def summary(result: dict) -> str:
             f"{t['drv q=1/3'][i]:>7d} {t['drv q=wrapper'][i]:>7d} | {r['plain_optimal']:>9d} {r['plain_drv']:>9d} | "
             f"{r['queries_worst']:>8.0f} {r['queries_coordinated']:>9.0f} {r['yields']:>9.0f}"
         )
-    lines += ["", "claims:"]
-    lines += [f"  [{'ok' if c['holds'] else 'FAILS'}] {c['claim']}: {c['detail']}" for c in result["claims"]]
+    from ensembles.reproduce import claim_lines
+
+    lines += claim_lines(result["claims"])
     return "\n".join(lines)
