@@ -234,8 +234,7 @@ def plot_histograms_experiment(result: dict, out_dir) -> list[Path]:
     with a vertical line at ``n`` times the maximum average token probability.  Uses matplotlib's Agg
     canvas directly (no pyplot, no global backend change).  Returns the paths written.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from ensembles.plotting import new_figure
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -248,8 +247,7 @@ def plot_histograms_experiment(result: dict, out_dir) -> list[Path]:
     cold_style = {"color": "tab:blue", "marker": "s", "markersize": 3, "label": "Cold (independent)"}
 
     def new_axes():
-        fig = Figure(figsize=(6.4, 4.4), layout="constrained")
-        FigureCanvasAgg(fig)
+        fig = new_figure((6.4, 4.4))
         ax = fig.add_subplot()
         ax.set_xscale("log")
         ax.set_xlabel("threshold T (votes)")

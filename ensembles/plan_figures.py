@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ensembles.plotting import new_figure
 from pate_accountant import planning
 from pate_accountant.tct import tct_max_hits
 from pate_accountant.validation import check_int, check_real
@@ -225,20 +226,13 @@ def _positive(values) -> np.ndarray:
     return np.where(v > 0, v, np.nan)
 
 
-def _figure(figsize=(6.4, 4.4)):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=figsize, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
 
 
 def plot_target_hits(data: dict, out_dir) -> Path:
     """Write ``plan_target_hits.png`` (log-log) into ``out_dir`` and return its path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fig = _figure()
+    fig = new_figure()
     ax = fig.add_subplot()
     x = np.asarray(data["eps0"])
     styles = {
@@ -270,7 +264,7 @@ def plot_alpha_sweep(data: dict, out_dir) -> Path:
     """Write ``plan_alpha_sweep.png`` (three panels) into ``out_dir`` and return its path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fig = _figure(figsize=(13.5, 4.2))
+    fig = new_figure(figsize=(13.5, 4.2))
     a = np.asarray(data["alphas"])
     p = data["parameters"]
     tn = data["threshold_fraction"]

@@ -28,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ensembles.reproduce import instructions  # noqa: E402
+from ensembles.reproduce import instructions, records_option  # noqa: E402
 from ensembles.metrics import cold_zero_threshold  # noqa: E402
 from pate_accountant.cli import main  # noqa: E402
 
@@ -198,7 +198,7 @@ def test_data_file_is_filtered_as_in_the_paper(tmp_path):
     ]
     path = tmp_path / "dolly.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    records, label = instructions._records(str(path))
+    records, label = records_option(str(path))
     assert [r["instruction"] for r in records] == ["Name three birds.", "Why is the sky blue?"]
     assert label == "dolly.jsonl (2 records after filtering)"
 

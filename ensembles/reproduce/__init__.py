@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from pathlib import Path
 
-__all__ = ["EXPERIMENTS", "available", "claim_lines", "load"]
+__all__ = ["EXPERIMENTS", "available", "claim_lines", "load", "model_option", "records_option"]
 
 #: Command name -> module (imported on demand by :func:`load`).
 EXPERIMENTS = {
@@ -62,3 +63,34 @@ def available() -> list[str]:
 def claim_lines(claims) -> list[str]:
     """The ``summary`` lines of checked claims: ``{"claim", "holds", "detail"}`` dicts, after a header."""
     return ["", "claims:"] + [f"  [{'ok' if c['holds'] else 'FAILS'}] {c['claim']}: {c['detail']}" for c in claims]
+
+
+def records_option(data):
+    """``(records, label)`` for a ``--data`` option: the bundled sample for ``None``, else a Dolly-format
+    JSONL file read by :func:`ensembles.data.load_dolly_jsonl`; errors become ``ValueError("--data: ...")``."""
+    from ensembles.data import bundled_sample, load_dolly_jsonl
+
+    if data is None:
+        records = bundled_sample()
+        return records, f"bundled sample ({len(records)} records)"
+    path = Path(data).expanduser()
+    try:
+        records = load_dolly_jsonl(path)
+    except FileNotFoundError:
+        raise ValueError(f"--data: no such file {str(path)!r}") from None
+    except ValueError as exc:
+        raise ValueError(f"--data: {exc}") from None
+    return records, f"{path.name} ({len(records)} records after filtering)"
+
+
+def model_option(model):
+    """``(path, label)`` for a ``--model`` option: the embedded SmolLM2 (converted once) for ``None``, else an
+    existing local path (``ValueError("--model: ...")`` otherwise)."""
+    if model is None:
+        from ensembles.run import demo_model_path
+
+        return demo_model_path(), "SmolLM2-135M-Instruct (embedded)"
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ValueError(f"--model: path {str(path)!r} does not exist (give a local model folder or .gguf file)")
+    return path, path.name

@@ -429,12 +429,12 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=N
 def _plot_max_counts(result: dict, path: Path) -> None:
     from matplotlib import colormaps
 
-    from ensembles.plan_figures import _figure
+    from ensembles.plotting import new_figure
 
     mc, p = result["max_counts"], result["parameters"]
     alphas = result["sweep"]["alphas"]
     theta = p["threshold_fraction"]
-    fig = _figure((12.0, 4.4))
+    fig = new_figure((12.0, 4.4))
     left, right = fig.subplots(1, 2)
     cmap = colormaps["viridis"]
     x = np.asarray(p["cdf_grid"])
@@ -467,11 +467,11 @@ def _plot_max_counts(result: dict, path: Path) -> None:
 
 
 def _plot_yields(result: dict, path: Path) -> None:
-    from ensembles.plan_figures import _figure
+    from ensembles.plotting import new_figure
 
     rows = result["yields_per_budget"]
     p = result["parameters"]
-    fig = _figure((6.4, 4.4))
+    fig = new_figure((6.4, 4.4))
     ax = fig.add_subplot()
     n = [r["num_teachers"] for r in rows]
     ax.plot(n, [r["yields"] for r in rows], marker="o", color="tab:green",

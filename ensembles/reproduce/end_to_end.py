@@ -57,6 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ensembles.plotting import new_figure
 from pate_accountant.validation import check_int, check_real
 
 __all__ = [
@@ -534,10 +535,10 @@ def _check_model_setting(setting: dict, n: int, records) -> None:
 
 def _model_part(options: dict, *, data, model, seed: int, bar) -> dict:
     from ensembles.data import OPEN_SLOT, partition_records, teacher_prompts
-    from ensembles.reproduce.instructions import _model, _records
+    from ensembles.reproduce import model_option, records_option
 
-    records, data_label = _records(data)
-    model_path, model_label = _model(model)
+    records, data_label = records_option(data)
+    model_path, model_label = model_option(model)
     n = min(options["teachers"], len(records))
     rng = np.random.default_rng(seed)
     if options["one_record_each"] and n < len(records):  # --quick: one record per teacher
@@ -722,15 +723,6 @@ def _describe_step(key: str, params: dict) -> str:
     return f"BetweenThresholds(eps {params['epsilon0']:g}, low {params['low']}, high {params['high']})"
 
 
-def _figure(figsize):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=figsize, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
 _SHORT = {
     "target-dp-argmax": "target\nDPArgMax",
     "target-dp-weighted-sampling": "target\nDPWS",
@@ -767,7 +759,7 @@ def plot(result: dict, out_dir) -> list[Path]:
     parts = [p for p in PARTS if p in result]
     paths = []
 
-    fig = _figure((5.2 * len(parts), 4.4))
+    fig = new_figure((5.2 * len(parts), 4.4))
     for i, part in enumerate(parts):
         ax = fig.add_subplot(1, len(parts), i + 1)
         pairs = _pairs(result[part]["runs"])
@@ -786,7 +778,7 @@ def plot(result: dict, out_dir) -> list[Path]:
         ax.legend(fontsize=7, ncol=2, loc="upper center")
     paths.append(_save(fig, out / "end_to_end_tokens.png"))
 
-    fig = _figure((5.2 * len(parts), 4.4))
+    fig = new_figure((5.2 * len(parts), 4.4))
     for i, part in enumerate(parts):
         ax = fig.add_subplot(1, len(parts), i + 1)
         _grouped_bars(ax, _pairs(result[part]["runs"]), (
@@ -799,7 +791,7 @@ def plot(result: dict, out_dir) -> list[Path]:
         ax.legend(fontsize=7, ncol=2)
     paths.append(_save(fig, out / "end_to_end_epsilon.png"))
 
-    fig = _figure((5.2 * len(parts), 4.4))
+    fig = new_figure((5.2 * len(parts), 4.4))
     for i, part in enumerate(parts):
         ax = fig.add_subplot(1, len(parts), i + 1)
         _grouped_bars(ax, _pairs(result[part]["runs"]), (

@@ -42,6 +42,7 @@ from ensembles import metrics
 from ensembles.experiments import threshold_grid
 from ensembles.histograms import coordinated_votes, independent_votes
 from ensembles.metrics import cold_zero_threshold
+from ensembles.reproduce import model_option, records_option
 from pate_accountant.validation import check_int, check_real
 
 __all__ = [
@@ -140,33 +141,6 @@ def _options(quick, teachers, prefixes, samples, examples, retries, top_p, threa
     return teachers, prefixes, samples, examples, retries, top_p, threads
 
 
-def _records(data):
-    from ensembles.data import bundled_sample, load_dolly_jsonl
-
-    if data is None:
-        records = bundled_sample()
-        return records, f"bundled sample ({len(records)} records)"
-    path = Path(data).expanduser()
-    try:
-        records = load_dolly_jsonl(path)
-    except FileNotFoundError:
-        raise ValueError(f"--data: no such file {str(path)!r}") from None
-    except ValueError as exc:
-        raise ValueError(f"--data: {exc}") from None
-    return records, f"{path.name} ({len(records)} records after filtering)"
-
-
-def _model(model):
-    if model is None:
-        from ensembles.run import demo_model_path
-
-        return demo_model_path(), "SmolLM2-135M-Instruct (embedded)"
-    path = Path(model).expanduser()
-    if not path.exists():
-        raise ValueError(f"--model: path {str(path)!r} does not exist (give a local model folder or .gguf file)")
-    return path, path.name
-
-
 def _distribution(values: np.ndarray, n: int) -> dict:
     """Quantiles (in votes) of a per-histogram statistic, and the share of histograms reaching each level."""
     values = np.asarray(values, dtype=np.float64)
@@ -238,8 +212,8 @@ def run(*, quick: bool, seed: int, progress: bool, data=None, model=None, teache
     seed = check_int("--seed", seed, minimum=0)
     teachers, num_prefixes, r, examples, retries, top_p, threads = _options(
         quick, teachers, prefixes, samples, examples, retries, top_p, threads, start)
-    records, data_label = _records(data)
-    model_path, model_label = _model(model)
+    records, data_label = records_option(data)
+    model_path, model_label = model_option(model)
     n = min(teachers, len(records))
 
     rng = np.random.default_rng(seed)
@@ -381,13 +355,11 @@ _COLD = {"color": "tab:blue", "label": "Cold (independent)"}
 
 
 def _grid_figure(count: int):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from ensembles.plotting import new_figure
 
     cols = min(4, count)
     rows = -(-count // cols)
-    fig = Figure(figsize=(3.6 * cols, 3.0 * rows + 0.6), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = new_figure((3.6 * cols, 3.0 * rows + 0.6))
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax in axes[count:]:
         ax.set_visible(False)
@@ -435,15 +407,14 @@ def _stats(dist: dict, n: int) -> dict:
 
 
 def _plot_boxes(result: dict, keys: tuple, titles: tuple, ylabel: str, path: Path) -> Path:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
     from matplotlib.patches import Patch
+
+    from ensembles.plotting import new_figure
 
     n = result["parameters"]["teachers"]
     entries = result["prefixes"]
     width = max(6.4, 0.9 * len(entries) + 2.0)
-    fig = Figure(figsize=(width, 3.6 * len(keys)), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = new_figure((width, 3.6 * len(keys)))
     axes = fig.subplots(len(keys), 1, squeeze=False).ravel()
     positions = np.arange(len(entries), dtype=np.float64)
     for ax, key, title in zip(axes, keys, titles):

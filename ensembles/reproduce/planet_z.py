@@ -511,11 +511,9 @@ def summary(result: dict) -> str:
 
 
 def _canvas(nrows: int = 1, ncols: int = 1, size=(6.4, 4.4)):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from ensembles.plotting import new_figure
 
-    fig = Figure(figsize=size, layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = new_figure(size)
     axes = fig.subplots(nrows, ncols, squeeze=False)
     return fig, axes
 

@@ -197,11 +197,11 @@ def _none_to_nan(values, *, zero: bool = False) -> np.ndarray:
 
 
 def _plot_ratios(result: dict, path: Path) -> None:
-    from ensembles.plan_figures import _figure
+    from ensembles.plotting import new_figure
 
     p, ratios, rows = result["parameters"], result["ratio_to_paper"], result["comparison"]
     x = np.asarray(p["eps0"])
-    fig = _figure((12.0, 4.4))
+    fig = new_figure((12.0, 4.4))
     left, right = fig.subplots(1, 2)
     lo, hi = p["factor_range"]
     left.axhspan(lo, hi, color="tab:orange", alpha=0.12, label=f"spec factor [{lo}, {hi}]")
