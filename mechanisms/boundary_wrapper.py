@@ -39,6 +39,7 @@ private draw (spec 4.2).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import attr
 import numpy as np
@@ -55,6 +56,8 @@ __all__ = [
     "TARGET",
     "BoundaryWrapper",
     "WrappedDistribution",
+    "ApproximateInnerCertificate",
+    "approximate_inner_certificate",
     "binary_worst_case_q",
     "boundary_wrapper_q",
     "target_probability",
@@ -69,6 +72,26 @@ MAX_EPSILON_FOR_ONE_THIRD = math.log((1 + math.sqrt(3)) / 2)
 def _target_probability(pi):
     pi = np.maximum(np.asarray(pi, dtype=np.float64), 0.5)
     return (1.0 - pi) / (2.0 - pi)
+
+
+def mass_outside_max(distribution: OutcomeDistribution) -> float:
+    """``1 - pi``, the mass outside the most likely outcome (fail included), summed from the small
+    probabilities themselves: ``1 - max`` would cancel to zero when a yield of ``1e-18`` sits beside a fail
+    of ``1 - 1e-18`` (and the target would vanish where it must not)."""
+    probs = np.asarray(distribution.probabilities, dtype=np.float64)
+    fail = float(distribution.fail)
+    top = float(probs.max()) if probs.size else 0.0
+    if fail >= top:
+        return float(math.fsum(probs))
+    k = int(np.argmax(probs))
+    return float(math.fsum(np.delete(probs, k))) + fail
+
+
+def target_from_outside_mass(outside: float) -> float:
+    """``P[target] = a' / (1 + a')`` with ``a' = min(a, 1/2)``, ``a = 1 - pi``: the same value as
+    :func:`target_probability` without the cancellation of ``1 - pi``."""
+    a = min(max(float(outside), 0.0), 0.5)
+    return a / (1.0 + a)
 
 
 def target_probability(max_probability: float) -> float:
@@ -127,6 +150,59 @@ def binary_worst_case_q(eps_a: float, epsilon_b: float, num: int = 2000) -> tupl
     q = float(q_star_rows(w0, w1, epsilon_b, 0).min())
     level = float(np.abs(np.log(w0) - np.log(w1)).max())
     return q, level
+
+
+class ApproximateInnerCertificate(NamedTuple):
+    """What :func:`approximate_inner_certificate` found for one pair of inner laws: the pure pair
+    ``(pure0, pure1)`` (``eps_A``-indistinguishable, each within a ``(1 - delta_A)`` mixture of the real law),
+    the ``q`` of the wrapped pure pair at level ``2 eps_A``, and ``weight``, the smallest ``w`` with
+    ``W(P_b) >= (1 - w) W(pure_b)`` for both worlds (``W`` the wrapper)."""
+
+    pure0: np.ndarray
+    pure1: np.ndarray
+    q: float
+    weight: float
+
+
+def approximate_inner_certificate(p0, p1, eps_a: float, delta_a: float) -> ApproximateInnerCertificate | None:
+    """Certify, for one neighbouring pair of inner laws ``p0, p1`` (vectors over the same outcomes, fail
+    included), the step of the target-charging proof for an ``(eps_A, delta_A)`` inner mechanism.
+
+    Finds, by a linear program, distributions ``pure0, pure1`` with ``(1 - delta_A) pure_b <= p_b`` pointwise
+    and ``pure0 / pure1`` within ``[e^{-eps_A}, e^{eps_A}]`` everywhere (such a pair exists for every
+    ``(eps_A, delta_A)``-indistinguishable pair, by Kairouz, Oh and Viswanath's reduction to the canonical
+    four-outcome pair), then reports the wrapped pure pair's ``q`` at level ``2 eps_A`` and the mixture
+    weight ``w`` that the accountant must pay per query (``1 - (1 - delta_A)^2`` by the proof).  ``None``
+    when the linear program finds no such pair (then the inner is not ``(eps_A, delta_A)``-DP on this pair).
+    Meant for tests at moderate parameters (probabilities well above the solver's ``1e-9`` tolerance).
+    """
+    from scipy.optimize import linprog
+
+    p0 = np.asarray(p0, dtype=np.float64)
+    p1 = np.asarray(p1, dtype=np.float64)
+    eps_a = check_real("eps_a", eps_a, minimum=0.0, min_open=True)
+    delta_a = check_real("delta_a", delta_a, minimum=0.0, maximum=1.0, max_open=True)
+    m = p0.size
+    e = math.exp(eps_a) * (1.0 - 1e-7)  # solve slightly inside the ratio bound
+    scale = 1.0 / (1.0 - delta_a * (1.0 - 1e-6))
+    bounds = [(0.0, min(1.0, x * scale)) for x in np.concatenate([p0, p1])]
+    a_eq = np.zeros((2, 2 * m))
+    a_eq[0, :m] = 1.0
+    a_eq[1, m:] = 1.0
+    eye = np.eye(m)
+    a_ub = np.block([[eye, -e * eye], [-e * eye, eye]])
+    result = linprog(np.zeros(2 * m), A_ub=a_ub, b_ub=np.zeros(2 * m), A_eq=a_eq, b_eq=[1.0, 1.0], bounds=bounds)
+    if result.status != 0:
+        return None
+    pure0, pure1 = np.clip(result.x[:m], 0.0, None), np.clip(result.x[m:], 0.0, None)
+    pure0, pure1 = pure0 / pure0.sum(), pure1 / pure1.sum()
+    w0, w1 = wrap_probabilities(pure0), wrap_probabilities(pure1)
+    q = float(q_star_rows(w0[None, :], w1[None, :], 2.0 * eps_a, 0)[0])
+    weight = 0.0
+    for real, pure in ((wrap_probabilities(p0), w0), (wrap_probabilities(p1), w1)):
+        positive = pure > 0
+        weight = max(weight, float(np.max(1.0 - real[positive] / pure[positive], initial=0.0)))
+    return ApproximateInnerCertificate(pure0, pure1, q, weight)
 
 
 @attr.s(frozen=True, slots=True, eq=False)
@@ -227,22 +303,20 @@ class BoundaryWrapper:
                 f"{type(self.inner).__name__}.output_distribution must return an OutcomeDistribution, "
                 f"got {type(inner).__name__}"
             )
-        return WrappedDistribution(float(_target_probability(inner.max_probability)), inner)
+        return WrappedDistribution(target_from_outside_mass(mass_outside_max(inner)), inner)
 
     def __call__(self, histogram, rng: np.random.Generator | None = None, **kwargs) -> Release:
         """One wrapped run: ``Release(None, target_hit=True)`` for the target, else
-        ``Release(token or None, target_hit=False)``.  One uniform is drawn from ``rng``."""
+        ``Release(token or None, target_hit=False)``.  The target is a Bernoulli draw with the exact
+        ``P[target]``, then the inner outcome is drawn from the inner law; both go through
+        :meth:`mechanisms.base.OutcomeDistribution.sample` (``rng=None``: the OS's randomness)."""
         dist = self.output_distribution(histogram, **kwargs)
-        rng = resolve_rng("rng", rng)
-        u = rng.random()
-        if u < dist.target:
+        if rng is not None:
+            rng = resolve_rng("rng", rng)
+        coin = OutcomeDistribution(np.zeros(1, dtype=np.int64), np.array([dist.target]), 1.0 - dist.target)
+        if dist.target > 0.0 and coin.sample(rng) is not None:
             return Release(None, self.event, target_hit=True)
-        inner = dist.inner
-        # Reuse the same uniform, rescaled to [0, 1), for the inner draw.
-        v = (u - dist.target) / (1.0 - dist.target)
-        k = int(np.searchsorted(np.cumsum(inner.probabilities), v, side="right"))
-        value = int(inner.tokens[k]) if k < inner.tokens.size else None
-        return Release(value, self.event, target_hit=False)
+        return Release(dist.inner.sample(rng), self.event, target_hit=False)
 
     def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Vectorised inner laws plus the target: ``(sample, tokens, probabilities, target)`` where the

@@ -1,18 +1,26 @@
-"""The Target-Charging Technique bound (spec section 4.2, [RECON]: a reconstruction, not the TCT paper's
-exact theorem; docs/accountants.md says why it is sound).
+"""The Target-Charging Technique (TCT) bound (paper, "Privacy analysis considerations"; Cohen and Lyu,
+"The Target-Charging Technique for Privacy Analysis across Interactive Computations", NeurIPS 2023).
 
-Setting: an adaptive sequence of queries, each ``eps0``-DP in the part that depends on the data, with
-a ``q``-target (spec 4.1).  The interaction stops at the ``tau``-th target hit.  Each "private draw" hits
-its target with probability at least ``q`` whatever happened before, so the number ``K`` of private
-draws needed for ``tau`` hits satisfies ``P[K > k] <= P[Bin(k, q) <= tau - 1]`` (a negative-binomial tail).
-Truncating at ``k`` private draws gives a ``k``-fold composition of ``eps0``-DP steps, at the price of the
+Setting: an adaptive sequence of queries; query ``i``, on every neighbouring pair of data sets, splits as
+``M_i(D_b) = p C + (1 - p) B_b`` with a shared part ``C`` and parts ``B_0, B_1`` that are
+``eps0``-indistinguishable and put probability at least ``q`` on the target set (a *q-target at level
+eps0*).  The interaction halts at the ``tau``-th target hit.  Each "private draw" (a draw from ``B_b``)
+hits with probability at least ``q`` whatever happened before, so the number ``K`` of private draws needed
+for ``tau`` hits satisfies ``P[K > k] <= P[Bin(k, q) <= tau - 1]`` (a negative-binomial tail).  Truncating
+at ``k`` private draws gives a ``k``-fold adaptive composition of ``eps0``-DP steps, at the price of the
 tail probability in delta:
 
     eps'(tau) = min over beta of eps_comp(k_beta; eps0, delta - beta - k_beta delta0),
     k_beta = min{k : P[Bin(k, q) <= tau - 1] <= beta},
 
-with ``eps_comp`` the exact optimal composition of pure steps (or DRV), and ``beta`` searched over a
-fixed set of fractions of ``delta``.  ``delta0`` is the per-step delta of approximate-DP inner parts.
+with ``eps_comp`` the exact optimal composition of pure steps (or DRV advanced composition), and ``beta``
+searched over a fixed set of fractions of ``delta``.  ``delta0`` is a per-private-draw delta; the
+accountants pass ``0`` and charge approximate-DP queries through a per-query mixture weight instead
+(:func:`wrapped_query_delta`, :func:`query_delta_epsilon`): a query that is a q-target query only after
+removing a mixture weight ``w_i`` costs ``w_i`` in delta on every run, hit or not, and the total
+``Delta = sum w_i`` adds ``(ln(1/(1 - Delta)), Delta)`` to the pure bound.  The derivation is in
+``docs/tct_and_individual.md`` (section 1).  The bound is our own proof along the lines of the TCT paper;
+the paper's full text was not available to us, so its constants may be tighter than ours.
 """
 
 from __future__ import annotations
@@ -26,18 +34,84 @@ from pate_accountant.composition import pure_optimal_epsilon
 from pate_accountant.validation import check_int, check_real
 
 __all__ = [
+    "MAX_EPSILON_FOR_ONE_THIRD",
     "SPLITS",
+    "boundary_wrapper_q",
+    "query_delta_epsilon",
     "largest_fitting",
     "negative_binomial_tail",
     "private_draws_needed",
     "tct_details",
     "tct_epsilon",
     "tct_max_hits",
+    "wrapped_event_terms",
+    "wrapped_query_delta",
 ]
 
 #: Fractions of delta tried for the tail ``beta`` (the rest goes to the composition).
 SPLITS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 COMPOSITIONS = ("optimal", "drv")
+
+
+#: The largest ``eps_A`` for which the boundary wrapper's target is a ``1/3``-target at level ``2 eps_A``:
+#: the root of ``(E + 1) / (2 E^2 + E + 2) = 1/3``, ``E = (1 + sqrt 3) / 2``.
+MAX_EPSILON_FOR_ONE_THIRD = math.log((1 + math.sqrt(3)) / 2)
+
+
+def boundary_wrapper_q(eps_a: float) -> float:
+    """The ``q`` of the boundary wrapper's target at level ``2 eps_A`` for an ``eps_A``-DP inner mechanism:
+    ``min(1/3, (E + 1) / (2 E^2 + E + 2))`` with ``E = e^{eps_A}`` (exactly ``1/3`` up to
+    :data:`MAX_EPSILON_FOR_ONE_THIRD`; ``docs/mechanisms/boundary_wrapper.md`` derives it)."""
+    eps_a = check_real("eps_a", eps_a, minimum=0.0, min_open=True)
+    e = math.exp(eps_a)
+    return min(1.0 / 3.0, (e + 1) / (2 * e * e + e + 2))
+
+
+def wrapped_event_terms(eps_a: float, delta_a: float) -> tuple[float, float]:
+    """The ``(epsilon, delta)`` guarantee of the boundary wrapper around an ``(eps_A, delta_A)``-DP inner
+    mechanism, for composition accountants: ``(2 eps_A, 2 delta_A)`` when ``delta_A < e^{eps_A} - 1``
+    (always, in practice), and ``(2 eps_A, min(1, (2 + e^{eps_A}) delta_A))`` otherwise.
+
+    Proof sketch (docs/mechanisms/boundary_wrapper.md).  Write ``a = 1 - pi`` for the mass outside the most
+    likely inner outcome; the wrapper outputs the target with ``t(a) = a / (1 + a)`` and outcome ``y`` with
+    ``P(y) / (1 + a)``.  For an ``(eps, delta)`` pair ``(P, Q)``: ``a_P <= e^eps a_Q + delta``, and ``t`` is
+    increasing with slope at most one, so ``t(a_P) <= e^eps t(a_Q) + delta``; when ``delta < e^eps - 1`` also
+    ``1 + a_Q <= e^eps (1 + a_P)``, so every ``y`` term is at most ``e^{2 eps}`` times its counterpart plus a
+    share of ``delta``.  The hockey-stick divergence at ``e^{2 eps}`` is at most ``delta + delta``.
+    """
+    eps_a = check_real("eps_a", eps_a, minimum=0.0)
+    delta_a = check_real("delta_a", delta_a, minimum=0.0, maximum=1.0)
+    if delta_a == 0.0:
+        return 2.0 * eps_a, 0.0
+    if delta_a < math.expm1(eps_a):
+        return 2.0 * eps_a, min(1.0, 2.0 * delta_a)
+    return 2.0 * eps_a, min(1.0, (2.0 + math.exp(eps_a)) * delta_a)
+
+
+def wrapped_query_delta(delta_a: float) -> float:
+    """The per-query delta a target-charging accountant pays for a boundary-wrapped ``(eps_A, delta_A)``
+    inner mechanism: ``w = 1 - (1 - delta_A)^2 <= 2 delta_A``, on every query, hit or not.
+
+    Why (docs/tct_and_individual.md, section 1): an ``(eps_A, delta_A)`` pair of inner laws splits as
+    ``P = (1 - delta_A) P~ + delta_A E`` (and the same for ``Q``) with ``P~, Q~`` pure
+    ``eps_A``-indistinguishable (Kairouz, Oh and Viswanath's reduction of every ``(eps, delta)`` pair to
+    the four-outcome canonical pair); the wrapper maps ``P >= (1 - u) P~`` to
+    ``W(P) >= (1 - u)^2 W(P~)``; and ``W(P~), W(Q~)`` have a ``q``-target at level ``2 eps_A``.  So each
+    wrapped query is, up to a mixture weight ``w``, a pure q-target query.
+    """
+    delta_a = check_real("delta_a", delta_a, minimum=0.0, maximum=1.0)
+    if delta_a == 0.0:
+        return 0.0
+    return min(1.0, -math.expm1(2.0 * math.log1p(-delta_a))) if delta_a < 1.0 else 1.0
+
+
+def query_delta_epsilon(query_delta: float) -> float:
+    """The epsilon term ``ln(1 / (1 - Delta))`` that a total per-query mixture weight ``Delta`` adds to the
+    TCT bound (docs/tct_and_individual.md, section 1): ``inf`` at ``Delta >= 1``."""
+    query_delta = check_real("query_delta", query_delta, minimum=0.0)
+    if query_delta >= 1.0:
+        return math.inf
+    return -math.log1p(-query_delta)
 
 
 def negative_binomial_tail(hits: int, q: float, k: int) -> float:

@@ -35,9 +35,14 @@ def bt(eps0, q, relation="replace-one"):
     return BetweenThresholdsEvent(eps0, q, relation)
 
 
-def wrapper_event(eps0, q, delta0=0.0):
+def wrapper_event(eps0, q=1 / 3, delta0=0.0):
     """A boundary-wrapper event at level ``eps0`` around an ``(eps0 / 2, delta0)`` inner step."""
     return BoundaryWrapperEvent(EpsilonDeltaEvent(eps0 / 2, delta0), epsilon=eps0, q=q)
+
+
+def claimed_wrapper(eps0, q):
+    """A wrapper event that claims a q-target the wrapper does not have for q > 1/3 (built by hand)."""
+    return BoundaryWrapperEvent(EpsilonDeltaEvent(eps0 / 2), epsilon=eps0, q=q)
 
 
 def state(acc):
@@ -49,8 +54,8 @@ def state(acc):
     "tau, q, eps0, expected",
     [(10, 0.5, 0.1, 3.395175), (100, 1 / 3, 0.01, 0.889968), (100, 0.4, 0.01, 0.798431)],
 )
-@pytest.mark.parametrize("make", [bt, wrapper_event])
-def test_spec_tct_vectors(make, tau, q, eps0, expected):
+def test_spec_tct_vectors(tau, q, eps0, expected):
+    make = bt
     acc = TargetChargingAccountant()
     acc.compose(make(eps0, q), tau)
     assert acc.hits == tau and acc.queries == tau
@@ -168,37 +173,58 @@ def test_unsupported_events_are_refused_atomically():
     assert state(acc) == before
 
 
-def test_delta0_of_approximate_inner_is_charged():
-    """Spec 4.2: k private draws add k delta0.  The wrapper's delta0 is its inner event's delta."""
+def test_wrapper_events_that_claim_too_much_are_refused():
+    """A wrapper's target is a q-target at level 2 eps_A with q = boundary_wrapper_q(eps_A) at best."""
+    acc = TargetChargingAccountant()
+    for event in (claimed_wrapper(0.1, 0.5), BoundaryWrapperEvent(EpsilonDeltaEvent(0.05), epsilon=0.09, q=1 / 3)):
+        with pytest.raises(UnsupportedEventError, match="at best|at most"):
+            acc.compose(event)
+    assert acc.spent() == (0.0, 0.0) and acc.queries == 0
+
+
+def test_per_query_delta_of_approximate_inner_is_charged_on_every_query():
+    """Every query of a wrapped (eps_A, delta_A) inner pays w = 1 - (1 - delta_A)^2, hit or not."""
     event = BoundaryWrapperEvent(NoisyArgMaxEvent(0.005, 1e-9), epsilon=0.01, q=1 / 3)
-    assert target_class(event).delta0 == 1e-9
+    w = target_class(event).query_delta
+    assert w == pytest.approx(2e-9 - 1e-18, rel=1e-12)
     acc = TargetChargingAccountant()
     acc.compose(event, 100)
-    assert acc.spent()[0] == pytest.approx(tct_epsilon(100, 1 / 3, 0.01, DELTA, delta0=1e-9), rel=1e-12)
-    assert acc.spent()[0] > tct_epsilon(100, 1 / 3, 0.01, DELTA)
+    for _ in range(1000):
+        acc.record(Release(None, event, target_hit=False))
+    eps, delta = acc.spent()
+    assert delta >= DELTA + 1100 * w and delta == pytest.approx(DELTA + 1100 * w, rel=1e-9)
+    expected = tct_epsilon(101, 1 / 3, 0.01, DELTA) - math.log1p(-1100 * w)
+    assert eps >= expected and eps == pytest.approx(expected, rel=1e-9)
 
 
-def test_several_classes_use_the_conservative_combination():
+def test_several_classes_use_the_conservative_combination_without_a_budget():
     a, b = bt(0.01, 0.45), wrapper_event(0.008, 1 / 3, delta0=1e-10)
-    acc = TargetChargingAccountant(budget=(1.0, DELTA))
+    acc = TargetChargingAccountant()
     acc.compose(a, 10)
     acc.record(Release("below", b, target_hit=False))
     acc.compose(b, 5)
-    assert acc.combined_class == (0.01, 1 / 3, 1e-10)
-    assert acc.spent()[0] == tct_epsilon(15, 1 / 3, 0.01, DELTA, delta0=1e-10)
-    assert acc.max_hits == tct_max_hits(1 / 3, 0.01, 1.0, DELTA, delta0=1e-10)
+    w = target_class(b).query_delta
+    assert acc.combined_class == (0.01, 1 / 3, w)
+    eps, delta = acc.spent()
+    assert delta == pytest.approx(DELTA + 6 * w, rel=1e-9)
+    assert eps == pytest.approx(tct_epsilon(15, 1 / 3, 0.01, DELTA) - math.log1p(-6 * w), rel=1e-9)
     assert [c["hits"] for c in acc.classes()] == [10, 5] and [c["queries"] for c in acc.classes()] == [10, 6]
 
 
-def test_a_worse_class_can_be_refused_even_without_a_hit():
+def test_a_budget_keeps_the_class_of_the_first_query():
+    """With a budget the limits are fixed by the first query; a query it does not cover is refused."""
     good, bad = bt(0.01, 0.5), bt(0.02, 1 / 3)
     acc = TargetChargingAccountant(budget=(1.0, DELTA))
-    acc.compose(good, 100)  # fine for q = 0.5 at eps0 = 0.01 (limit 218) but not for (0.02, 1/3) (limit 20)
+    acc.compose(good, 100)
+    assert acc.max_hits == tct_max_hits(0.5, 0.01, 1.0, DELTA)
     before = state(acc)
-    assert not acc.can_afford(bad)
-    with pytest.raises(BudgetExhaustedError):
+    with pytest.raises(UnsupportedEventError, match="first query"):
+        acc.can_afford(bad)
+    with pytest.raises(UnsupportedEventError, match="first query"):
         acc.record(Release("below", bad, target_hit=False))
-    assert state(acc) == before and acc.can_afford(good)
+    assert state(acc) == before
+    acc.compose(bt(0.005, 0.6), 3)  # dominated: accepted, charged at the first class
+    assert acc.hits == 103 and acc.spent()[0] == pytest.approx(tct_epsilon(103, 0.5, 0.01, DELTA), rel=1e-12)
 
 
 def test_relations_are_not_mixed():
@@ -217,7 +243,13 @@ def test_budget_needs_delta():
 def test_config_is_json_and_rebuilds():
     acc = TargetChargingAccountant(budget=(2.0, 1e-5), target_delta=1e-7, composition="drv")
     config = json.loads(json.dumps(acc.config()))
-    assert config == {"kind": "target-charging", "budget": [2.0, 1e-5], "target_delta": 1e-7, "composition": "drv"}
+    assert config == {
+        "kind": "target-charging",
+        "budget": [2.0, 1e-5],
+        "target_delta": 1e-7,
+        "composition": "drv",
+        "query_delta_share": 0.5,
+    }
     kwargs = {k: v for k, v in config.items() if k not in ("kind", "budget")}
     again = TargetChargingAccountant(budget=tuple(config["budget"]), **kwargs)
     assert again.config() == acc.config()
@@ -232,7 +264,8 @@ def test_register_refuses_before_the_boundary_wrapper_runs():
     acc = TargetChargingAccountant(budget=(1.0, DELTA))
     run = acc.register(mechanism)
     limit = acc.max_hits_for(mechanism.event)
-    assert limit == tct_max_hits(1 / 3, 0.01, 1.0, DELTA, delta0=1e-12) and 100 < limit < 140
+    reserved = DELTA / 2  # the default share of delta for the per-query deltas w = 2e-12
+    assert limit == tct_max_hits(1 / 3, 0.01, 1.0 + math.log1p(-reserved), DELTA - reserved) and 90 < limit < 140
     n = 100_000
     top = n // 2 + mechanism.mechanism.inner.error_bound + 1
     histogram = {0: top, 1: n - top}  # top count at the yield threshold: P[yield] about 1/2
@@ -272,51 +305,73 @@ DOMINANT = {0: 15_146, 1: N_TEACHERS - 15_146}  # P[yield] = 0.99983: one token 
 FAILING = {token: 1_000 for token in range(20)}  # top count far below n/2: always fails
 
 
-@pytest.mark.parametrize("histogram, name", [(DOMINANT, "dominant"), (FAILING, "failing")])
-def test_failing_or_agreeing_queries_cost_almost_nothing(histogram, name):
+BOUNDARY = ({0: N_TEACHERS // 2, 1: N_TEACHERS // 2}, {0: N_TEACHERS // 2 + 1, 1: N_TEACHERS // 2 - 1})
+
+
+def attack_delta(queries: int) -> float:
+    """A lower bound on the true delta of ``queries`` wrapped DPArgMax queries on the release-boundary pair
+    ``BOUNDARY`` (one vote moved): world 0 never leaves fail, world 1 does with probability ``p1`` per
+    query, so the event "some query did not fail" has probability 0 against ``1 - (1 - p1)^queries``:
+    that is a lower bound on the hockey-stick divergence at every epsilon."""
     wrapper = BoundaryWrapper(INNER)
-    p = wrapper.output_distribution(histogram).target  # exact P[target]
+    law0, law1 = (wrapper.output_distribution(h) for h in BOUNDARY)
+    p0 = law0.target + float(law0.probabilities.sum())
+    p1 = law1.target + float(law1.probabilities.sum())
+    assert p0 == 0.0 and p1 > 0.0
+    return -math.expm1(queries * math.log1p(-p1))
+
+
+def test_attack_on_approximate_inner_is_paid_for():
+    """The audit's attack: 10^5 non-hit queries of wrapped DPArgMax(0.01, 1e-10) on 20,000 teachers at the
+    release boundary used to be reported as (0.477, 1e-6) while the true delta at any epsilon is at least
+    1e-5.  Now the reported delta bounds the true one, and a (1, 1e-6) budget stops the queries in time."""
     queries = 100_000
+    true_delta = attack_delta(queries)
+    assert true_delta > 0.99e-5
+    event = BoundaryWrapper(INNER).event
+    odometer = TargetChargingAccountant()
+    odometer.record_outcomes(event, np.zeros(queries, dtype=bool), np.ones(queries, dtype=bool))
+    eps, delta = odometer.spent()
+    assert delta >= true_delta and odometer.hits == 0
+    budgeted = TargetChargingAccountant(budget=(1.0, DELTA))
+    allowed = budgeted.max_queries if budgeted.max_queries is not None else None
+    run = 0
+    while budgeted.can_afford(event):
+        budgeted.record(Release(None, event, target_hit=False))
+        run += 1
+        assert run <= queries
+    assert run == budgeted.max_queries == math.floor((DELTA / 2) / target_class(event).query_delta) < queries
+    assert allowed is None  # the limit is known only once the first query fixed the class
+    eps, delta = budgeted.spent()
+    assert eps <= 1.0 and delta <= DELTA and delta >= attack_delta(run)
+    with pytest.raises(BudgetExhaustedError):
+        budgeted.record(Release(None, event, target_hit=False))
+
+
+def test_agreeing_queries_cost_almost_nothing():
+    """Strong agreement (one token far above the threshold) hits the target rarely: TCT charges far less
+    than basic composition, per-query deltas included."""
+    wrapper = BoundaryWrapper(INNER)
+    p = wrapper.output_distribution(DOMINANT).target  # exact P[target]
+    queries = 2_000
     rng = np.random.default_rng(11)
-    batch = as_batch(np.tile(np.array([list(histogram.values())]), (queries, 1)))
+    batch = as_batch(np.tile(np.array([list(DOMINANT.values())]), (queries, 1)))
     acc = TargetChargingAccountant()
-    assert acc.can_afford(wrapper.event, queries)
     released = wrapper.run_batch(batch, rng=rng)
     acc.record_batch(released)
     basic = BasicCompositionAccountant()
-    basic.compose(wrapper.event, queries)  # the same queries under basic composition: (0.02, 1e-10) each
+    basic.compose(wrapper.event, queries)
     eps_tct, eps_basic = acc.spent()[0], basic.spent()[0]
     assert acc.queries == queries and eps_basic == pytest.approx(0.02 * queries)
-    # Hits: Binomial(queries, p) with p exact; the epsilon bound follows from the upper end of the interval.
     z = z_bound(2)
     sd = math.sqrt(queries * p * (1 - p))
     assert abs(acc.hits - queries * p) <= z * sd + 1e-9
+    assert 1e-4 < p < 2e-4
+    assert np.mean(~released.failed & ~released.target_hit) > 0.999  # almost every query yields a token
     worst_tau = math.floor(queries * p + z * sd) + 1
-    eps_bound = tct_epsilon(worst_tau, 1 / 3, 0.02, DELTA, delta0=1e-10)
-    assert eps_tct <= eps_bound
-    if name == "failing":
-        assert p == 0.0 and acc.hits == 0 and eps_tct == tct_epsilon(1, 1 / 3, 0.02, DELTA, delta0=1e-10)
-        assert released.failed.all()
-    else:
-        assert 1e-4 < p < 2e-4
-        assert np.mean(~released.failed & ~released.target_hit) > 0.999  # almost every query yields a token
-    # The derived guarantee: at least eps_basic / eps_bound times cheaper than basic composition.
-    assert eps_basic / eps_tct >= eps_basic / eps_bound > 1000
-
-
-def test_per_call_queries_through_register_cost_almost_nothing():
-    """The same claim through ``register`` (one query per call), 2000 queries of each kind."""
-    rng = np.random.default_rng(12)
-    acc = TargetChargingAccountant(budget=(1.0, DELTA))
-    run = acc.register(BoundaryWrapper(INNER))
-    for histogram in (FAILING, DOMINANT):
-        for _ in range(2000):
-            run(histogram, rng=rng)
-    p = BoundaryWrapper(INNER).output_distribution(DOMINANT).target
-    assert acc.queries == 4000 and acc.hits <= 3  # expected 2000 p = 0.34
-    assert 2000 * p < 0.5
-    bound = tct_epsilon(4, 1 / 3, 0.02, DELTA, delta0=1e-10)  # at most 3 hits, plus the pending one
-    assert acc.spent()[0] <= bound and 4000 * 0.02 / bound > 100  # basic composition: 4000 x 0.02
+    eps_bound = tct_epsilon(worst_tau, 1 / 3, 0.02, DELTA) - math.log1p(-queries * 2e-10)
+    assert acc.spent()[1] == pytest.approx(DELTA + queries * 2e-10, rel=1e-9)
+    assert eps_tct <= eps_bound * (1 + 1e-9) and eps_basic / eps_bound > 30
 
 
 # -- fast paths agree with the contract path -------------------------------------------------------------------
@@ -330,7 +385,8 @@ def test_fast_record_equals_contract_path():
         lambda: BoundaryWrapperEvent(NoisyArgMaxEvent(0.005, 1e-12), epsilon=0.01, q=1 / 3),
         lambda: bt(0.02, 0.45),
     ]
-    releases = [
+    # The first release fixes a budgeted accountant's class: one that covers every other class above.
+    releases = [Release(None, wrapper_event(0.02, 1 / 3, delta0=1e-11), target_hit=False)] + [
         Release(None, makers[int(rng.integers(len(makers)))](), target_hit=bool(rng.random() < 0.2))
         for _ in range(500)
     ]
@@ -406,12 +462,13 @@ def test_ledger_rows_replay_to_the_same_state():
     events = [bt(0.01, 0.4), wrapper_event(0.01, 1 / 3, delta0=1e-12)]
     for acc in (with_ledger, plain):
         local = np.random.default_rng(21)
+        acc.record(Release(None, events[1], target_hit=False))  # the first query fixes the class
         for _ in range(200):
             acc.record(Release(None, events[int(local.integers(2))], target_hit=bool(local.random() < 0.1)))
         acc.record_outcomes(events[0], local.random(1000) < 0.01, local.random(1000) < 0.5)
         acc.compose(events[1], 2)
     assert state(with_ledger) == state(plain)
-    assert 200 + 1 + 1 <= len(ledger.rows) <= 200 + 3 + 1  # record_outcomes writes at most three rows
+    assert 201 + 1 + 1 <= len(ledger.rows) <= 201 + 3 + 1  # record_outcomes writes at most three rows
     replayed = TargetChargingAccountant(budget=(1.0, DELTA), ledger=ledger)
     assert state(replayed) == state(plain)
 

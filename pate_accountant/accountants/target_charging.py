@@ -1,42 +1,44 @@
-"""The Target-Charging Technique accountant (spec 4; paper, "Privacy analysis considerations").
+"""The Target-Charging Technique accountant (paper, "Privacy analysis considerations"; Cohen and Lyu's TCT).
 
-``TargetChargingAccountant`` charges only the *target hits* of q-target queries: the ``target`` outcome of
-a boundary-wrapped query (spec 4.3, ``BoundaryWrapperEvent``) and the ``between`` outcome of a
-BetweenThresholds query (spec 3.2, ``BetweenThresholdsEvent``).  The number of hits is turned into
-``(epsilon, delta)`` by the spec 4.2 bound (:func:`pate_accountant.tct.tct_epsilon`: negative-binomial
-tail plus optimal composition of the private draws).  **[RECON]**: the bound is the spec's reconstruction
-of the TCT theorem, not the TCT paper's statement; ``docs/tct_and_individual.md`` gives the argument.
+``TargetChargingAccountant`` charges the *target hits* of q-target queries: the ``target`` outcome of a
+boundary-wrapped query (``BoundaryWrapperEvent``) and the ``between`` outcome of a BetweenThresholds query
+(``BetweenThresholdsEvent``).  ``docs/tct_and_individual.md`` (section 1) proves the bound it reports.
 
-What is charged (spec 4.2):
+What is charged:
 
 * a release whose outcome is ``"target"`` is one hit;
-* any other outcome (a token, ``fail``, BetweenThresholds' ``below``/``above``) is not a hit.  It is *not*
-  free in an absolute sense: a query answered after the last hit is a private draw of an interaction that
-  has not yet reached its next hit, so the epsilon reported is that of ``tau = hits + 1`` hits as soon as a
-  query ran after the last hit (and of ``tau = hits`` when the last query was a hit).  This costs at most one
-  hit, whatever the number of non-target queries: that is the point of the technique;
-* ``compose(event, count)`` (no release, so no outcome) is charged as ``count`` hits, the worst case;
-* the per-query delta ``delta0`` of an approximate-DP inner mechanism (boundary wrapper around
-  ``DPArgMax``) enters the bound as ``k * delta0`` for ``k`` private draws (inside ``tct_epsilon``).
+* any other outcome (a token, ``fail``, BetweenThresholds' ``below``/``above``) is not a hit.  It is not
+  free: a query answered after the last hit is a private draw towards the next hit, so the epsilon reported
+  is that of ``tau = hits + 1`` hits as soon as a query ran after the last hit (and of ``tau = hits`` when the
+  last query was a hit).  This costs at most one hit, whatever the number of non-target queries;
+* **every query** of an approximate-DP class pays its mixture weight ``w`` in delta, hit or not.  A
+  boundary-wrapped ``(eps_A, delta_A)`` inner (wrapped ``DPArgMax`` or ``DPWeightedSampling``) is a q-target
+  query only after removing a mixture weight ``w = 1 - (1 - delta_A)^2 <= 2 delta_A``
+  (:func:`pate_accountant.tct.wrapped_query_delta`): on neighbouring histograms at the release boundary one
+  world never leaves ``fail`` and the other does with probability about ``delta_A``, and on such a pair no
+  q-target decomposition exists.  The total ``Delta = sum of w`` over all queries adds
+  ``(ln(1/(1 - Delta)), Delta)`` to the pure TCT bound, so the budget bounds the number of queries too;
+* ``compose(event, count)`` (no release, so no outcome) is ``count`` hits and ``count`` queries.
 
-Several classes of queries.  A query class is ``(eps0, q, delta0, relation)`` with ``eps0 = event.epsilon``
-(the level of the target), ``q = event.q`` and ``delta0`` the inner event's total delta (``0`` for
-BetweenThresholds).  A ``q``-target at level ``eps0`` is also a ``q'``-target at level ``eps0'`` for every
-``q' <= q`` and ``eps0' >= eps0`` (the same decomposition works: ``eps0``-indistinguishable parts are
-``eps0'``-indistinguishable, and ``min_b B_b(T) >= q >= q'``), and an ``(eps0, delta0)`` pair of parts is also
-``(eps0, delta0')`` for ``delta0' >= delta0``.  So every query of the sequence is a ``q_min``-target at level
-``eps0_max`` with ``delta0_max`` (over every class that was queried, hit or not: a non-hit query's private
-draw is a step of the composition too), and the homogeneous bound applied to the *total* number of hits is
-a valid upper bound.  Queries stated under different neighbouring relations are not mixed (the guarantee is
-stated under one relation): the second relation is refused with ``UnsupportedEventError``.
+Query classes.  A class is ``(eps0, q, w, relation)``: the target's level ``eps0 = event.epsilon``,
+``q = event.q``, the per-query weight ``w`` (``0`` for BetweenThresholds and for wrapped pure inners).  A
+``q``-target at level ``eps0`` is also a ``q'``-target at level ``eps0'`` for ``q' <= q`` and ``eps0' >= eps0``.
 
-Budget (DESIGN.md contract).  With ``budget=(epsilon, delta)`` the accountant precomputes, once per class
-combination, ``max_hits = tct_max_hits(q_min, eps0_max, epsilon, delta, delta0=delta0_max)``.  Any query
-(hit or not) may run only while ``hits < max_hits``: then the interaction halts at the ``max_hits``-th hit at
-the latest, exactly the setting of the spec 4.2 theorem, and whatever the next query does, the reported
-``tau`` is at most ``max_hits``.  ``can_afford(event)`` and ``register`` test one more hit (``_worst_case``),
-so the mechanism never runs once one more hit could exceed the budget.  The check is one integer
-comparison; the in-memory ``record`` has a fast path (about 10^6 releases per second) and
+* With a budget the accountant's class is fixed by its **first query** (chosen before any data is seen);
+  a later query must be *dominated* by it (``eps0 <= eps0_1``, ``q >= q_1``, ``w <= w_1``, same relation),
+  otherwise it is refused with ``UnsupportedEventError``.  The budget ``(epsilon, delta)`` is split once, at
+  that first query: for an approximate class a share ``query_delta_share`` of ``delta`` (default one half)
+  goes to the per-query weights, ``Delta_max = share delta``, at most ``floor(Delta_max / w_1)`` queries run,
+  and the TCT part gets ``(epsilon - ln(1/(1 - Delta_max)), delta - Delta_max)``; a pure class keeps the whole
+  budget for the TCT part.  ``max_hits`` is the TCT hit limit at that budget.  A query runs only while
+  ``hits < max_hits`` and ``queries < max_queries``: the interaction halts within the theorem's setting,
+  and ``can_afford``/``register`` refuse in time.
+* Without a budget the accountant reports, as an odometer, the bound for the conservative combination of
+  every class queried (``max eps0``, ``min q``) at ``target_delta`` plus the actual ``Delta``.
+
+Queries stated under different neighbouring relations are never mixed (``UnsupportedEventError``).
+
+The in-memory ``record`` has a fast path (two integer comparisons against precomputed limits), and
 :meth:`TargetChargingAccountant.record_outcomes` / :meth:`~TargetChargingAccountant.record_batch` charge
 whole vectors of outcomes at once.
 """
@@ -61,39 +63,68 @@ from pate_accountant.events import (
     WeightedSamplingEvent,
 )
 from pate_accountant.release import FAIL, TARGET, TOKEN, Release
-from pate_accountant.tct import COMPOSITIONS, tct_epsilon, tct_max_hits
+from pate_accountant.tct import (
+    COMPOSITIONS,
+    boundary_wrapper_q,
+    query_delta_epsilon,
+    tct_epsilon,
+    tct_max_hits,
+    wrapped_query_delta,
+)
 from pate_accountant.validation import check_real
 
 __all__ = ["TargetChargingAccountant", "TargetClass", "combine_classes", "target_class"]
 
-#: The "no limit" value of the hit limit when no budget is given (keeps the check one comparison).
+#: The "no limit" value of the hit and query limits when no budget is given (keeps the check one comparison).
 NO_LIMIT = sys.maxsize
+#: Relative slack by which a wrapper event's claimed level may fall short of ``2 eps_A`` (float rounding only).
+_ROUNDING = 1e-12
 
 
 class TargetClass(NamedTuple):
-    """The parameters of a q-target query that the TCT bound needs (module docstring)."""
+    """The parameters of a q-target query that the bound needs (module docstring): the target's level
+    ``epsilon0``, ``q``, the per-query mixture weight ``query_delta`` and the neighbouring relation."""
 
     epsilon0: float
     q: float
-    delta0: float
+    query_delta: float
     relation: str | None
+
+
+def _wrapper_class(event: BoundaryWrapperEvent) -> TargetClass:
+    try:
+        terms = epsilon_delta_terms(event.inner)
+    except UnsupportedEventError as err:
+        raise UnsupportedEventError(f"cannot account for event {event!r}: its inner event: {err}") from err
+    eps_a = math.fsum(e * m for e, _, m in terms)
+    delta_a = min(1.0, math.fsum(d * m for _, d, m in terms))
+    if eps_a <= 0.0:
+        raise UnsupportedEventError(f"cannot account for event {event!r}: its inner event has epsilon 0")
+    if event.epsilon < 2.0 * eps_a * (1.0 - _ROUNDING):
+        raise UnsupportedEventError(
+            f"cannot account for event {event!r}: a boundary wrapper's target is a q-target at level 2 eps_A = "
+            f"{2.0 * eps_a:.6g} at best, but the event claims level {event.epsilon:.6g}"
+        )
+    q_max = boundary_wrapper_q(eps_a)
+    if event.q > q_max * (1.0 + _ROUNDING):
+        raise UnsupportedEventError(
+            f"cannot account for event {event!r}: a boundary wrapper around an eps_A = {eps_a:.6g} inner has a "
+            f"q-target with q = {q_max:.6g} at most, but the event claims q = {event.q:.6g}"
+        )
+    return TargetClass(event.epsilon, event.q, wrapped_query_delta(delta_a), getattr(event.inner, "relation", None))
 
 
 def target_class(event) -> TargetClass:
     """The :class:`TargetClass` of a ``BoundaryWrapperEvent`` or ``BetweenThresholdsEvent``.
 
-    Raises ``UnsupportedEventError`` naming the event for anything else (an event without a q-target), and
-    for a boundary wrapper whose inner event has no (epsilon, delta) form.
+    Raises ``UnsupportedEventError`` naming the event for anything else (an event without a q-target), for a
+    boundary wrapper whose inner event has no (epsilon, delta) form, and for a wrapper event that claims more
+    than the wrapper gives (a level below ``2 eps_A`` or a ``q`` above :func:`~pate_accountant.tct.boundary_wrapper_q`).
     """
     if isinstance(event, BetweenThresholdsEvent):
         return TargetClass(event.epsilon, event.q, 0.0, event.relation)
     if isinstance(event, BoundaryWrapperEvent):
-        try:
-            terms = epsilon_delta_terms(event.inner)
-        except UnsupportedEventError as err:
-            raise UnsupportedEventError(f"cannot account for event {event!r}: its inner event: {err}") from err
-        delta0 = min(1.0, sum(d * m for _, d, m in terms))
-        return TargetClass(event.epsilon, event.q, delta0, getattr(event.inner, "relation", None))
+        return _wrapper_class(event)
     if isinstance(event, dp_accounting.DpEvent):
         raise UnsupportedEventError(
             f"cannot account for event {event!r}: the target-charging accountant charges only q-target "
@@ -103,8 +134,8 @@ def target_class(event) -> TargetClass:
 
 
 def combine_classes(first, second) -> tuple[float, float, float]:
-    """The conservative common class ``(max eps0, min q, max delta0)`` of two classes (either may be a
-    :class:`TargetClass` or an ``(eps0, q, delta0)`` triple; ``None`` is the empty combination)."""
+    """The conservative common class ``(max eps0, min q, max query_delta)`` of two classes (either may be a
+    :class:`TargetClass` or an ``(eps0, q, query_delta)`` triple; ``None`` is the empty combination)."""
     if first is None:
         return (second[0], second[1], second[2])
     if second is None:
@@ -112,25 +143,36 @@ def combine_classes(first, second) -> tuple[float, float, float]:
     return (max(first[0], second[0]), min(first[1], second[1]), max(first[2], second[2]))
 
 
+def _dominates(anchor: TargetClass, cls: TargetClass) -> bool:
+    """Whether every query of class ``cls`` is also a query of class ``anchor`` (module docstring)."""
+    return cls.epsilon0 <= anchor.epsilon0 and cls.q >= anchor.q and cls.query_delta <= anchor.query_delta
+
+
 #: Inner event types whose (epsilon, delta) form is their own two fields (``translate.epsilon_delta_terms``).
 _PLAIN_INNER = (EpsilonDeltaEvent, NoisyArgMaxEvent, WeightedSamplingEvent)
 
 
 def _same_plain_inner(a, b) -> bool:
-    """Whether two inner events give the same target class: equal (epsilon, delta) type, delta, relation."""
+    """Whether two inner events give the same target class: equal plain type, epsilon, delta, relation."""
     if a is b:
         return True
-    return type(a) is type(b) and type(a) in _PLAIN_INNER and a.delta == b.delta and a.relation == b.relation
+    return (
+        type(a) is type(b)
+        and type(a) in _PLAIN_INNER
+        and a.epsilon == b.epsilon
+        and a.delta == b.delta
+        and a.relation == b.relation
+    )
 
 
 class EventMemo:
     """Memoises a pure function of an event, keyed by value (mechanisms build a fresh but equal event for
     every release, so identity would not help).  A ``BetweenThresholdsEvent`` is keyed by the tuple of its
     fields (hashing an attrs event runs Python code; a tuple of floats does not), a ``BoundaryWrapperEvent``
-    around a plain (epsilon, delta) inner event by its level, ``q`` and the inner type, delta and relation
-    (all that its class depends on), anything else by the event itself.  The table is bounded and cleared
-    when full.  Exceptions of ``compute`` propagate and are not memoised; an unhashable event (one holding a
-    list) is computed every time."""
+    around a plain (epsilon, delta) inner event by its level, ``q`` and the inner type, epsilon, delta and
+    relation (all that its class depends on), anything else by the event itself.  The table is bounded and
+    cleared when full.  Exceptions of ``compute`` propagate and are not memoised; an unhashable event (one
+    holding a list) is computed every time."""
 
     __slots__ = ("_table", "_compute", "_size")
 
@@ -144,8 +186,8 @@ class EventMemo:
         if kind is BetweenThresholdsEvent:
             key = (0, event.epsilon, event.q, event.relation)
         elif kind is BoundaryWrapperEvent and type(event.inner) in _PLAIN_INNER:
-            inner = event.inner  # its class needs only its delta and relation (epsilon_delta_terms)
-            key = (1, event.epsilon, event.q, type(inner), inner.delta, inner.relation)
+            inner = event.inner
+            key = (1, event.epsilon, event.q, type(inner), inner.epsilon, inner.delta, inner.relation)
         else:
             key = event
         try:
@@ -170,30 +212,51 @@ def _check_target_delta(target_delta) -> float:
     return check_real("target_delta", target_delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
 
 
+def _check_share(share) -> float:
+    return check_real("query_delta_share", share, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+
+
+class _Plan(NamedTuple):
+    """What the accountant splits a budget into for its anchor class (module docstring)."""
+
+    max_hits: int
+    max_queries: int
+    tct_epsilon: float  # the epsilon the TCT part may spend
+    tct_delta: float  # the delta of the TCT part
+    query_delta_max: float  # Delta_max, the delta reserved for the per-query weights
+
+
 class TargetChargingAccountant(Accountant):
-    """The Target-Charging Technique (spec 4.2, [RECON]): only target hits of q-target queries are charged.
+    """The Target-Charging Technique: only target hits of q-target queries are charged, plus the per-query
+    delta of approximate-DP queries (module docstring; proof in ``docs/tct_and_individual.md``).
 
-    ``TargetChargingAccountant(*, budget=None, ledger=None, target_delta=1e-6, composition="optimal")``.
+    ``TargetChargingAccountant(*, budget=None, ledger=None, target_delta=1e-6, composition="optimal",
+    query_delta_share=0.5)``.
 
-    * Supported events: ``BoundaryWrapperEvent`` (spec 4.3) and ``BetweenThresholdsEvent`` (spec 3.2);
-      anything else raises ``UnsupportedEventError``.
+    * Supported events: ``BoundaryWrapperEvent`` and ``BetweenThresholdsEvent``; anything else raises
+      ``UnsupportedEventError``.
     * ``record(release)``: a release with ``target_hit`` is one hit, any other outcome is a query without a
-      hit; ``compose(event, count)`` is ``count`` hits (no outcome is known: the worst case).
-    * ``spent()``: ``(tct_epsilon(tau, q, eps0, delta, delta0), delta)`` for the conservative class of
-      everything queried (module docstring), ``delta`` the budget's delta (or ``target_delta`` without a
-      budget), ``tau = hits`` (``+ 1`` if queries ran after the last hit); ``(0, 0)`` before any query.
-    * ``budget=(epsilon, delta)`` (``delta > 0``): a query runs only while ``hits < max_hits``.
-    * ``composition``: the composition bound inside the TCT bound, ``"optimal"`` (spec 6.3) or ``"drv"``.
+      hit; every query pays its class's per-query delta; ``compose(event, count)`` is ``count`` hits.
+    * ``spent()``: ``(tct_epsilon(tau, q, eps0, delta_tct) + ln(1/(1 - Delta), delta_tct + Delta)`` with
+      ``tau = hits`` (``+ 1`` if queries ran after the last hit), ``Delta`` the sum of the per-query deltas
+      so far, ``delta_tct`` the TCT part's delta (``delta - Delta_max`` of the budget, or ``target_delta``
+      without one); ``(0, 0)`` before any query.
+    * ``budget=(epsilon, delta)`` (``delta > 0``): the class is fixed by the first query; queries run only
+      while ``hits < max_hits`` and ``queries < max_queries``.
+    * ``composition``: the composition bound inside the TCT bound, ``"optimal"`` or ``"drv"``.
+    * ``query_delta_share``: the share of a budget's delta reserved for per-query deltas when the first
+      query's class has them (ignored for pure classes).
 
-    Reporting: :attr:`hits`, :attr:`queries`, :attr:`max_hits` (``None`` without a budget or before the
-    first query), :meth:`classes`, :meth:`max_hits_for`.
+    Reporting: :attr:`hits`, :attr:`queries`, :attr:`query_delta`, :attr:`max_hits`, :attr:`max_queries`
+    (``None`` without a budget or before the first query), :meth:`classes`, :meth:`max_hits_for`.
     """
 
     kind = "target-charging"
 
-    def __init__(self, *, budget=None, ledger=None, target_delta=1e-6, composition="optimal"):
+    def __init__(self, *, budget=None, ledger=None, target_delta=1e-6, composition="optimal", query_delta_share=0.5):
         self._target_delta = _check_target_delta(target_delta)
         self._composition = _check_composition(composition)
+        self._share = _check_share(query_delta_share)
         budget = _check_budget(budget)
         if budget is not None and budget[1] == 0.0:
             raise ValueError(
@@ -204,21 +267,23 @@ class TargetChargingAccountant(Accountant):
         self._class_ids: dict = {}
         self._class_list: list = []
         self._class_of = EventMemo(self._register_class)
-        self._limits: dict = {}
+        self._plans: dict = {}
         self._last_event, self._last_cid = None, None  # one-entry identity cache in front of _class_of
         # Mutable accounting state (see _snapshot).
         self._hits = 0
         self._queries = 0
         self._pending = False  # queries ran after the last hit
         self._slots: dict = {}  # class id -> [queries, hits]
-        self._combo = None  # (eps0, q, delta0) of everything queried
-        self._limit = NO_LIMIT
+        self._combo = None  # (eps0, q, query_delta) of everything queried
+        self._anchor = None  # the class of the first query
+        self._limit = NO_LIMIT  # max_hits of the anchor under the budget
+        self._query_limit = NO_LIMIT  # max_queries of the anchor under the budget
         self._relation = None
         super().__init__(budget=budget, ledger=ledger)
 
     # -- configuration ----------------------------------------------------------------------------------
     def _config(self) -> dict:
-        return {"target_delta": self._target_delta, "composition": self._composition}
+        return {"target_delta": self._target_delta, "composition": self._composition, "query_delta_share": self._share}
 
     # -- class bookkeeping ------------------------------------------------------------------------------
     def _register_class(self, event) -> int:
@@ -229,18 +294,27 @@ class TargetChargingAccountant(Accountant):
             self._class_list.append(cls)
         return cid
 
-    def _limit_for(self, combo) -> int:
-        """``max_hits`` for the budget and a class combination (memoised; ``NO_LIMIT`` without a budget)."""
-        if self._budget is None or combo is None:
-            return NO_LIMIT
-        key = (combo, self._budget)
-        limit = self._limits.get(key)
-        if limit is None:
+    def _plan_for(self, anchor: TargetClass | None) -> _Plan | None:
+        """The budget split for an anchor class (memoised; ``None`` without a budget or an anchor)."""
+        if self._budget is None or anchor is None:
+            return None
+        key = (anchor, self._budget)
+        plan = self._plans.get(key)
+        if plan is None:
             epsilon, delta = self._budget
-            eps0, q, delta0 = combo
-            limit = tct_max_hits(q, eps0, epsilon, delta, delta0=delta0, composition=self._composition)
-            self._limits[key] = limit
-        return limit
+            eps0, q, w = anchor.epsilon0, anchor.q, anchor.query_delta
+            if w > 0.0:
+                reserved = self._share * delta
+                max_queries = int(math.floor(reserved / w))
+                eps_tct = epsilon - query_delta_epsilon(reserved)
+            else:
+                reserved, max_queries, eps_tct = 0.0, NO_LIMIT, epsilon
+            delta_tct = delta - reserved
+            max_hits = (
+                tct_max_hits(q, eps0, eps_tct, delta_tct, composition=self._composition) if eps_tct > 0.0 else 0
+            )
+            plan = self._plans[key] = _Plan(max_hits, max_queries, eps_tct, delta_tct, reserved)
+        return plan
 
     # -- reporting ---------------------------------------------------------------------------------------
     @property
@@ -254,27 +328,51 @@ class TargetChargingAccountant(Accountant):
         return self._queries
 
     @property
+    def query_delta(self) -> float:
+        """``Delta``: the per-query deltas paid so far (``0`` for pure queries), rounded up."""
+        return self._query_delta(self._slots)
+
+    def _query_delta(self, slots) -> float:
+        total = math.fsum(slot[0] * self._class_list[cid].query_delta for cid, slot in slots.items())
+        return min(1.0, total * (1.0 + 1e-12)) if total > 0.0 else 0.0
+
+    @property
     def max_hits(self) -> int | None:
-        """The largest number of hits the budget allows for the classes queried so far (``None`` without a
-        budget, or before the first query: it depends on the queries' class; see :meth:`max_hits_for`)."""
-        if self._budget is None or self._combo is None:
-            return None
-        return self._limit
+        """The largest number of hits the budget allows for this accountant's class (``None`` without a
+        budget, or before the first query: it depends on the first query's class; see :meth:`max_hits_for`)."""
+        plan = self._plan_for(self._anchor)
+        return None if plan is None else plan.max_hits
+
+    @property
+    def max_queries(self) -> int | None:
+        """The largest number of queries the budget allows (``None`` without a budget or before the first
+        query; a very large number for a pure class)."""
+        plan = self._plan_for(self._anchor)
+        return None if plan is None else plan.max_queries
 
     def max_hits_for(self, event) -> int | None:
-        """The hit limit once ``event``'s class joins those already queried (``None`` without a budget)."""
+        """The hit limit for ``event``'s class: that of the accountant's class once fixed, else the limit the
+        budget would give if ``event`` were the first query (``None`` without a budget)."""
         if self._budget is None:
             return None
         cls = self._class_list[self._class_of(event)]
-        return self._limit_for(combine_classes(self._combo, cls))
+        return self._plan_for(self._anchor if self._anchor is not None else cls).max_hits
 
     @property
     def composition(self) -> str:
         return self._composition
 
     @property
+    def query_delta_share(self) -> float:
+        return self._share
+
+    @property
     def target_delta(self) -> float:
-        """The delta ``spent()`` reports at: the budget's delta, or ``target_delta`` without a budget."""
+        """The delta of the TCT part: the budget's delta less the per-query reserve, or ``target_delta``
+        without a budget."""
+        plan = self._plan_for(self._anchor)
+        if plan is not None:
+            return plan.tct_delta
         return self._budget[1] if self._budget is not None else self._target_delta
 
     @property
@@ -292,8 +390,23 @@ class TargetChargingAccountant(Accountant):
 
     @property
     def combined_class(self) -> tuple[float, float, float] | None:
-        """``(eps0_max, q_min, delta0_max)`` over the classes queried (``None`` before any query)."""
+        """``(eps0_max, q_min, query_delta_max)`` over the classes queried (``None`` before any query)."""
         return self._combo
+
+    # -- the bound ---------------------------------------------------------------------------------------
+    def _bound(self, tau: int, query_delta: float, delta_tct: float, cls) -> float:
+        """``tct_epsilon(tau) + ln(1/(1 - Delta))`` for a class ``(eps0, q, ...)``."""
+        if tau == 0:
+            return query_delta_epsilon(query_delta)
+        if delta_tct <= 0.0:
+            return math.inf
+        return tct_epsilon(tau, cls[1], cls[0], delta_tct, composition=self._composition) + query_delta_epsilon(
+            query_delta
+        )
+
+    def _charging_class(self):
+        """The class the bound is evaluated for: the first query's with a budget, else the combination."""
+        return self._anchor if self._budget is not None else self._combo
 
     # -- the accountant hooks ----------------------------------------------------------------------------
     def _worst_case(self, event, count: int = 1) -> Charge:
@@ -311,31 +424,44 @@ class TargetChargingAccountant(Accountant):
                     f"but this accountant already charged {relation!r} queries (one guarantee, one relation)"
                 )
             relation = cls.relation
+        anchor = self._anchor if self._anchor is not None else cls
+        if self._budget is not None and not _dominates(anchor, cls):
+            raise UnsupportedEventError(
+                f"cannot account for event {charge.event!r}: a budgeted target-charging accountant keeps the class "
+                f"of its first query (eps0={anchor.epsilon0:.6g}, q={anchor.q:.6g}, per-query delta "
+                f"{anchor.query_delta:.3g}), and this query (eps0={cls.epsilon0:.6g}, q={cls.q:.6g}, per-query delta "
+                f"{cls.query_delta:.3g}) is not covered by it"
+            )
         hit = charge.outcome is None or charge.outcome == TARGET
         count = charge.count
         need = self._hits + count if hit else self._hits + 1  # the tau reported after this charge
-        if cid in self._slots:
-            combo, limit = self._combo, self._limit
-        else:
-            combo = combine_classes(self._combo, cls)
-            limit = self._limit_for(combo)
-        if self._budget is not None and need > limit:
-            eps0, q, delta0 = combo
-            delta = self._budget[1]
-            eps = tct_epsilon(need, q, eps0, delta, delta0=delta0, composition=self._composition)
+        combo = self._combo if cid in self._slots else combine_classes(self._combo, cls)
+        plan = self._plan_for(anchor)
+        if plan is not None and (need > plan.max_hits or self._queries + count > plan.max_queries):
+            slots = {k: list(v) for k, v in self._slots.items()}
+            slots.setdefault(cid, [0, 0])[0] += count
+            delta_q = self._query_delta(slots)
+            eps = self._bound(need, delta_q, plan.tct_delta, anchor)
             what = f"{count} target hit(s)" if hit else "a query after the last hit"
             self._refuse(
-                f"charging {what} of {charge.event!r} (hits so far {self._hits}, at most {limit} allowed)", eps, delta
+                f"charging {what} of {charge.event!r} (hits so far {self._hits} of at most {plan.max_hits}, "
+                f"queries so far {self._queries} of at most {plan.max_queries})",
+                eps,
+                plan.tct_delta + delta_q,
             )
-        return (cid, count, hit, combo, relation)
+        return (cid, count, hit, combo, relation, anchor)
 
     def _commit(self, plan) -> None:
-        cid, count, hit, combo, relation = plan
+        cid, count, hit, combo, relation, anchor = plan
         slot = self._slots.get(cid)
         if slot is None:
             slot = self._slots[cid] = [0, 0]
             self._combo = combo
-            self._limit = self._limit_for(combo)
+        if self._anchor is None:
+            self._anchor = anchor
+            limits = self._plan_for(anchor)
+            if limits is not None:
+                self._limit, self._query_limit = limits.max_hits, limits.max_queries
         slot[0] += count
         self._queries += count
         if hit:
@@ -347,19 +473,19 @@ class TargetChargingAccountant(Accountant):
         self._relation = relation
 
     def _epsilon(self, delta: float) -> float:
-        tau = self._hits + (1 if self._pending else 0)
-        if tau == 0 or delta >= 1.0:
+        tau = self.charged_tau
+        if (tau == 0 and self._queries == 0) or delta >= 1.0:
             return 0.0
-        if delta <= 0.0:
-            return math.inf
-        eps0, q, delta0 = self._combo
-        return tct_epsilon(tau, q, eps0, delta, delta0=delta0, composition=self._composition)
+        query_delta = self.query_delta
+        return self._bound(tau, query_delta, delta - query_delta, self._charging_class())
 
     def spent(self) -> tuple[float, float]:
-        if self._hits == 0 and not self._pending:
+        if self._queries == 0:
             return 0.0, 0.0
-        delta = self.target_delta
-        return self._epsilon(delta), delta
+        query_delta = self.query_delta
+        delta_tct = self.target_delta
+        eps = self._bound(self.charged_tau, query_delta, delta_tct, self._charging_class())
+        return eps, min(1.0, delta_tct + query_delta)
 
     def _snapshot(self) -> dict:
         return {
@@ -368,7 +494,9 @@ class TargetChargingAccountant(Accountant):
             "_pending": self._pending,
             "_slots": {cid: list(slot) for cid, slot in self._slots.items()},
             "_combo": self._combo,
+            "_anchor": self._anchor,
             "_limit": self._limit,
+            "_query_limit": self._query_limit,
             "_relation": self._relation,
         }
 
@@ -377,7 +505,7 @@ class TargetChargingAccountant(Accountant):
         """Charge one release: a target hit, or a query without a hit (see the class docstring).
 
         In memory (no ledger) a release of an already-charged query class takes a fast path: one memo
-        lookup and one integer comparison against the precomputed hit limit.  Everything else (a new class,
+        lookup and two integer comparisons against the precomputed limits.  Everything else (a new class,
         a refusal, a ledger) goes through the contract's check-then-commit path; both give the same state.
         """
         if self._ledger is None and type(release) is Release:
@@ -400,7 +528,7 @@ class TargetChargingAccountant(Accountant):
             slot = self._slots.get(cid)
             if slot is not None:
                 hits = self._hits
-                if hits < self._limit:
+                if hits < self._limit and self._queries < self._query_limit:
                     slot[0] += 1
                     self._queries += 1
                     if release.target_hit:
