@@ -31,9 +31,10 @@ teacher's vote changes, paper Observation 1).  For a pure ``eps_A``-DP inner:
 :attr:`BoundaryWrapper.event` is ``BoundaryWrapperEvent(inner.event, epsilon=2 eps_A, q)`` with
 ``q = min(1/3, (E + 1) / (2 E^2 + E + 2))``: the spec's default charge ``q = 1/3`` (Decisions 3) as long as
 it is valid, which is for ``eps_A <= ln((1 + sqrt 3) / 2) = 0.3119``; above that the default would
-under-count, so the certified value is used.  An ``(eps_A, delta_A)`` inner's ``delta_A`` stays in the
-inner event: the q-target statement is about the pure part, and a TCT accountant adds ``delta_A`` per
-private draw (spec 4.2).
+under-count, so the certified value is used.  For an ``(eps_A, delta_A)`` inner the wrapper is
+``(2 eps_A, 2 delta_A)``-DP as a plain step, and a target-charging accountant pays a mixture weight
+``1 - (1 - delta_A)^2`` on every query (:func:`pate_accountant.tct.wrapped_query_delta`;
+docs/tct_and_individual.md, section 1).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from mechanisms.histogram import as_batch
 from mechanisms.qtarget import q_star_rows
 from pate_accountant.events import BoundaryWrapperEvent
 from pate_accountant.release import TARGET, Release
+from pate_accountant.tct import MAX_EPSILON_FOR_ONE_THIRD, boundary_wrapper_q
 from pate_accountant.validation import check_int, check_real, resolve_rng
 
 __all__ = [
@@ -63,11 +65,6 @@ __all__ = [
     "target_probability",
     "wrap_probabilities",
 ]
-
-#: The largest ``eps_A`` for which the spec's default charge ``q = 1/3`` at level ``2 eps_A`` is valid:
-#: the root of ``(E + 1) / (2 E^2 + E + 2) = 1/3``, ``E = (1 + sqrt 3) / 2``.
-MAX_EPSILON_FOR_ONE_THIRD = math.log((1 + math.sqrt(3)) / 2)
-
 
 def _target_probability(pi):
     pi = np.maximum(np.asarray(pi, dtype=np.float64), 0.5)
@@ -98,13 +95,6 @@ def target_probability(max_probability: float) -> float:
     """``P[target] = (1 - pi') / (2 - pi')`` with ``pi' = max(pi, 1/2)``: at most ``1/3``, at most ``1 - pi``."""
     pi = check_real("max_probability", max_probability, minimum=0.0, maximum=1.0)
     return float(_target_probability(pi))
-
-
-def boundary_wrapper_q(eps_a: float) -> float:
-    """The ``q`` the wrapper's event carries at level ``2 eps_A``: ``min(1/3, (E + 1) / (2 E^2 + E + 2))``."""
-    eps_a = check_real("eps_a", eps_a, minimum=0.0, min_open=True)
-    e = math.exp(eps_a)
-    return min(1.0 / 3.0, (e + 1) / (2 * e * e + e + 2))
 
 
 def wrap_probabilities(probabilities) -> np.ndarray:
