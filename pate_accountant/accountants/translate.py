@@ -5,8 +5,9 @@ Every translation is an upper bound on the event's privacy loss (never an under-
 * ``EpsilonDeltaEvent`` and its subclasses (``NoisyArgMaxEvent``, ``WeightedSamplingEvent``): their
   stated total ``(epsilon, delta)``.
 * ``BetweenThresholdsEvent``: ``(epsilon, 0)`` (discrete Laplace noise on a count of sensitivity one).
-* ``BoundaryWrapperEvent``: ``(epsilon, delta_inner)`` with ``epsilon`` the event's level ``2 eps_A``:
-  the wrapped mechanism is ``2 eps_A``-DP in its pure part (docs/mechanisms/boundary_wrapper.md).
+* ``BoundaryWrapperEvent`` around an ``(eps_A, delta_A)`` inner event: ``(2 eps_A, 2 delta_A)``
+  (:func:`pate_accountant.tct.wrapped_event_terms`; the wrapper can nearly double the inner's delta, so
+  ``delta_A`` alone would under-count; docs/mechanisms/boundary_wrapper.md proves the bound).
 * dp-accounting's ``NoOpDpEvent`` ``(0, 0)``; ``LaplaceDpEvent(b)`` ``(1/b, 0)``;
   ``DiscreteLaplaceDpEvent(a, s)`` ``(a s, 0)``; ``ComposedDpEvent`` and ``SelfComposedDpEvent`` by their parts.
 * Anything else (Gaussian, threshold privacy, non-private steps, ...) is rejected.
@@ -14,11 +15,14 @@ Every translation is an upper bound on the event's privacy loss (never an under-
 
 from __future__ import annotations
 
+import math
+
 import dp_accounting
 from dp_accounting import dp_event
 
 from pate_accountant.errors import UnsupportedEventError
 from pate_accountant.events import BetweenThresholdsEvent, BoundaryWrapperEvent, EpsilonDeltaEvent
+from pate_accountant.tct import wrapped_event_terms
 
 __all__ = ["epsilon_delta_terms"]
 
@@ -40,8 +44,9 @@ def _collect(event, multiplicity: int, out: list) -> None:
         out.append((event.epsilon, 0.0, multiplicity))
     elif isinstance(event, BoundaryWrapperEvent):
         inner = epsilon_delta_terms(event.inner)
-        inner_delta = sum(d * m for _, d, m in inner)
-        out.append((event.epsilon, min(1.0, inner_delta), multiplicity))
+        eps_a = math.fsum(e * m for e, _, m in inner)
+        eps, delta = wrapped_event_terms(eps_a, min(1.0, math.fsum(d * m for _, d, m in inner)))
+        out.append((max(event.epsilon, eps), delta, multiplicity))
     elif isinstance(event, dp_event.NoOpDpEvent):
         return
     elif isinstance(event, dp_event.LaplaceDpEvent):
