@@ -13,10 +13,18 @@ given enough runs on a pair where it leaks.
 
 The outcomes are the released values (tokens, ``fail``, or the target outcome of wrapped mechanisms).
 Runs use the mechanism's vectorised ``run_batch`` when it has one.
+
+Exact checks, for proofs on small histograms: :func:`hockey_stick` is the tight delta of two output laws
+at a given epsilon (both ways), :func:`exact_pair_delta` / :func:`exact_pair_epsilon` apply it to a
+mechanism's exact ``output_distribution`` on one pair, and :func:`small_histograms` /
+:func:`neighbouring_pairs` enumerate every histogram with at most ``n`` teachers over a small vocabulary
+(tail votes included) and every neighbouring pair under replace-one (a vote moves, ``n`` fixed) or
+add/remove-one (a teacher with any vote joins or leaves, ``n`` changes by one).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import attr
@@ -34,8 +42,12 @@ __all__ = [
     "audit_case",
     "audit_pair",
     "clopper_pearson",
+    "exact_pair_delta",
     "exact_pair_epsilon",
+    "hockey_stick",
+    "neighbouring_pairs",
     "run_audit_case",
+    "small_histograms",
 ]
 
 #: Label of the target outcome in audit counts.
@@ -178,6 +190,95 @@ def audit_pair(
     return AuditResult(best, epsilon, delta, worst_outcome, direction, num_runs, confidence, counts, counts_neighbour)
 
 
+def hockey_stick(first: dict, second: dict, epsilon: float) -> float:
+    """The tight delta of two output laws at ``epsilon``, both ways:
+
+        max( sum_o max(0, P(o) - e^eps Q(o)),  sum_o max(0, Q(o) - e^eps P(o)) )
+
+    (the hockey-stick divergence; the largest ``P(S) - e^eps Q(S)`` over sets of outcomes ``S``).  The laws
+    are ``{outcome: probability}`` dicts; missing outcomes have probability zero."""
+    epsilon = check_real("epsilon", epsilon, minimum=0.0)
+    keys = set(first) | set(second)
+    p = np.array([first.get(k, 0.0) for k in keys], dtype=np.float64)
+    q = np.array([second.get(k, 0.0) for k in keys], dtype=np.float64)
+    scale = math.exp(epsilon)
+    return float(max(np.maximum(0.0, p - scale * q).sum(), np.maximum(0.0, q - scale * p).sum()))
+
+
+def exact_pair_delta(mechanism, histogram, neighbour, epsilon: float) -> float:
+    """The tight delta at ``epsilon`` of ``mechanism`` on one pair, from its exact ``output_distribution``."""
+    return hockey_stick(
+        mechanism.output_distribution(histogram).as_dict(), mechanism.output_distribution(neighbour).as_dict(), epsilon
+    )
+
+
+def small_histograms(max_teachers: int, vocab_size: int, *, tail: bool = True, min_teachers: int = 0):
+    """Every histogram with ``min_teachers <= n <= max_teachers`` teachers over tokens ``0 .. vocab_size - 1``
+    (and, with ``tail``, votes into the tail: teachers that count towards ``n`` but vote for no token), as
+    ``CountHistogram`` objects."""
+    from mechanisms.histogram import CountHistogram
+
+    max_teachers = check_int("max_teachers", max_teachers, minimum=0)
+    vocab_size = check_int("vocab_size", vocab_size, minimum=1)
+    min_teachers = check_int("min_teachers", min_teachers, minimum=0)
+    buckets = vocab_size + (1 if tail else 0)
+    out = []
+    for n in range(min_teachers, max_teachers + 1):
+        for split in itertools.combinations(range(n + buckets - 1), buckets - 1):  # stars and bars
+            bounds = (-1, *split, n + buckets - 1)
+            parts = [bounds[i + 1] - bounds[i] - 1 for i in range(buckets)]
+            out.append(CountHistogram(np.arange(vocab_size), parts[:vocab_size], num_teachers=n, vocab_size=vocab_size))
+    return out
+
+
+def neighbouring_pairs(max_teachers: int, vocab_size: int, relation: str, *, tail: bool = True, min_teachers: int = 0):
+    """Every neighbouring pair ``(c, c')`` of :func:`small_histograms` under ``relation``, once each:
+
+    * ``"replace-one"``: one teacher's vote moves from one token (or the tail) to another, ``n`` fixed;
+    * ``"add-remove-one"``: one teacher, with any vote (a token or the tail), is added: ``c'`` has ``n + 1``
+      teachers (the pair read backwards is the removal).
+
+    Privacy checks take the hockey-stick divergence both ways, so each unordered pair appears once."""
+    from mechanisms.histogram import CountHistogram
+    from pate_accountant.events import ADD_REMOVE_ONE, REPLACE_ONE
+
+    if relation not in (REPLACE_ONE, ADD_REMOVE_ONE):
+        raise ValueError(f"relation must be {REPLACE_ONE!r} or {ADD_REMOVE_ONE!r}, got {relation!r}")
+    top = max_teachers if relation == REPLACE_ONE else max_teachers - 1
+    out = []
+    for hist in small_histograms(top, vocab_size, tail=tail, min_teachers=min_teachers):
+        counts = [hist.count(t) for t in range(vocab_size)]
+        vocab = hist.vocab_size
+
+        def make(values, n):
+            return CountHistogram(np.arange(vocab_size), values, num_teachers=n, vocab_size=vocab)
+
+        if relation == ADD_REMOVE_ONE:
+            for token in range(vocab_size):
+                more = list(counts)
+                more[token] += 1
+                out.append((hist, make(more, hist.num_teachers + 1)))
+            if tail:
+                out.append((hist, make(counts, hist.num_teachers + 1)))
+            continue
+        sources = [t for t in range(vocab_size) if counts[t] > 0] + ([None] if tail and hist.tail > 0 else [])
+        targets = list(range(vocab_size)) + ([None] if tail else [])
+        for source in sources:
+            for target in targets:
+                if target == source:
+                    continue
+                moved = list(counts)
+                if source is not None:
+                    moved[source] -= 1
+                if target is not None:
+                    moved[target] += 1
+                neighbour = make(moved, hist.num_teachers)
+                key = (tuple(counts), tuple(moved))
+                if key < key[::-1]:  # each unordered pair once
+                    out.append((hist, neighbour))
+    return out
+
+
 def exact_pair_epsilon(mechanism, histogram, neighbour, delta: float = 0.0) -> float:
     """The exact smallest epsilon with ``P[o|c] <= e^eps P[o|c'] + delta`` for every *set* of outcomes,
     both ways, from the mechanism's exact ``output_distribution`` (``inf`` if none exists)."""
@@ -242,13 +343,13 @@ class AuditCase:
     note: str = attr.ib()
 
 
-def _pair(counts: dict, neighbour: dict, n: int):
+def _pair(counts: dict, neighbour: dict, n: int, n_neighbour: int | None = None):
     from mechanisms.histogram import CountHistogram
 
-    def make(mapping):
-        return CountHistogram(list(mapping), list(mapping.values()), num_teachers=n)
+    def make(mapping, size):
+        return CountHistogram(list(mapping), list(mapping.values()), num_teachers=size)
 
-    return make(counts), make(neighbour)
+    return make(counts, n), make(neighbour, n if n_neighbour is None else n_neighbour)
 
 
 def audit_case(name: str, epsilon: float | None = None, delta: float | None = None, noise_scale: float = 1.0) -> AuditCase:
@@ -300,29 +401,34 @@ def _dp_argmax(epsilon, delta, scale):
     run = DPArgMax(min(epsilon / scale, 50.0), delta, relation="add-remove-one")
     n = 200
     top = n // 2 + run.error_bound + 1  # yield probability about one half for the mechanism that runs
-    h, h2 = _pair({0: top, 1: n - top}, {0: top - 1, 1: n - top}, n)
+    h, h2 = _pair({0: top, 1: n - top}, {0: top, 1: n - top - 1}, n, n - 1)
     return AuditCase(
         "dp-argmax", run, honest.event.epsilon, honest.event.delta, h, h2,
-        "add-remove-one (the removed vote goes to the tail): the top count moves by one at the release threshold",
+        "add-remove-one: a teacher voting for the runner-up leaves (n = 200 -> 199), which moves the release "
+        "threshold n/2 + L by a half and the noise the leader needs by one",
     )
 
 
 def _weighted_sampling(epsilon, delta, scale):
     from mechanisms.weighted_sampling import DPWeightedSampling
 
-    epsilon = 1.0 if epsilon is None else epsilon
-    delta = 1e-6 if delta is None else delta
-    honest = DPWeightedSampling(epsilon, delta, relation="add-remove-one")
-    run = DPWeightedSampling(min(epsilon / scale, 50.0), delta, relation="add-remove-one")
+    epsilon = 2.0 if epsilon is None else epsilon  # per count (1, 1e-6)
+    delta = 2e-6 if delta is None else delta
+    # Replace-one only (n changes under add/remove-one, and every sampling rate c/n with it).  The pair moves
+    # a lone token's vote to the tail, so one count changes: the claim for it is the per-count budget.
+    honest = DPWeightedSampling(epsilon, delta)
+    run = DPWeightedSampling(min(epsilon / scale, 50.0), delta)
     n = 40
     pi = run.inclusion_probabilities(n)
     # The count where pi* grows fastest, among counts whose inclusion is likely enough to measure.
     ratios = np.where(pi[1:-1] >= 0.02, pi[2:] / np.maximum(pi[1:-1], 1e-300), 0.0)
     c = int(np.argmax(ratios)) + 2
     h, h2 = _pair({0: c}, {0: c - 1}, n)
+    eps_c, delta_c = honest.per_count
     return AuditCase(
-        "weighted-sampling", run, honest.event.epsilon, honest.event.delta, h, h2,
-        f"add-remove-one: a lone token's count {c} vs {c - 1}, where pi* grows by e^eps",
+        "weighted-sampling", run, eps_c, delta_c, h, h2,
+        f"replace-one, a vote moved to the tail: a lone token's count {c} vs {c - 1} (n = {n}), where pi* grows "
+        "by e^eps_c; one count changes, so the claim is the per-count budget (epsilon/2, delta/2)",
     )
 
 

@@ -1,4 +1,5 @@
-"""BetweenThresholds, the TCT-style variant of spec 3.2 on an integer count (discrete Laplace noise).
+"""BetweenThresholds on an integer count (discrete Laplace noise), for the Target-Charging Technique of
+the paper's "Privacy analysis considerations".
 
 One query reads one integer count ``c`` (the votes for one token ``v``), adds a fresh integer noise
 ``Z`` with ``P[Z = z] = (1 - r) / (1 + r) r^{|z|}``, ``r = e^{-epsilon}`` (the two-sided geometric or
@@ -15,11 +16,11 @@ also changes it by at most one.  Under either relation the released label is pos
 ``epsilon``-DP discrete Laplace mechanism on a sensitivity-one count, so each query is pure
 ``epsilon``-DP (the tests check every ratio exactly).
 
-Target (spec 4.1, [OURS]): ``between`` is a ``q``-target at level ``epsilon`` with
+Target (our derivation): ``between`` is a ``q``-target at level ``epsilon`` with
 
     q = (1 - e^{-epsilon (g + 1)}) / (1 + e^{epsilon}),      g = high - low,
 
-the continuous-Laplace formula of spec 3.2 at gap ``g + 1`` (the interval holds ``g + 1`` integers),
+the continuous-Laplace BetweenThresholds formula at gap ``g + 1`` (the interval holds ``g + 1`` integers),
 so always strictly above the continuous ``q_BT(epsilon, g)``.  Derivation (docs/mechanisms/
 between_thresholds.md): for pairs ``(c, c + 1)`` with ``c + 1 <= low`` the certifier of
 :mod:`mechanisms.qtarget` gives exactly this value for every ``c`` (the ratios stabilise: all three
@@ -29,16 +30,21 @@ probability, which is at least ``e^{epsilon}`` times larger.  The event's ``q`` 
 construction by running the certifier on a finite window of pairs that provably contains the minimum
 (:func:`certify_q`) and taking the minimum with the closed form.
 
-Sampling: only the label is released, so a run draws the label directly from its exact closed-form
-law by inverse CDF (one uniform per query).  This is the same distribution as drawing ``Z`` and
-thresholding, with no floating-point noise value ever formed or rounded (the Mironov attack on
-floating-point Laplace needs a released noisy value).  The only inexactness is float64 resolution: a
-label's probability is realised to within ``2^-53``.  :func:`sample_discrete_laplace` draws ``Z``
-itself (difference of two geometric draws) for cross-checks.
+Sampling is exact (see :mod:`mechanisms.randomness`), so each query is *exactly* pure ``epsilon``-DP for
+the rational ``epsilon`` that the float stores, with no rounding margin.  A single query draws ``Z`` with
+the integer discrete Laplace sampler (Bernoulli(e^-gamma) by the alternating series, a geometric
+magnitude, a fair sign) and thresholds ``c + Z``; no float is involved.  :meth:`BetweenThresholds.run_batch`
+draws the label directly from its law by an exact inverse distribution function: one 64-bit word per
+query compared with the exact leading bits of ``P[below]`` and ``P[below] + P[between]`` (computed by
+interval arithmetic on ``e^-epsilon``, refined bit by bit on a tie), which is the same law.  Bits come
+from the operating system's cryptographic randomness when ``rng`` is ``None``; a
+``numpy.random.Generator`` makes runs reproducible (tests only: whoever knows the seed knows the noise).
+:func:`sample_discrete_laplace` draws ``Z`` itself (exactly) for cross-checks.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -48,9 +54,10 @@ import numpy as np
 from mechanisms.base import BatchRelease, OutcomeDistribution
 from mechanisms.histogram import as_batch, as_histogram
 from mechanisms.qtarget import q_star_rows
+from mechanisms.randomness import discrete_laplace_cut_law, random_bits, sample_geometric, sample_laws
 from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, BetweenThresholdsEvent
 from pate_accountant.release import Release
-from pate_accountant.validation import check_int, check_real, resolve_rng
+from pate_accountant.validation import check_int, check_real
 
 __all__ = [
     "ABOVE",
@@ -114,13 +121,18 @@ def discrete_laplace_sf(x, epsilon: float) -> np.ndarray:
     return discrete_laplace_cdf(-_int_array("x", x), epsilon)
 
 
-def sample_discrete_laplace(epsilon: float, rng: np.random.Generator | None = None, size=None) -> np.ndarray:
-    """Exact integer draws of ``Z``: ``G1 - G2`` with ``G1, G2`` independent geometric (success probability
-    ``1 - e^{-epsilon}``), whose difference has exactly the discrete Laplace law."""
+def sample_discrete_laplace(epsilon: float, rng: np.random.Generator | None = None, size=None):
+    """Exact integer draws of ``Z``: one ``int`` for ``size=None`` (the integer sampler), else an ``int64``
+    array of shape ``size``: ``G1 - G2`` with ``G1, G2`` independent exact geometric draws of ratio
+    ``e^-epsilon``, whose difference has exactly the discrete Laplace law.  ``rng=None``: the operating
+    system's cryptographic randomness; a ``numpy.random.Generator``: reproducible (tests only)."""
     epsilon = _eps(epsilon)
-    rng = resolve_rng("rng", rng)
-    p = -math.expm1(-epsilon)
-    return rng.geometric(p, size) - rng.geometric(p, size)
+    source = random_bits(rng)
+    if size is None:
+        return source.discrete_laplace(epsilon)
+    shape = (int(size),) if np.ndim(size) == 0 else tuple(int(s) for s in size)
+    count = int(np.prod(shape, dtype=np.int64))
+    return (sample_geometric(epsilon, count, source) - sample_geometric(epsilon, count, source)).reshape(shape)
 
 
 # -- outcome probabilities -------------------------------------------------------------------------
@@ -158,7 +170,7 @@ def outcome_table(counts, epsilon: float, low: int, high: int) -> np.ndarray:
 
 
 def continuous_q(epsilon: float, gap: float) -> float:
-    """Spec 3.2's ``q_BT = (1 - e^{-epsilon g}) / (1 + e^{epsilon})`` for continuous Laplace noise."""
+    """The continuous-Laplace ``q_BT = (1 - e^{-epsilon g}) / (1 + e^{epsilon})`` for continuous Laplace noise."""
     epsilon = _eps(epsilon)
     gap = check_real("gap", gap, minimum=0.0, min_open=True)
     return -math.expm1(-epsilon * gap) / (1 + math.exp(epsilon))
@@ -205,6 +217,13 @@ def certify_q(epsilon: float, low: int, high: int, counts=None) -> float:
     return worst
 
 
+@functools.lru_cache(maxsize=4096)
+def _label_law(epsilon: float, low: int, high: int, count: int):
+    """The exact law of the label code for one count: ``c + Z < low`` iff ``Z <= low - c - 1``, and
+    ``c + Z <= high`` iff ``Z <= high - c``."""
+    return discrete_laplace_cut_law(epsilon, [low - count - 1, high - count])
+
+
 # -- the mechanism ---------------------------------------------------------------------------------
 def _threshold(name):
     def convert(value):
@@ -221,7 +240,7 @@ def _relation(value):
 
 @attr.s(frozen=True, slots=True)
 class BetweenThresholds:
-    """``BetweenThresholds(epsilon, low, high)``: below / between / above on one noisy count (spec 3.2).
+    """``BetweenThresholds(epsilon, low, high)``: below / between / above on one noisy count.
 
     Pure ``epsilon``-DP per query (the count has sensitivity one under replace-one and add/remove: one
     teacher's vote changes, paper Observation 1).  The ``between`` outcome is the target: it is charged
@@ -298,22 +317,19 @@ class BetweenThresholds:
         return OutcomeDistribution(np.array([BELOW, BETWEEN, ABOVE]), probs, 0.0)
 
     # -- running -----------------------------------------------------------------------------------
-    @staticmethod
-    def _draw(table: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        uniforms = rng.random(table.shape[0])
-        first = table[:, BELOW]
-        second = first + table[:, BETWEEN]
-        return (uniforms >= first).astype(np.int64) + (uniforms >= second)
+    def _code(self, noisy: int) -> int:
+        return BELOW if noisy < self.low else (BETWEEN if noisy <= self.high else ABOVE)
 
     def __call__(self, count_or_histogram, rng: np.random.Generator | None = None, token: int | None = None) -> Release:
         """One query on an integer count, or on a histogram's count of ``token``.
 
         ``Release.value`` is ``"below"``, ``"between"`` or ``"above"``; ``target_hit`` is ``True`` exactly
-        for ``"between"``.  One uniform is drawn from ``rng`` (``None``: fresh OS entropy).
+        for ``"between"``.  The noise ``Z`` is one exact integer discrete Laplace draw (module docstring);
+        ``rng=None`` takes the bits from the operating system's cryptographic randomness.
         """
         count = self._count(count_or_histogram, token)
-        rng = resolve_rng("rng", rng)
-        code = int(self._draw(_table(np.array([count]), self.epsilon, self.low, self.high), rng)[0])
+        source = random_bits(rng)
+        code = self._code(count + source.discrete_laplace(self.epsilon))
         return Release(OUTCOME_LABELS[code], self.event, target_hit=code == BETWEEN)
 
     def run_batch(self, counts, rng: np.random.Generator | None = None, token: int | None = None) -> BatchRelease:
@@ -321,7 +337,8 @@ class BetweenThresholds:
         (anything :func:`mechanisms.as_batch` takes) whose counts of ``token`` are used.
 
         Returns a ``BatchRelease`` whose ``values`` are outcome codes (``BELOW, BETWEEN, ABOVE``) and whose
-        ``target_hit`` is ``values == BETWEEN``; each query is charged :attr:`event`.
+        ``target_hit`` is ``values == BETWEEN``; each query is charged :attr:`event`.  Each label is an exact
+        draw from its law (one 64-bit word per query, module docstring).
         """
         if token is None:
             counts = _int_array("counts", counts)
@@ -335,6 +352,8 @@ class BetweenThresholds:
             hit = batch.tokens == token
             counts = np.zeros(batch.num_histograms, dtype=np.int64)
             counts[batch.sample[hit]] = batch.counts[hit]
-        rng = resolve_rng("rng", rng)
-        codes = self._draw(_table(counts, self.epsilon, self.low, self.high), rng)
+        source = random_bits(rng)
+        distinct, which = np.unique(counts, return_inverse=True)
+        laws = [_label_law(self.epsilon, self.low, self.high, int(c)) for c in distinct]
+        codes = sample_laws(laws, which.ravel(), source) if laws else np.zeros(0, dtype=np.int64)
         return BatchRelease(codes, self.event, target_hit=codes == BETWEEN)

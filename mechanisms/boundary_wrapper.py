@@ -46,12 +46,13 @@ import attr
 import numpy as np
 
 from mechanisms.base import FAIL_VALUE, BatchRelease, OutcomeDistribution, sample_batch_outcomes
+from mechanisms.randomness import random_bits
 from mechanisms.histogram import as_batch
 from mechanisms.qtarget import q_star_rows
 from pate_accountant.events import BoundaryWrapperEvent
 from pate_accountant.release import TARGET, Release
 from pate_accountant.tct import MAX_EPSILON_FOR_ONE_THIRD, boundary_wrapper_q
-from pate_accountant.validation import check_int, check_real, resolve_rng
+from pate_accountant.validation import check_int, check_real
 
 __all__ = [
     "MAX_EPSILON_FOR_ONE_THIRD",
@@ -301,8 +302,7 @@ class BoundaryWrapper:
         ``P[target]``, then the inner outcome is drawn from the inner law; both go through
         :meth:`mechanisms.base.OutcomeDistribution.sample` (``rng=None``: the OS's randomness)."""
         dist = self.output_distribution(histogram, **kwargs)
-        if rng is not None:
-            rng = resolve_rng("rng", rng)
+        rng = random_bits(rng)  # one bit source for the coin and the inner draw
         coin = OutcomeDistribution(np.zeros(1, dtype=np.int64), np.array([dist.target]), 1.0 - dist.target)
         if dist.target > 0.0 and coin.sample(rng) is not None:
             return Release(None, self.event, target_hit=True)
@@ -332,11 +332,15 @@ class BoundaryWrapper:
 
     def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
         """Run on every histogram of a batch: ``values[i]`` is the released token, ``FAIL_VALUE`` for fail
-        *and* for the target; ``target_hit[i]`` tells the two apart.  Two uniforms per histogram."""
+        *and* for the target; ``target_hit[i]`` tells the two apart.  Two exact draws per histogram
+        (:func:`mechanisms.base.sample_batch_outcomes`): a Bernoulli with the target probability, then the
+        inner outcome; ``rng=None`` is the operating system's randomness."""
         batch = as_batch(batch)
-        rng = resolve_rng("rng", rng)
+        source = random_bits(rng)
         sample, tokens, probs, target = self.batch_distributions(batch)
-        hit = rng.random(batch.num_histograms) < target
-        values = sample_batch_outcomes(sample, tokens, probs, batch.num_histograms, rng)
+        n = batch.num_histograms
+        everyone = np.arange(n, dtype=np.int64)
+        hit = sample_batch_outcomes(everyone, np.zeros(n, dtype=np.int64), target, n, source) != FAIL_VALUE
+        values = sample_batch_outcomes(sample, tokens, probs, n, source)
         values = np.where(hit, FAIL_VALUE, values)
         return BatchRelease(values, self.event, target_hit=hit)

@@ -1,23 +1,35 @@
-"""Truncated-geometric ``NoisyArgMax_L`` and the ``LArgMax_L`` aggregator ``DPArgMax`` (spec sections 1.2-1.3).
+"""Truncated-geometric ``NoisyArgMax_L`` and the ``LArgMax_L`` aggregator ``DPArgMax``.
 
 Paper: Hot PATE, Section "DP Aggregation Methods" (homogeneous ensembles): Algorithm ``LArgMax_L``
 (``distagg:alg``, Algorithm 2), Lemma ``distalghigh`` (diversity preservation with ``tau = 0.6 n``,
 ``beta = 0.5 * 0.6 * ln(18/17)``, ``gamma = 2`` when ``L < n/30``) and Corollary ``DPArgMax``.
 
-Neighbouring relation: one teacher's vote changes (paper Observation 1).  Replacing a teacher moves one
-vote, so two counts change by one; a mechanism's ``(epsilon, delta)`` is its *total* guarantee under that
-relation and every count is noised at the per-count budget ``(epsilon/2, delta/2)`` (spec section 0,
-``per_count_budget``).  ``relation="add-remove-one"`` (one count changes by one) gives every count the
-whole budget.
+Neighbouring relations (one meaning each).  Replace-one (the default): one teacher's vote moves from one
+token (or the tail) to another, ``n`` fixed, two counts change by one (paper Observation 1).
+Add-remove-one: a teacher and its vote join or leave, ``n`` changes by one, one count (or the tail) with
+it.  A mechanism's ``(epsilon, delta)`` is its *total* guarantee under its ``relation``.
 
-The error bound ``L`` is computed, not assumed (spec Decisions 2): ``L = k = ceil(k*(eps_c, delta_c))``,
-the truncation of the per-count noise ``TG(eps_c, k)`` (spec 1.2).  For total ``(1, 1e-6)`` that is
-``L = 27`` under replace-one and ``L = 14`` under add-remove-one (the paper's ``eps^-1 ln(1/delta)``
-is the add-remove value, up to the ceiling).
+* ``TruncatedGeometricNoisyArgMax`` releases a token and its noisy count, a function of every count and not
+  of ``n``: under replace-one two counts change, so each is noised at ``(epsilon/2, delta/2)``; under
+  add-remove-one one count changes, so each gets ``(epsilon, delta)``.
+* ``DPArgMax`` releases only the majority token (at most one token has ``c > n/2``), a function of that one
+  count and of ``n``.  Under either relation a neighbour moves the noise the majority needs by at most one
+  (or swaps a bare majority between two tokens, where the release has probability ``delta_eff``), so every
+  count is noised at the whole budget ``(epsilon, delta)`` (``DPArgMax`` class docstring).
 
-Everything is exact integer arithmetic on the noise: draws are inverse-CDF draws over the ``2k + 1``
-support points of ``TG`` (no floating-point Laplace noise is drawn or rounded), and the output
-distributions are computed exactly from the ``TG`` table.
+The error bound ``L`` is computed, not assumed: ``L = k = ceil(k*(eps_c, delta_c))``, the truncation of the
+per-count noise ``TG(eps_c, k)``.  For total ``(1, 1e-6)`` that is ``L = 27`` for the replace-one
+``TruncatedGeometricNoisyArgMax`` and ``L = 14`` for ``DPArgMax`` and for the add-remove-one
+``TruncatedGeometricNoisyArgMax`` (the paper's ``eps^-1 ln(1/delta)``, up to the ceiling).
+
+Sampling is exact (see :mod:`mechanisms.randomness`): the noise ``TG(eps_c, L)`` is drawn with integer
+arithmetic from random bits, so every noise value, the extreme ``+-L`` included, has exactly its
+probability ``A e^{-eps_c |x|}`` for the rational ``eps_c`` that the float stores, and ties are broken by an
+exact uniform integer.  The realised mechanism is therefore exactly the one analysed: its delta is
+``delta_eff(eps_c, L)``, certified ``<= delta_c`` by ``truncation`` (no margin is needed for rounding).
+Bits come from the operating system's cryptographic randomness when ``rng`` is ``None``; a
+``numpy.random.Generator`` makes runs reproducible (tests only: whoever knows the seed knows the noise).
+The output distributions (``output_distribution`` and friends) are float64 computations of the same law.
 """
 
 from __future__ import annotations
@@ -31,9 +43,10 @@ import numpy as np
 from mechanisms.base import FAIL_VALUE, BatchRelease, OutcomeDistribution
 from mechanisms.geometric import TruncatedGeometric, delta_effective, per_count_budget, truncation
 from mechanisms.histogram import as_batch, as_histogram
-from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, NoisyArgMaxEvent
+from mechanisms.randomness import random_bits, uniform_below
+from pate_accountant.events import ADD_REMOVE_ONE, NEIGHBOURING_RELATIONS, REPLACE_ONE, NoisyArgMaxEvent
 from pate_accountant.release import Release
-from pate_accountant.validation import check_real, resolve_rng
+from pate_accountant.validation import check_real
 
 __all__ = ["DPArgMax", "TruncatedGeometricNoisyArgMax"]
 
@@ -130,7 +143,8 @@ def _nodes_needed(rate: float, degree: int, tolerance: float) -> int:
 # --- shared parameters -----------------------------------------------------------------------------
 @attr.s(frozen=True, slots=True)
 class _CountNoise:
-    """Total ``(epsilon, delta)`` under ``relation``; per-count noise ``TG(eps_c, L)`` (spec 1.2-1.3)."""
+    """Total ``(epsilon, delta)`` under ``relation``; per-count noise ``TG(eps_c, L)`` with
+    ``(eps_c, delta_c) = _per_count()``."""
 
     epsilon: float = attr.ib(converter=_epsilon)
     delta: float = attr.ib(converter=_delta)
@@ -139,24 +153,29 @@ class _CountNoise:
     _table: _Table = attr.ib(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self):
-        eps_c, delta_c = per_count_budget(self.epsilon, self.delta, self.relation)
+        eps_c, delta_c = self._per_count()
         noise = TruncatedGeometric(eps_c, truncation(eps_c, delta_c))
         object.__setattr__(self, "_noise", noise)
         object.__setattr__(self, "_table", _Table(noise))
 
+    def _per_count(self) -> tuple[float, float]:
+        """``(eps_c, delta_c)``: half the budget per count under replace-one (two counts change), all of it
+        under add-remove-one."""
+        return per_count_budget(self.epsilon, self.delta, self.relation)
+
     @property
     def per_count_epsilon(self) -> float:
-        """``eps_c``: ``epsilon / 2`` under replace-one, ``epsilon`` under add-remove-one."""
+        """``eps_c``, the parameter of the per-count noise ``TG(eps_c, L)``."""
         return self._noise.epsilon
 
     @property
     def per_count_delta(self) -> float:
-        """``delta_c``: ``delta / 2`` under replace-one, ``delta`` under add-remove-one."""
-        return per_count_budget(self.epsilon, self.delta, self.relation)[1]
+        """``delta_c``, the delta the truncation ``L`` is calibrated to (``delta_eff(eps_c, L) <= delta_c``)."""
+        return self._per_count()[1]
 
     @property
     def error_bound(self) -> int:
-        """``L = k = ceil(k*(eps_c, delta_c))``: the truncation of the per-count noise (spec 1.2-1.3)."""
+        """``L = k = ceil(k*(eps_c, delta_c))``: the truncation of the per-count noise."""
         return self._noise.k
 
     @property
@@ -178,27 +197,28 @@ class _CountNoise:
 # --- NoisyArgMax_L ----------------------------------------------------------------------------------
 @attr.s(frozen=True, slots=True)
 class TruncatedGeometricNoisyArgMax(_CountNoise):
-    """``NoisyArgMax_L`` with truncated two-sided geometric noise (spec 1.3; paper Section "DP Aggregation
+    """``NoisyArgMax_L`` with truncated two-sided geometric noise (paper Section "DP Aggregation
     Methods", paragraph "DP instantiations of NoisyArgMax_L").
 
     ``TruncatedGeometricNoisyArgMax(epsilon, delta, relation="replace-one")`` is ``(epsilon, delta)``-DP in
-    total under ``relation``; the neighbouring relation is "one teacher's vote changes" (paper
-    Observation 1), so under the default replace-one two counts move by one and each count is noised at
-    ``(eps_c, delta_c) = (epsilon/2, delta/2)``.
+    total under ``relation``.  Under the default replace-one (one teacher's vote moves, paper Observation 1)
+    two counts move by one and each count is noised at ``(eps_c, delta_c) = (epsilon/2, delta/2)``; under
+    add-remove-one (a teacher and its vote join or leave) one count moves and each gets ``(epsilon, delta)``.
+    The release depends on the counts only, not on ``n``, so a teacher voting into the tail changes nothing.
 
     On a histogram ``c``:
 
     1. every token with ``c_j >= 1`` gets ``c~_j = c_j + X_j``, ``X_j ~ TG(eps_c, L)`` independently, and is
-       *released* iff ``c~_j >= L + 1`` (spec 1.2: ``(eps_c, delta_eff)``-DP per count, ``delta_eff <= delta_c``);
+       *released* iff ``c~_j >= L + 1`` (``(eps_c, delta_eff)``-DP per count, ``delta_eff <= delta_c``);
     2. the release is the released token with the largest noisy count (ties broken uniformly at random)
        with ``info = {"noisy_count": c~_j}``, or ``None`` (fail) when nothing is released.
 
     Step 2 is post-processing of the released sparse noisy histogram, so the whole is ``(epsilon, delta)``-DP.
     Tokens with no vote are never candidates: that is safe only because the noise is truncated and the
     release threshold ``L + 1`` sits above every noisy value a zero count could have had (``0 + X <= L``),
-    so a token appearing or disappearing (count 0 <-> 1) costs at most ``delta_eff`` (spec 1.2).
+    so a token appearing or disappearing (count 0 <-> 1) costs at most ``delta_eff``.
 
-    Error contract (paper Algorithm 2 / spec 1.3), deterministically: ``max_h c_h - L <= c~_j <= c_j + L``.
+    Error contract (paper Algorithm 2), deterministically: ``max_h c_h - L <= c~_j <= c_j + L``.
     Every token with ``c_j >= 2L + 1`` is always released.
     """
 
@@ -288,16 +308,19 @@ class TruncatedGeometricNoisyArgMax(_CountNoise):
         return OutcomeDistribution(np.asarray(tokens)[keep], probabilities[keep], fail)
 
     def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
-        """One run: noise every voted count, threshold at ``L + 1``, release the noisy argmax (or fail)."""
-        rng = resolve_rng("rng", rng)
+        """One run: noise every voted count, threshold at ``L + 1``, release the noisy argmax (or fail).
+
+        Exact draws (module docstring); ``rng=None`` takes the bits from the operating system's
+        cryptographic randomness, a ``numpy.random.Generator`` reproducibly from it (tests only)."""
+        source = random_bits(rng)
         hist = as_histogram(histogram, num_teachers)
-        noisy = hist.counts + self._noise.sample(rng, hist.counts.size)
+        noisy = hist.counts + self._noise.sample(source, hist.counts.size)
         released = np.flatnonzero(noisy >= self.error_bound + 1)
         if released.size == 0:
             return Release(None, self.event)
         best = noisy[released].max()
         winners = released[noisy[released] == best]
-        winner = winners[rng.integers(winners.size)] if winners.size > 1 else winners[0]
+        winner = winners[source.below(winners.size)] if winners.size > 1 else winners[0]
         return Release(int(hist.tokens[winner]), self.event, info={"noisy_count": int(best)})
 
     def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -333,25 +356,31 @@ class TruncatedGeometricNoisyArgMax(_CountNoise):
         """One run per histogram, vectorised: ``(values, noisy_counts)``.
 
         ``values[i]`` is the released token of histogram ``i`` (``FAIL_VALUE`` for fail) and
-        ``noisy_counts[i]`` its noisy count (0 for fail).  All entries are noised at once, thresholded at
-        ``L + 1``, and each histogram's argmax is found by one sort with a uniform random secondary key
-        (uniform tie-breaking).
+        ``noisy_counts[i]`` its noisy count (0 for fail).  All entries are noised at once with exact ``TG``
+        draws (one 64-bit word each, exact inverse distribution function), thresholded at ``L + 1``; each
+        histogram's largest noisy count is found by a segmented maximum and, when several keys tie, the
+        winner is an exact uniform pick among them.
         """
-        rng = resolve_rng("rng", rng)
+        source = random_bits(rng)
         batch = as_batch(batch)
         values = np.full(batch.num_histograms, FAIL_VALUE, dtype=np.int64)
         noisy_counts = np.zeros(batch.num_histograms, dtype=np.int64)
-        noisy = batch.counts + self._noise.sample(rng, batch.counts.size)
-        tie_break = rng.random(batch.counts.size)
+        noisy = batch.counts + self._noise.sample(source, batch.counts.size)
         released = noisy >= self.error_bound + 1
-        sample, tokens = batch.sample[released], batch.tokens[released]
-        noisy, tie_break = noisy[released], tie_break[released]
-        if sample.size:
-            order = np.lexsort((tie_break, noisy, sample))
-            sample, tokens, noisy = sample[order], tokens[order], noisy[order]
-            last = np.append(sample[1:] != sample[:-1], True)  # the largest (noisy, key) of each histogram
-            values[sample[last]] = tokens[last]
-            noisy_counts[sample[last]] = noisy[last]
+        sample, tokens, noisy = batch.sample[released], batch.tokens[released], noisy[released]
+        if sample.size:  # entries stay sorted by histogram
+            first = np.flatnonzero(np.append(True, sample[1:] != sample[:-1]))
+            hists = sample[first]
+            best = np.maximum.reduceat(noisy, first)
+            top = noisy == np.repeat(best, np.diff(np.append(first, sample.size)))
+            top_index = np.flatnonzero(top)
+            ties = np.bincount(sample[top], minlength=batch.num_histograms)[hists]
+            pick = np.zeros(hists.size, dtype=np.int64)
+            several = ties > 1
+            pick[several] = uniform_below(ties[several], source)
+            chosen = top_index[np.searchsorted(sample[top_index], hists) + pick]
+            values[hists] = tokens[chosen]
+            noisy_counts[hists] = best
         return values, noisy_counts
 
     def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
@@ -364,10 +393,33 @@ class TruncatedGeometricNoisyArgMax(_CountNoise):
 @attr.s(frozen=True, slots=True)
 class DPArgMax(_CountNoise):
     """``DPArgMax_(epsilon, delta)``: ``LArgMax_L`` (paper Algorithm 2, ``distagg:alg``) on top of
-    :class:`TruncatedGeometricNoisyArgMax` (paper Corollary ``DPArgMax``; spec 1.3).
+    truncated-geometric ``NoisyArgMax_L`` (paper Corollary ``DPArgMax``).
 
-    Neighbouring relation: one teacher's vote changes (paper Observation 1); ``(epsilon, delta)`` is the
-    total guarantee under ``relation`` (default replace-one: per-count budget ``(epsilon/2, delta/2)``).
+    ``(epsilon, delta)`` is the total guarantee under ``relation`` (default replace-one: one teacher's vote
+    moves, ``n`` fixed, paper Observation 1; or add-remove-one: a teacher joins or leaves, ``n`` changes).
+    Under both, the majority token's count is noised at the whole budget: ``TG(epsilon, L)`` with
+    ``L = truncation(epsilon, delta)`` (14 for ``(1, 1e-6)``), because the release reads one count.
+
+    Privacy, exactly.  Let ``need(c, n) = L + 1 + floor((n - 2c) / 2)``, the least noise with
+    ``c + x > n/2 + L``; the output is the majority token ``j*`` with probability ``P[X >= need]`` and fail
+    otherwise (``P = 0`` when ``c <= n/2``).  For ``X ~ TG(eps, L)`` the pair ``Bernoulli(P[X >= x])`` /
+    ``Bernoulli(P[X >= x + 1])`` is ``(eps, delta_eff)``-indistinguishable (the survival functions differ by a
+    factor ``e^eps`` except for the mass ``A e^{-eps L} = delta_eff`` at ``x = L``), and so is the joint
+    ``(j*, c + X)`` against ``(j*, c + 1 + X)`` (a thresholded truncated-geometric count).  A neighbour:
+
+    * replace-one, the majority token keeps the majority: its count moves by at most one, ``n`` is fixed, so
+      ``need`` moves by at most one;
+    * replace-one with ``n`` odd, a bare majority swaps (``(n+1)/2`` and ``(n-1)/2`` trade places between
+      tokens ``a`` and ``b``): each side releases its own token with probability ``P[X >= L] = delta_eff``
+      and fails otherwise, so the divergence is ``delta_eff`` (outputs, counts included, are disjoint);
+    * a token gains or loses the majority: its ``need`` moves by one to or from ``L + 1`` (probability 0);
+    * add-remove-one: ``c`` moves by one with ``n`` (same token) or ``n`` alone moves; ``floor((n - 2c)/2)``
+      moves by at most one.
+
+    So the token is ``(epsilon, delta_eff(epsilon, L))``-DP under either relation, ``delta_eff <= delta``;
+    with its noisy count too under replace-one.  ``tests/test_noisy_argmax.py`` and
+    ``tests/test_mechanism_contract.py`` check this by exact enumeration over every neighbouring pair of
+    small histograms, both parities of ``n``.
 
     Release the noisy maximiser ``j`` iff its noisy count ``c~_j > n/2 + L``, else fail, where
     ``n = num_teachers`` (tail votes included).  A release implies ``c_j > n/2`` (so ``j`` is the true
@@ -381,7 +433,7 @@ class DPArgMax(_CountNoise):
     tie-break can change the outcome, and the released noisy count is ``c_{j*} + X_{j*}``.  Sampling only
     ``X_{j*} ~ TG(eps_c, L)`` therefore gives exactly the output distribution of the full NoisyArgMax
     followed by the threshold, jointly with the noisy count:
-    ``P[yield] = P[c_{j*} + X > n/2 + L]``, a ``TG`` survival function (spec 1.3).
+    ``P[yield] = P[c_{j*} + X > n/2 + L]``, a ``TG`` survival function.
 
     The release carries ``info = {"noisy_count": c~_j}`` under replace-one.  Under add-remove-one the vote
     total ``n`` itself changes with the neighbour, which moves the threshold ``n/2 + L`` by a half: the token
@@ -393,10 +445,21 @@ class DPArgMax(_CountNoise):
     ``gamma = 2``.
     """
 
+    def _per_count(self) -> tuple[float, float]:
+        """The whole budget per count, under either relation (class docstring)."""
+        return self.epsilon, self.delta
+
+    @property
+    def effective_delta(self) -> float:
+        """The delta actually spent, ``delta_eff(epsilon, L) = A e^{-epsilon L}`` (one count), never above
+        ``delta``."""
+        return delta_effective(self.per_count_epsilon, self.error_bound)
+
     @property
     def noisy_argmax(self) -> TruncatedGeometricNoisyArgMax:
-        """The underlying ``NoisyArgMax_L`` (same budget, same ``L``)."""
-        return TruncatedGeometricNoisyArgMax(self.epsilon, self.delta, relation=self.relation)
+        """The full ``NoisyArgMax_L`` with the same per-count noise ``TG(epsilon, L)`` (as an add-remove-one
+        mechanism: it releases every count, so under replace-one it would need half the budget per count)."""
+        return TruncatedGeometricNoisyArgMax(self.epsilon, self.delta, relation=ADD_REMOVE_ONE)
 
     def _noise_needed(self, top_count, num_teachers):
         """The least noise ``x`` with ``c + x > n/2 + L``: ``L + 1 + floor((n - 2c) / 2)``."""
@@ -405,8 +468,8 @@ class DPArgMax(_CountNoise):
 
     def yield_probability(self, top_count, num_teachers: int):
         """``P[c + X > n/2 + L]`` for the top count ``c`` (an array or a scalar): the exact probability that
-        a histogram whose largest count is ``c`` releases its maximiser (spec 1.3; needed by the boundary
-        wrapper, spec 4.3).  Zero whenever ``c <= n/2``."""
+        a histogram whose largest count is ``c`` releases its maximiser (needed by the boundary
+        wrapper).  Zero whenever ``c <= n/2``."""
         probability = self._table.ge(self._noise_needed(top_count, num_teachers))
         return float(probability) if np.ndim(probability) == 0 else probability
 
@@ -424,13 +487,14 @@ class DPArgMax(_CountNoise):
         return OutcomeDistribution(np.array([token], dtype=np.int64), np.array([probability]), fail)
 
     def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
-        """One run: draw the top token's noise only (exact, see the class docstring)."""
-        rng = resolve_rng("rng", rng)
+        """One run: draw the top token's noise only (exact, see the class docstring): one ``TG`` value from
+        the integer sampler; ``rng=None`` uses the operating system's cryptographic randomness."""
+        source = random_bits(rng)
         hist = as_histogram(histogram, num_teachers)
         if hist.tokens.size == 0:
             return Release(None, self.event)
         token, count = hist.top(1)[0]
-        noisy = count + int(self._noise.sample(rng))
+        noisy = count + int(self._noise.sample(source))
         if 2 * noisy <= hist.num_teachers + 2 * self.error_bound:
             return Release(None, self.event)
         info = {"noisy_count": noisy} if self.relation == REPLACE_ONE else {}
@@ -447,11 +511,12 @@ class DPArgMax(_CountNoise):
 
     def sample_batch(self, batch, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
         """One run per histogram, vectorised: ``(values, noisy_counts)`` (``FAIL_VALUE`` and 0 for fail);
-        one ``TG`` draw per histogram, for its top count."""
-        rng = resolve_rng("rng", rng)
+        one exact ``TG`` draw per histogram (one 64-bit word, exact inverse distribution function), for its
+        top count."""
+        source = random_bits(rng)
         batch = as_batch(batch)
         top_count, top_token = batch.top()
-        noisy = top_count + self._noise.sample(rng, batch.num_histograms)
+        noisy = top_count + self._noise.sample(source, batch.num_histograms)
         yields = (2 * noisy > batch.num_teachers + 2 * self.error_bound) & (top_token >= 0)
         values = np.where(yields, top_token, FAIL_VALUE).astype(np.int64)
         return values, np.where(yields, noisy, 0).astype(np.int64)

@@ -19,7 +19,7 @@ from mechanisms.base import BatchRelease, OutcomeDistribution, sample_batch_outc
 from mechanisms.histogram import as_batch, as_histogram
 from pate_accountant.events import ThresholdPrivacyEvent
 from pate_accountant.release import Release
-from pate_accountant.validation import attrs_validator, check_int, check_real, resolve_rng
+from pate_accountant.validation import attrs_validator, check_int, check_real
 
 
 def _positive_int(instance, attribute, value):
@@ -67,7 +67,7 @@ class ThresholdArgMax:
         """Run on every histogram of a batch (one uniform per histogram)."""
         batch = as_batch(batch)
         sample, tokens, probs = self.batch_distributions(batch)
-        values = sample_batch_outcomes(sample, tokens, probs, batch.num_histograms, resolve_rng("rng", rng))
+        values = sample_batch_outcomes(sample, tokens, probs, batch.num_histograms, rng)
         return BatchRelease(values, self.event)
 
 
@@ -112,5 +112,5 @@ class ThresholdWeightedSampling:
         """Run on every histogram of a batch (one uniform per histogram)."""
         batch = as_batch(batch)
         sample, tokens, probs = self.batch_distributions(batch)
-        values = sample_batch_outcomes(sample, tokens, probs, batch.num_histograms, resolve_rng("rng", rng))
+        values = sample_batch_outcomes(sample, tokens, probs, batch.num_histograms, rng)
         return BatchRelease(values, self.event)

@@ -3,8 +3,7 @@
 Paper: Hot PATE, Section "Heterogeneous Ensembles" (Algorithm ``LWS_L`` = ``distaggmed:alg``, Lemma
 ``distaggmed:lemma`` = E.2, Corollary ``DPWS:cor``) and Section "DP methods for heterogeneous ensembles"
 (paragraph "Private Weighted Sampling", which uses the sparsity-preserving private weighted sampling of
-Cohen, Geri, Sarlos and Stemmer 2021, CGSS21).  Spec: ``MECHANISMS.md`` sections 2.2 and 2.3, and
-decisions 1, 2 and 5.
+Cohen, Geri, Sarlos and Stemmer 2021, CGSS21).  Analysis: ``docs/mechanisms/weighted_sampling.md``.
 
 Algorithm (``LWS_L`` with the CGSS21 selection):
 
@@ -12,19 +11,23 @@ Algorithm (``LWS_L`` with the CGSS21 selection):
    (``n`` counts every teacher, tail votes included).
 2. ``Select``: a sampled token is kept independently with probability ``r(c_j) = pi*(c_j) / p(c_j)``, where
    ``pi*`` is the pointwise-largest inclusion function that obeys the per-count DP constraints and the cap
-   ``p`` (spec 2.2, [RECON])::
+   ``p`` (our reconstruction of CGSS21's optimal selection)::
 
        pi*(0) = 0,   pi*(c) = min(p(c), e^eps_c pi*(c-1) + delta_c, 1 - e^-eps_c (1 - pi*(c-1) - delta_c)).
 
    End to end, token ``j`` is in ``S*`` independently with probability ``pi*(c_j)``.
 3. Return a token of ``S*`` chosen uniformly at random, or fail if ``S*`` is empty.
 
-Neighbouring relation: one teacher's vote changes (paper Observation 1).  Under ``"replace-one"`` (the
-default) one vote moves from one token to another (or to/from the tail), so two counts change by one and
-each count runs at half the budget: ``(eps_c, delta_c) = (epsilon/2, delta/2)``.  Under
-``"add-remove-one"`` one count changes by one and each count gets the whole budget.  In both cases the
-number of teachers ``n`` (the ensemble size, which fixes the sampling rates ``p(c) = c/n``) is public and
-fixed: adding or removing a teacher's vote means that vote moves to or from the tail.  [OURS]
+Neighbouring relation: replace-one only, one teacher's vote changes (paper Observation 1).  One vote
+moves from one token to another (or to/from the tail), so ``n`` stays the same, two counts change by one,
+and each count runs at half the budget: ``(eps_c, delta_c) = (epsilon/2, delta/2)``.
+
+Add/remove-one (a teacher and its vote join or leave, so ``n`` changes) is refused at construction: the
+sampling rate ``c/n`` of *every* token moves with ``n``, on top of the one count that changes, and the
+per-count calibration does not pay for that.  For example ``DPWeightedSampling(1, 1e-6)`` calibrated per
+count at ``(1, 1e-6)`` has tight delta ``2.2e-3`` at epsilon 1 on ``{12, 28}`` (n = 40) against
+``{13, 28}`` (n = 41): the changed count uses the whole ``e^eps`` and the other token's rate ``28/40`` vs
+``28/41`` pushes past it (docs/mechanisms/weighted_sampling.md).
 
 Privacy: the inclusions of distinct tokens are independent, and inclusion of one token is an
 ``(eps_c, delta_c)``-DP function of its own count (the two recursions are exactly the hockey-stick
@@ -32,7 +35,7 @@ constraints between ``Bernoulli(pi*(c-1))`` and ``Bernoulli(pi*(c))``).  The key
 ``(epsilon, delta)``-DP by basic composition over the (at most two) changed keys, and the uniform pick is
 post-processing.  Tests check this exactly by enumerating every subset on small histograms.
 
-Sanitised counts (``release_counts=True``, spec 2.2 option (b), [RECON]): every survivor's count is also
+Sanitised counts (``release_counts=True``, our reconstruction): every survivor's count is also
 released as ``c_j + X_j`` with ``X_j ~ TG(eps_c, L)``, ``L = truncation(eps_c, delta_c)`` (so
 ``|error| <= L``).  That is an ``(eps_c, delta_eff)``-DP release per key (``delta_eff <= delta_c``), so by
 composition each key costs ``(2 eps_c, 2 delta_c)`` and the whole release ``(2 epsilon, 2 delta)``; the
@@ -40,13 +43,14 @@ event is charged that doubled budget.
 
 Utility: ``r(c) = 1`` (every sampled token survives) for every count from about ``L`` up to
 ``n - (1 - n delta_c) / (e^eps_c - 1)``, which contains ``[2L, n - 1/eps_c]``; near ``c = n`` full retention
-fails unless ``delta_c >= 1/n`` (spec 2.2 caveat).  No token is released more often than ``c_j / n``
+fails unless ``delta_c >= 1/n``.  No token is released more often than ``c_j / n``
 (relevance with ``gamma = 1``).
 """
 
 from __future__ import annotations
 
 import functools
+from fractions import Fraction
 
 import attr
 import numpy as np
@@ -54,11 +58,19 @@ from scipy.signal import lfilter
 from scipy.special import gammaln, roots_legendre, xlog1py, xlogy
 
 from mechanisms.base import FAIL_VALUE, BatchRelease, OutcomeDistribution
-from mechanisms.geometric import TruncatedGeometric, optimal_inclusion, per_count_budget, truncation
+from mechanisms.geometric import (
+    INCLUSION_BITS,
+    TruncatedGeometric,
+    certified_inclusion,
+    optimal_inclusion,
+    per_count_budget,
+    truncation,
+)
 from mechanisms.histogram import as_batch, as_histogram
+from mechanisms.randomness import RationalLaw, random_bits, sample_laws, uniform_below
 from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, WeightedSamplingEvent
 from pate_accountant.release import Release
-from pate_accountant.validation import check_int, check_real, resolve_rng
+from pate_accountant.validation import check_int, check_real
 
 __all__ = ["DPWeightedSampling", "inclusion_table", "uniform_survivor_probabilities"]
 
@@ -66,7 +78,7 @@ __all__ = ["DPWeightedSampling", "inclusion_table", "uniform_survivor_probabilit
 # -- pi* per ensemble size ------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=64)
 def inclusion_table(num_teachers: int, epsilon_c: float, delta_c: float) -> np.ndarray:
-    """``pi*(c)`` for ``c = 0 .. n`` with the cap ``p(c) = min(1, c/n)`` (spec 2.2), read-only and cached.
+    """``pi*(c)`` for ``c = 0 .. n`` with the cap ``p(c) = min(1, c/n)``, read-only and cached.
 
     ``epsilon_c, delta_c`` are the *per-count* parameters.  ``n = 0`` gives ``[0]``.
     """
@@ -83,6 +95,15 @@ def inclusion_table(num_teachers: int, epsilon_c: float, delta_c: float) -> np.n
 @functools.lru_cache(maxsize=16)
 def _noise(epsilon_c: float, k: int) -> TruncatedGeometric:
     return TruncatedGeometric(epsilon_c, k)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _inclusion_law(num_teachers: int, epsilon_c: float, delta_c: float, count: int) -> RationalLaw:
+    """``Bernoulli(pi~(count))`` as an exact two-outcome law (outcome 0: included), from the certified
+    table (see the sampling section of ``DPWeightedSampling``)."""
+    scale = 1 << INCLUSION_BITS
+    value = certified_inclusion(num_teachers, epsilon_c, delta_c)[count]
+    return RationalLaw([Fraction(value, scale), Fraction(scale - value, scale)])
 
 
 # -- exact output distribution ---------------------------------------------------------------------------
@@ -224,23 +245,24 @@ def _check_bool(instance, attribute, value):
 class DPWeightedSampling:
     """``DPWS_(epsilon, delta)``: ``LWS_L`` (paper Algorithm 3, Section "Heterogeneous Ensembles") with the
     CGSS21 sparsity-preserving private selection (paper Section "DP methods for heterogeneous ensembles";
-    spec 2.2-2.3).
+    module docstring).
 
     Each token ``j`` with ``c_j >= 1`` is included independently with probability ``pi*(c_j)`` (a Poisson
     sample at rate ``p(c) = min(1, c/n)`` thinned with keep probability ``r(c) = pi*(c)/p(c)``; the ``pi*``
-    recursion with a cap is [RECON], spec 2.2); the release is a uniformly chosen included token, or fail.
+    recursion with a cap is our reconstruction of CGSS21's selection); the release is a uniformly chosen
+    included token, or fail.
 
-    Neighbouring relation: one teacher's vote changes (paper Observation 1).  ``relation="replace-one"``
-    (default): one vote moves, two counts change by one, per-count budget ``(epsilon/2, delta/2)``;
-    ``relation="add-remove-one"``: one count changes by one, per-count budget ``(epsilon, delta)``.  ``n`` is
-    public and fixed (a removed vote goes to the tail) [OURS].  The release is ``(epsilon, delta)``-DP
-    under that relation; with ``release_counts=True`` (sanitised counts ``c_j + TG(eps_c, L)`` of every
-    survivor in ``Release.info["noisy_counts"]``, spec 2.2 option (b), [RECON]) it is charged
+    Neighbouring relation: ``relation="replace-one"`` (the default and the only one accepted): one
+    teacher's vote changes (paper Observation 1), ``n`` stays fixed, two counts change by one, per-count
+    budget ``(epsilon/2, delta/2)``.  ``relation="add-remove-one"`` (``n`` changes) raises ``ValueError``:
+    every token's sampling rate ``c/n`` would move too (module docstring).  The release is
+    ``(epsilon, delta)``-DP under replace-one; with ``release_counts=True`` (sanitised counts
+    ``c_j + TG(eps_c, L)`` of every survivor in ``Release.info["noisy_counts"]``) it is charged
     ``(2 epsilon, 2 delta)``.
 
-    ``error_bound`` is ``L = truncation(eps_c, delta_c)`` (spec decision 2): sanitised counts are within
-    ``L`` of the truth, and every count in ``[2L, n - 1/eps_c]`` survives surely once sampled (spec 2.2;
-    full retention fails within about ``1/eps_c`` of ``n``, decision 5).
+    ``error_bound`` is ``L = truncation(eps_c, delta_c)``: sanitised counts are within ``L`` of the truth,
+    and every count in ``[2L, n - 1/eps_c]`` survives surely once sampled (full retention fails within
+    about ``1/eps_c`` of ``n``).
     """
 
     epsilon: float = attr.ib(converter=_validated_epsilon)
@@ -249,6 +271,11 @@ class DPWeightedSampling:
     release_counts: bool = attr.ib(default=False, validator=_check_bool, kw_only=True)
 
     def __attrs_post_init__(self):
+        if self.relation != REPLACE_ONE:
+            raise ValueError(
+                f"relation must be 'replace-one' for DPWeightedSampling, got {self.relation!r}: when a teacher is "
+                "added or removed n changes, and with it every token's sampling rate c/n"
+            )
         if self.release_counts and 2 * self.delta >= 1.0:
             raise ValueError(
                 f"delta must be < 0.5 when release_counts=True (the release is charged 2 * delta), got {self.delta}"
@@ -257,12 +284,13 @@ class DPWeightedSampling:
     # -- parameters ---------------------------------------------------------------------------------------
     @property
     def per_count(self) -> tuple[float, float]:
-        """The per-count budget ``(eps_c, delta_c)`` of the selection (spec section 0)."""
+        """The per-count budget ``(eps_c, delta_c) = (epsilon/2, delta/2)`` of the selection (two counts change
+        under replace-one)."""
         return per_count_budget(self.epsilon, self.delta, self.relation)
 
     @property
     def error_bound(self) -> int:
-        """``L``: the truncation of the count noise, ``|noisy count - count| <= L`` (spec 1.2, decision 2)."""
+        """``L``: the truncation of the count noise, ``|noisy count - count| <= L``."""
         return truncation(*self.per_count)
 
     @property
@@ -323,52 +351,76 @@ class DPWeightedSampling:
         return batch.sample.copy(), batch.tokens.copy(), probs
 
     # -- sampling --------------------------------------------------------------------------------------------
+    # The sampler draws from the certified table ``pi~(c) = N_c / 2^B`` of ``mechanisms.geometric.
+    # certified_inclusion`` (exact integers, B = 160): ``Bernoulli(pi~(c - 1))`` and ``Bernoulli(pi~(c))`` are
+    # exactly (eps_c, delta_c)-indistinguishable with the true e^eps_c, so the realised release is exactly
+    # (epsilon, delta)-DP and no margin for rounding is needed.  pi~ agrees with the float64 table of
+    # ``inclusion_probabilities`` to about 1e-14 relative, for pi and for 1 - pi alike (the fixed-point
+    # recursion never forms 1 - x by cancellation: its last rounding is 2^-160 absolute).
     @staticmethod
-    def _include_and_pick(counts, sample, starts, num_histograms, table, rng):
-        """One uniform per entry decides inclusion (``u < pi*(c)``; equivalently ``u < p(c)`` samples the token
-        and, given that, ``u < pi*(c)`` keeps it with probability ``r(c)``), one uniform per histogram picks
-        the survivor.  Returns the inclusion mask and the chosen entry of each histogram (``-1``: fail)."""
-        included = rng.random(counts.size) < table[counts]
-        picks = rng.random(num_histograms)
+    def _include_and_pick(counts, sample, starts, num_histograms, law_of_count, source):
+        """Vectorised run: entry ``e`` is included with probability exactly ``pi~(counts[e])`` (one 64-bit word
+        compared with the exact leading bits of ``pi~``, refined on a tie), then each histogram picks a
+        survivor by an exact uniform integer.  Returns the inclusion mask and the chosen entry of each
+        histogram (``-1``: fail)."""
+        distinct, which = np.unique(counts, return_inverse=True)
+        laws = [law_of_count(int(c)) for c in distinct]
+        included = sample_laws(laws, which.ravel(), source) == 0 if laws else np.zeros(0, dtype=bool)
         chosen = np.full(num_histograms, -1, dtype=np.int64)
         if counts.size == 0:
             return included, chosen
         survivors = np.bincount(sample[included], minlength=num_histograms)
         before = np.concatenate(([0], np.cumsum(included)))
         rank = before[:-1] - before[starts[:-1]][sample]  # included entries of the same histogram before e
-        index = np.minimum((picks * survivors).astype(np.int64), np.maximum(survivors - 1, 0))
+        index = np.zeros(num_histograms, dtype=np.int64)
+        several = np.flatnonzero(survivors > 1)
+        index[several] = uniform_below(survivors[several], source)
         hit = np.flatnonzero(included & (rank == index[sample]))
         chosen[sample[hit]] = hit
         return included, chosen
 
     def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
         """Run once: a token (or ``None`` for fail) and, with ``release_counts``, ``info["noisy_counts"]``
-        ``{token: c_j + X_j}`` for every survivor (``X_j ~ TG(eps_c, L)``).  ``rng=None``: fresh OS entropy."""
+        ``{token: c_j + X_j}`` for every survivor (``X_j ~ TG(eps_c, L)``, drawn exactly).
+
+        Each token is first Poisson-sampled with probability exactly ``min(1, c/n)`` (``below(n) < c``), then
+        kept with probability exactly ``r(c) = pi~(c) / min(1, c/n)`` (a rational Bernoulli); the survivor is an
+        exact uniform pick.  ``rng=None`` draws the bits from the operating system's cryptographic
+        randomness; a ``numpy.random.Generator`` makes the run reproducible (tests only)."""
         hist = as_histogram(histogram, num_teachers)
-        rng = resolve_rng("rng", rng)
-        table = self.inclusion_probabilities(hist.num_teachers)
-        counts = hist.counts
-        sample = np.zeros(counts.size, dtype=np.int64)
-        starts = np.array([0, counts.size])
-        included, chosen = self._include_and_pick(counts, sample, starts, 1, table, rng)
-        value = None if chosen[0] < 0 else int(hist.tokens[chosen[0]])
+        source = random_bits(rng)
+        n = hist.num_teachers
+        table = certified_inclusion(n, *self.per_count)
+        tokens, counts = hist.tokens, hist.counts
+        included = np.zeros(counts.size, dtype=bool)
+        for e, c in enumerate(counts.tolist()):
+            if c >= n:  # sampled surely; keep with probability pi~(c)
+                included[e] = source.bernoulli_ratio(table[min(c, n)], 1 << INCLUSION_BITS)
+            elif source.below(n) < c:  # Poisson sample at rate c / n; keep with pi~(c) n / c
+                included[e] = source.bernoulli_ratio(table[c] * n, c << INCLUSION_BITS)
+        survivors = np.flatnonzero(included)
+        value = None if survivors.size == 0 else int(tokens[survivors[source.below(survivors.size)]])
         info = {}
         if self.release_counts:
             eps_c, _ = self.per_count
-            noise = _noise(eps_c, self.error_bound).sample(rng, int(included.sum()))
-            noisy = counts[included] + noise
-            info["noisy_counts"] = {int(t): int(v) for t, v in zip(hist.tokens[included], noisy)}
+            noise = _noise(eps_c, self.error_bound).sample(source, survivors.size)
+            noisy = counts[survivors] + noise
+            info["noisy_counts"] = {int(t): int(v) for t, v in zip(tokens[survivors], noisy)}
         return Release(value, self.event, info=info)
 
     def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
-        """Run on every histogram of a batch, vectorised: one uniform per (histogram, token) entry for
-        inclusion, one per histogram for the uniform survivor.  Each histogram is charged :attr:`event`.
-        A batch releases tokens only: with ``release_counts=True`` no counts are returned, and the doubled
-        event is still charged (conservative)."""
+        """Run on every histogram of a batch, vectorised and exact: one 64-bit word per (histogram, token)
+        entry decides inclusion with probability ``pi~(c)`` (the two stages of :meth:`__call__` in one), one
+        exact uniform integer per histogram with several survivors picks the survivor.  Each histogram is
+        charged :attr:`event`.  A batch releases tokens only: with ``release_counts=True`` no counts are
+        returned, and the doubled event is still charged (conservative)."""
         batch = as_batch(batch)
-        rng = resolve_rng("rng", rng)
-        table = self.inclusion_probabilities(batch.num_teachers)
-        _, chosen = self._include_and_pick(batch.counts, batch.sample, batch.starts, batch.num_histograms, table, rng)
+        source = random_bits(rng)
+        n, (eps_c, delta_c) = batch.num_teachers, self.per_count
+        _, chosen = self._include_and_pick(
+            batch.counts, batch.sample, batch.starts, batch.num_histograms,
+            lambda c: _inclusion_law(n, eps_c, delta_c, min(c, n)), source,
+        )
         values = np.full(batch.num_histograms, FAIL_VALUE, dtype=np.int64)
         ok = chosen >= 0
         values[ok] = batch.tokens[chosen[ok]]

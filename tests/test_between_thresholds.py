@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
+from exact_enumeration import GeometricBranching, enumerate_law
 from mechanisms import OutcomeDistribution
 from mechanisms.between_thresholds import (
     ABOVE,
@@ -92,6 +93,39 @@ def test_each_query_is_exactly_epsilon_dp(eps, low, high):
     log_ratio = np.abs(np.diff(np.log(table), axis=0))
     assert log_ratio.max() <= eps + 1e-12
     assert log_ratio.max() == pytest.approx(eps, rel=1e-9)
+
+
+@pytest.mark.parametrize("eps, low, high", [(0.5, 10, 14), (1.0, 5, 8), (2.0, 3, 4), (0.1, 20, 40)])
+def test_exact_sampler_law_is_exactly_epsilon_dp(eps, low, high):
+    # The law of the label is computed from the single-query sampler's own code: the discrete Laplace
+    # draw is a geometric magnitude (one choice with weight (1 - q) q^g, q standing for e^-eps; the tail
+    # beyond the thresholds is one representative value) and a fair sign, a rejected sign is a fresh
+    # round.  In exact rational arithmetic, every ratio between neighbouring counts is at most 1/q, the
+    # bound is reached, and the law is the closed form of outcome_probabilities.
+    q = Fraction(math.exp(-eps))
+    g_max = high - low + 12
+
+    def law(count):
+        raw, unfinished, restart = enumerate_law(
+            lambda prefix: GeometricBranching(prefix, 4, q, g_max, "value"),
+            lambda source: BetweenThresholds(eps, low, high)(count, rng=source).value,
+        )
+        assert unfinished == 0
+        return {label: raw.get(label, Fraction(0)) / (1 - restart) for label in OUTCOME_LABELS}
+
+    laws = {c: law(c) for c in range(max(0, low - 5), high + 6)}
+    worst = Fraction(0)
+    for c in list(laws)[:-1]:
+        for label in OUTCOME_LABELS:
+            a, b = laws[c][label], laws[c + 1][label]
+            assert a > 0 and b > 0
+            assert a * q <= b and b * q <= a  # both directions, exactly
+            worst = max(worst, a / b, b / a)
+        assert sum(laws[c].values()) == 1
+    assert worst == 1 / q  # the bound e^eps is attained
+    for c, probs in laws.items():
+        closed = BetweenThresholds(eps, low, high).outcome_probabilities(c)
+        assert [float(probs[label]) for label in OUTCOME_LABELS] == pytest.approx(closed, rel=1e-12)
 
 
 def test_event_and_relation():

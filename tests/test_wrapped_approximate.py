@@ -93,6 +93,10 @@ MECHANISMS = {
 @pytest.mark.parametrize("relation", ["replace-one", "add-remove-one"])
 @pytest.mark.parametrize("name", sorted(MECHANISMS))
 def test_wrapped_delta_is_charged_twice_the_inner_delta(name, relation):
+    if (name, relation) == ("dp-weighted-sampling", "add-remove-one"):  # refused: n changes every rate c/n
+        with pytest.raises(ValueError, match="got 'add-remove-one'"):
+            MECHANISMS[name](relation)
+        return
     inner = MECHANISMS[name](relation)
     wrapper = BoundaryWrapper(inner)
     [(eps_charged, delta_charged, _)] = epsilon_delta_terms(wrapper.event)
@@ -112,6 +116,10 @@ def test_wrapped_delta_is_charged_twice_the_inner_delta(name, relation):
 @pytest.mark.parametrize("relation", ["replace-one", "add-remove-one"])
 @pytest.mark.parametrize("name", sorted(MECHANISMS))
 def test_approximate_inner_target_is_certified_on_every_pair(name, relation):
+    if (name, relation) == ("dp-weighted-sampling", "add-remove-one"):  # refused: n changes every rate c/n
+        with pytest.raises(ValueError, match="got 'add-remove-one'"):
+            MECHANISMS[name](relation)
+        return
     inner = MECHANISMS[name](relation)
     wrapper = BoundaryWrapper(inner)
     w = target_class(wrapper.event).query_delta
