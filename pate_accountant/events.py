@@ -12,7 +12,8 @@ import dp_accounting
 
 from pate_accountant.validation import attrs_validator, check_int, check_real
 
-#: Names of the neighbouring relations an event can be stated under (spec, section 0).
+#: Names of the neighbouring relations an event can be stated under: replace-one (one teacher's vote moves,
+#: n fixed; the default) and add-remove-one (a teacher and its vote join or leave, n changes by one).
 REPLACE_ONE = "replace-one"
 ADD_REMOVE_ONE = "add-remove-one"
 NEIGHBOURING_RELATIONS = (REPLACE_ONE, ADD_REMOVE_ONE)
@@ -55,20 +56,20 @@ def _probability_open(instance, attribute, value):
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class NoisyArgMaxEvent(EpsilonDeltaEvent):
     """Truncated-geometric NoisyArgMax or LArgMax (``DPArgMax``): ``(epsilon, delta)``-DP in total under
-    ``relation``, with per-count noise ``TG(epsilon_c, error_bound)`` (spec 1.2-1.3)."""
+    ``relation``, with per-count noise ``TG(epsilon_c, error_bound)``."""
 
     error_bound: int = attr.ib(default=0, validator=attrs_validator(check_int, minimum=0))
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class WeightedSamplingEvent(EpsilonDeltaEvent):
-    """Sparsity-preserving DP weighted sampling (LWS / ``DPWeightedSampling``, spec 2.2-2.3):
+    """Sparsity-preserving DP weighted sampling (LWS / ``DPWeightedSampling``):
     ``(epsilon, delta)``-DP in total under ``relation``."""
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class BetweenThresholdsEvent(dp_accounting.DpEvent):
-    """One BetweenThresholds query (spec 3.2): ``epsilon``-DP (pure) for a count of sensitivity one, whose
+    """One BetweenThresholds query: ``epsilon``-DP (pure) for a count of sensitivity one, whose
     ``between`` outcome is a ``q``-target at level ``epsilon`` (charged by target-charging accountants)."""
 
     epsilon: float = attr.ib(converter=float, validator=_positive_real)
@@ -78,7 +79,7 @@ class BetweenThresholdsEvent(dp_accounting.DpEvent):
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class BoundaryWrapperEvent(dp_accounting.DpEvent):
-    """A boundary-wrapped query (spec 4.3): the wrapped mechanism's ``inner`` event, and the target ``T``
+    """A boundary-wrapped query (paper, "Privacy analysis considerations"): the wrapped mechanism's ``inner`` event, and the target ``T``
     is a ``q``-target at privacy level ``epsilon``.  The default charge is ``epsilon = 2 eps_A`` and
     ``q = min(1/3, (E + 1) / (2 E^2 + E + 2))`` with ``E = e^{eps_A}``: exactly 1/3 for ``eps_A <= 0.3119``
     (docs/mechanisms/boundary_wrapper.md)."""

@@ -66,7 +66,15 @@ def attrs_validator(check, **limits):
 
 
 def resolve_rng(name: str, rng) -> np.random.Generator:
-    """``None`` means fresh OS entropy (the default for DP noise); otherwise a ``Generator`` is required."""
+    """A ``numpy.random.Generator`` for randomness that needs no privacy (vote sampling, synthetic teachers,
+    simulations): ``None`` gives a fresh PCG64 generator seeded from OS entropy; otherwise a ``Generator``
+    is required.
+
+    DP noise does not come from here: the mechanisms draw it through ``mechanisms.randomness.random_bits``,
+    which with ``None`` reads the operating system's cryptographic random number generator directly and
+    samples every noise law exactly with integer arithmetic.  A PCG64 stream is not a cryptographic
+    generator (its state can be recovered from its outputs), which is fine for simulations only.
+    """
     if rng is None:
         return np.random.default_rng()
     return check_generator(name, rng)

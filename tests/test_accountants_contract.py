@@ -90,13 +90,24 @@ class AccountantCase:
         return self.supported[0]
 
 
+#: dp-accounting's Laplace (and its RDP Gaussian) noise is defined under add/remove-one: the cases charging
+#: them are built under that relation, with our events stated under it too.
+AR = "add-remove-one"
+
 ACCOUNTANT_CASES = [
     AccountantCase(
         "basic",
-        lambda budget=None, ledger=None: BasicCompositionAccountant(budget=budget, ledger=ledger),
-        (EpsilonDeltaEvent(0.1), BetweenThresholdsEvent(0.05, 0.3), NoisyArgMaxEvent(0.2, 1e-9),
+        lambda budget=None, ledger=None: BasicCompositionAccountant(budget=budget, ledger=ledger, neighboring_relation=AR),
+        (EpsilonDeltaEvent(0.1, relation=AR), BetweenThresholdsEvent(0.05, 0.3, AR), NoisyArgMaxEvent(0.2, 1e-9, AR),
          dp_event.LaplaceDpEvent(8.0)),
         ThresholdPrivacyEvent(5),
+    ),
+    AccountantCase(
+        "basic-replace-one",
+        lambda budget=None, ledger=None: BasicCompositionAccountant(budget=budget, ledger=ledger),
+        (EpsilonDeltaEvent(0.1), BetweenThresholdsEvent(0.05, 0.3), NoisyArgMaxEvent(0.2, 1e-9),
+         BoundaryWrapperEvent(EpsilonDeltaEvent(0.05), 0.1, 1 / 3)),
+        dp_event.GaussianDpEvent(3.0),
     ),
     AccountantCase(
         "advanced",
@@ -107,23 +118,36 @@ ACCOUNTANT_CASES = [
     ),
     AccountantCase(
         "rdp",
-        lambda budget=None, ledger=None: RdpAccountant(budget=budget, ledger=ledger),
-        (EpsilonDeltaEvent(0.1), dp_event.GaussianDpEvent(5.0), BetweenThresholdsEvent(0.05, 0.3),
+        lambda budget=None, ledger=None: RdpAccountant(budget=budget, ledger=ledger, neighboring_relation=AR),
+        (EpsilonDeltaEvent(0.1, relation=AR), dp_event.GaussianDpEvent(5.0), BetweenThresholdsEvent(0.05, 0.3, AR),
          dp_event.LaplaceDpEvent(8.0)),
         ThresholdPrivacyEvent(5),
     ),
     AccountantCase(
-        "rdp-approximate-rejected",
+        "rdp-replace-one",
         lambda budget=None, ledger=None: RdpAccountant(budget=budget, ledger=ledger),
-        (dp_event.GaussianDpEvent(3.0),),
-        NoisyArgMaxEvent(0.5, 1e-7),
+        (EpsilonDeltaEvent(0.1), dp_event.RandomizedResponseDpEvent(0.9, 2), BetweenThresholdsEvent(0.05, 0.3)),
+        dp_event.GaussianDpEvent(5.0),
+    ),
+    AccountantCase(
+        "rdp-approximate-rejected",
+        lambda budget=None, ledger=None: RdpAccountant(budget=budget, ledger=ledger, neighboring_relation=AR),
+        (dp_event.GaussianDpEvent(3.0), EpsilonDeltaEvent(0.05, relation=AR)),
+        NoisyArgMaxEvent(0.5, 1e-7, AR),
     ),
     AccountantCase(
         "pld",
-        lambda budget=None, ledger=None: PldAccountant(budget=budget, ledger=ledger),
-        (BetweenThresholdsEvent(0.1, 0.3), EpsilonDeltaEvent(0.05, 1e-9), dp_event.LaplaceDpEvent(8.0),
-         dp_event.GaussianDpEvent(5.0), NoisyArgMaxEvent(0.2, 1e-10)),
+        lambda budget=None, ledger=None: PldAccountant(budget=budget, ledger=ledger, neighboring_relation=AR),
+        (BetweenThresholdsEvent(0.1, 0.3, AR), EpsilonDeltaEvent(0.05, 1e-9, AR), dp_event.LaplaceDpEvent(8.0),
+         dp_event.GaussianDpEvent(5.0), NoisyArgMaxEvent(0.2, 1e-10, AR)),
         ThresholdPrivacyEvent(5),
+    ),
+    AccountantCase(
+        "pld-replace-one",
+        lambda budget=None, ledger=None: PldAccountant(budget=budget, ledger=ledger),
+        (BetweenThresholdsEvent(0.1, 0.3), EpsilonDeltaEvent(0.05, 1e-9), dp_event.GaussianDpEvent(5.0),
+         dp_event.RandomizedResponseDpEvent(0.9, 2), WeightedSamplingEvent(0.2, 1e-10)),
+        dp_event.LaplaceDpEvent(8.0),
     ),
     AccountantCase(
         "target-charging",
@@ -139,8 +163,8 @@ ACCOUNTANT_CASES = [
         lambda budget=None, ledger=None: IndividualChargingAccountant(
             4, budget=budget, ledger=ledger, epsilon0=0.01, q=0.47, relation="add-remove-one"
         ),
-        (BetweenThresholdsEvent(0.01, 0.47), BetweenThresholdsEvent(0.005, 0.48)),
-        BoundaryWrapperEvent(EpsilonDeltaEvent(0.005), 0.01, 1 / 3),
+        (BetweenThresholdsEvent(0.01, 0.47, "add-remove-one"), BetweenThresholdsEvent(0.005, 0.48, "add-remove-one")),
+        BoundaryWrapperEvent(EpsilonDeltaEvent(0.005, relation="add-remove-one"), 0.01, 1 / 3),
         release=_all_teachers_release,
     ),
 ]
@@ -421,3 +445,209 @@ def test_refusals_leave_the_ledger_unchanged_and_it_replays(case):
         assert result.spent == pytest.approx(before, rel=1e-12)
         again = case.factory(budget, ledger=ledger)  # attaching replays the stored rows
         assert again.spent() == before
+
+
+# -- invalid events (foreign events must never lower the spend) ------------------------------------------------
+def _forced(event, **fields):
+    """``event`` with ``fields`` overwritten after construction (bypassing its own validation)."""
+    for name, value in fields.items():
+        object.__setattr__(event, name, value)
+    return event
+
+
+def _invalid_events(valid) -> list:
+    """Events with a non-finite, zero or negative parameter somewhere inside (``valid``: a supported event)."""
+    gauss = dp_event.GaussianDpEvent(2.0)
+    return [
+        dp_event.LaplaceDpEvent(-2),
+        dp_event.LaplaceDpEvent(0),
+        dp_event.LaplaceDpEvent(float("nan")),
+        dp_event.LaplaceDpEvent(float("inf")),
+        dp_event.LaplaceDpEvent("8"),
+        dp_event.DiscreteLaplaceDpEvent(-1.0, 1),
+        dp_event.DiscreteLaplaceDpEvent(1.0, 0),
+        dp_event.DiscreteLaplaceDpEvent(1.0, -2),
+        dp_event.DiscreteLaplaceDpEvent(1.0, 1.5),
+        dp_event.GaussianDpEvent(-1.0),
+        dp_event.GaussianDpEvent(0.0),
+        dp_event.RandomizedResponseDpEvent(0.0, 2),
+        dp_event.RandomizedResponseDpEvent(1.5, 2),
+        dp_event.RandomizedResponseDpEvent(0.5, 0),
+        dp_event.ZCDpEvent(-1.0),
+        dp_event.ZCDpEvent(float("nan")),
+        dp_event.PoissonSampledDpEvent(0.0, gauss),
+        dp_event.PoissonSampledDpEvent(1.5, gauss),
+        dp_event.PoissonSampledDpEvent(0.5, dp_event.GaussianDpEvent(-1.0)),
+        dp_event.SampledWithoutReplacementDpEvent(10, 20, gauss),
+        dp_event.SelfComposedDpEvent(valid, -3),
+        dp_event.SelfComposedDpEvent(valid, 0),
+        dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(-2), 2),
+        dp_event.ComposedDpEvent([valid, dp_event.LaplaceDpEvent(-2)]),
+        dp_event.ComposedDpEvent([valid, dp_event.SelfComposedDpEvent(valid, -1)]),
+        _forced(EpsilonDeltaEvent(0.1), epsilon=-1.0),
+        _forced(EpsilonDeltaEvent(0.1), delta=float("nan")),
+        _forced(BetweenThresholdsEvent(0.1, 0.3), epsilon=0.0),
+        BoundaryWrapperEvent(dp_event.LaplaceDpEvent(-2), 0.1, 1 / 3),
+    ]
+
+
+def test_invalid_events_are_refused_atomically(case):
+    budget = _budget_allowing(case, 4)
+    with Ledger.in_memory() as ledger:
+        acc = case.factory(budget, ledger=ledger)
+        acc.compose(case.event)
+        before, rows = acc.spent(), ledger.row_count
+        for bad in _invalid_events(case.event):
+            for attempt in (
+                lambda: acc.compose(bad),
+                lambda: acc.compose(bad, count=3),
+                lambda: acc.record(Release("token", bad)),
+                lambda: acc.record_many([case.release(case.event), Release("token", bad)]),
+                lambda: acc.can_afford(bad),
+                lambda: acc.register(CountingMechanism(bad)),
+            ):
+                with pytest.raises((ValueError, TypeError)) as info:
+                    attempt()
+                message = str(info.value)  # one line naming the parameter and its value
+                assert "\n" not in message and " must be " in message and ", got " in message, message
+            assert acc.spent() == before and ledger.row_count == rows, bad
+        acc.compose(case.event)  # still usable
+        assert acc.spent()[0] >= before[0]
+
+
+@pytest.mark.parametrize(
+    "event, words",
+    [
+        (dp_event.LaplaceDpEvent(-2), "LaplaceDpEvent.noise_multiplier must be > 0.0, got -2.0"),
+        (dp_event.LaplaceDpEvent(0), "LaplaceDpEvent.noise_multiplier must be > 0.0, got 0.0"),
+        (dp_event.DiscreteLaplaceDpEvent(-1.0, 1), "DiscreteLaplaceDpEvent.noise_parameter must be > 0.0, got -1.0"),
+        (dp_event.DiscreteLaplaceDpEvent(1.0, -2), "DiscreteLaplaceDpEvent.sensitivity must be >= 1, got -2"),
+        (dp_event.SelfComposedDpEvent(dp_event.NoOpDpEvent(), -3), "SelfComposedDpEvent.count must be >= 1, got -3"),
+        (dp_event.PoissonSampledDpEvent(2.0, dp_event.GaussianDpEvent(1.0)),
+         "PoissonSampledDpEvent.sampling_probability must be <= 1.0, got 2.0"),
+        (dp_event.RandomizedResponseDpEvent(-0.5, 2), "RandomizedResponseDpEvent.noise_parameter must be > 0.0, got -0.5"),
+        (dp_event.GaussianDpEvent(float("inf")), "GaussianDpEvent.noise_multiplier must be finite, got inf"),
+    ],
+)
+def test_invalid_event_errors_name_the_parameter_and_value(event, words):
+    with pytest.raises(ValueError) as info:
+        BasicCompositionAccountant().compose(event)
+    assert str(info.value) == words
+
+
+#: The attacks of the soundness review: before the checks, each of these *lowered* the spent epsilon (or
+#: crashed with ZeroDivisionError) and let later charges through beyond the budget.
+ATTACKS = [dp_event.LaplaceDpEvent(noise_multiplier=-2), dp_event.DiscreteLaplaceDpEvent(-1.0, 1), dp_event.LaplaceDpEvent(0)]
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=lambda e: repr(e))
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda budget: BasicCompositionAccountant(budget=budget, neighboring_relation=AR),
+        lambda budget: AdvancedCompositionAccountant(budget=budget, neighboring_relation=AR),
+        lambda budget: RdpAccountant(budget=budget, neighboring_relation=AR),
+        lambda budget: PldAccountant(budget=budget, neighboring_relation=AR),
+    ],
+    ids=["basic", "advanced", "rdp", "pld"],
+)
+def test_attack_transcript_negative_or_zero_noise(factory, attack):
+    """The transcript: spend most of the budget honestly, try the foreign event, then try one more honest
+    step that does not fit.  The foreign event is refused (ValueError naming its parameter), nothing moves,
+    and the budget still refuses the step that would exceed it."""
+    step = EpsilonDeltaEvent(0.4, relation=AR)
+    probe = factory(None)
+    probe.compose(step, count=2)
+    budget = (probe.get_epsilon(1e-6) * 1.001, 1e-6)  # room for two steps, not three
+    acc = factory(budget)
+    acc.compose(step, count=2)
+    before = acc.spent()
+    with pytest.raises(ValueError, match="must be > 0.0, got"):
+        acc.compose(attack)
+    with pytest.raises(ValueError, match="must be > 0.0, got"):
+        acc.compose(dp_event.ComposedDpEvent([attack, attack]), count=5)
+    assert acc.spent() == before
+    assert not acc.can_afford(step)
+    with pytest.raises(BudgetExhaustedError):
+        acc.compose(step)
+    assert acc.spent() == before and acc.spent()[0] <= budget[0]
+
+
+# -- one relation per accountant -----------------------------------------------------------------------------------
+_OTHER = {"replace-one": "add-remove-one", "add-remove-one": "replace-one"}
+
+
+def _flipped(event):
+    """``event`` stated under the other relation (``None`` if it states none)."""
+    import attr
+
+    if isinstance(event, BoundaryWrapperEvent):
+        inner = _flipped(event.inner)
+        return None if inner is None else attr.evolve(event, inner=inner)
+    relation = getattr(event, "relation", None)
+    return None if relation is None else attr.evolve(event, relation=_OTHER[relation])
+
+
+def test_events_under_another_relation_are_refused_atomically(case):
+    stated = [e for e in case.supported if _flipped(e) is not None]
+    assert stated, "each case charges at least one event that states its relation"
+    event = stated[0]
+    other = _flipped(event)
+    with Ledger.in_memory() as ledger:
+        acc = case.factory(None, ledger=ledger)
+        acc.compose(event)
+        before, rows = acc.spent(), ledger.row_count
+        for attempt in (
+            lambda: acc.compose(other),
+            lambda: acc.record(case.release(other)),
+            lambda: acc.record_many([case.release(event), case.release(other)]),
+            lambda: acc.compose(dp_event.ComposedDpEvent([event, other])),
+            lambda: acc.register(CountingMechanism(other)),
+        ):
+            with pytest.raises(UnsupportedEventError) as info:
+                attempt()
+            message = str(info.value)  # names both relations
+            assert "'replace-one'" in message and "'add-remove-one'" in message, message
+        assert acc.spent() == before and ledger.row_count == rows
+        acc.compose(event)  # still usable under its relation
+
+
+# -- random sequences of valid, invalid and mixed-relation events --------------------------------------------------
+_STEP_KINDS = ("valid", "invalid", "other-relation", "composed")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.sampled_from(_STEP_KINDS), st.integers(0, 1000), st.integers(1, 3)),
+                      min_size=1, max_size=10))
+def test_random_sequences_never_lower_the_spend_nor_pass_the_budget(case, steps):
+    """Over any sequence of charges, valid or not: an accepted charge never lowers the spent epsilon at the
+    budget's delta, an invalid event (bad parameter) is always refused with ValueError/TypeError, an event
+    under another relation with UnsupportedEventError, and a refused charge leaves everything as it was;
+    the spent epsilon never exceeds the budget."""
+    budget = _budget_allowing(case, 5)
+    delta = budget[1]
+    acc = case.factory(budget)
+    acc.compose(case.event)  # fixes the relation
+    invalid = _invalid_events(case.event)
+    flippable = [e for e in case.supported if _flipped(e) is not None]
+    for kind, index, count in steps:
+        before, before_eps = acc.spent(), acc.get_epsilon(delta)
+        if kind == "valid":
+            event, expected = case.supported[index % len(case.supported)], (BudgetExhaustedError,)
+        elif kind == "invalid":
+            event, expected = invalid[index % len(invalid)], (ValueError, TypeError)
+        elif kind == "other-relation":
+            event, expected = _flipped(flippable[index % len(flippable)]), (UnsupportedEventError,)
+        else:  # a valid event composed with an invalid one
+            event = dp_event.ComposedDpEvent([case.supported[index % len(case.supported)], invalid[index % len(invalid)]])
+            expected = (ValueError, TypeError)
+        try:
+            acc.compose(event, count=count)
+        except (BudgetExhaustedError, UnsupportedEventError, ValueError, TypeError) as exc:
+            assert isinstance(exc, expected), (kind, event, exc)
+            assert acc.spent() == before and acc.get_epsilon(delta) == before_eps
+        else:
+            assert kind == "valid", f"{kind} event {event!r} was accepted"
+            after = acc.get_epsilon(delta)
+            assert after >= before_eps or _close(after, before_eps), (event, before_eps, after)
+        assert acc.spent()[0] <= budget[0] + 1e-12

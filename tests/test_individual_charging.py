@@ -32,8 +32,11 @@ from pate_accountant.tct import tct_epsilon, tct_max_hits
 from conftest import Counting, FakeLedger
 
 DELTA = 1e-6
+#: The accountants below are built under add/remove-one, so their events state it too (a replace-one event
+#: is refused by an add/remove-one accountant: one guarantee, one relation).
+AR = "add-remove-one"
 EVENT = BetweenThresholdsEvent(0.01, 0.47)
-GAP300 = BetweenThresholds(0.01, 0, 300).event  # our mechanism's event: q certified, about 0.47298
+GAP300 = BetweenThresholds(0.01, 0, 300, relation=AR).event  # our mechanism's event: q certified, about 0.47298
 SPEC_LIMITS = [(0.02, 150, 37), (0.01, 300, 203), (0.005, 600, 932)]  # spec 10, total (1, 1e-6)
 
 
@@ -70,7 +73,7 @@ def test_spec_individual_limits_with_continuous_q(eps0, gap, expected):
 def test_limits_for_our_discrete_between_thresholds(eps0, gap, expected):
     """Our mechanism's q is the continuous formula at gap g + 1 (larger), so its limit is at least the spec's;
     ``gap=`` (rounded down by 1e-9) gives the same limit as the mechanism's certified q and accepts its events."""
-    mechanism = BetweenThresholds(eps0, 1000, 1000 + gap)
+    mechanism = BetweenThresholds(eps0, 1000, 1000 + gap, relation=AR)
     assert between_thresholds_q(eps0, gap) == pytest.approx(mechanism_discrete_q(eps0, gap), rel=1e-14)
     assert mechanism.q <= between_thresholds_q(eps0, gap) * (1 + 1e-12)
     acc = IndividualChargingAccountant(8, budget=(1.0, DELTA), epsilon0=eps0, gap=gap, relation="add-remove-one")
@@ -251,8 +254,9 @@ def test_spent_is_the_worst_teacher():
 
 def test_spent_within_budget_at_removal_replace_one():
     acc = IndividualChargingAccountant(2, budget=(1.0, DELTA), epsilon0=0.01, gap=300)
+    event = BetweenThresholds(0.01, 0, 300).event  # replace-one, like the accountant
     while acc.is_active(0):
-        acc.record(hit({0}, GAP300))
+        acc.record(hit({0}, event))
     assert acc.spent()[0] <= 1.0 and acc.counters[0] == acc.per_teacher_limit
 
 
@@ -320,7 +324,7 @@ def test_record_outcomes_equals_sequential_records(limit, sequence, use_csr):
 
 def test_record_batch_from_a_mechanism():
     rng = np.random.default_rng(4)
-    mechanism = BetweenThresholds(0.01, 50, 350)
+    mechanism = BetweenThresholds(0.01, 50, 350, relation=AR)
     counts = rng.integers(0, 400, size=1000)
     released = mechanism.run_batch(counts, rng=rng)
     charged = [rng.choice(200, size=2, replace=False).tolist() for _ in range(1000)]
@@ -385,8 +389,8 @@ def test_with_the_sqlite_ledger():
 def test_fast_record_equals_contract_path(limit, sequence):
     """``record`` (fast path in memory) and ``record_many([release])`` (the contract path) agree on every
     outcome and state, with fresh event objects and a teacher index out of range (6 of 6 teachers)."""
-    fast = IndividualChargingAccountant(6, per_teacher_limit=limit, relation="add-remove-one")
-    slow = IndividualChargingAccountant(6, per_teacher_limit=limit, relation="add-remove-one")
+    fast = IndividualChargingAccountant(6, per_teacher_limit=limit)
+    slow = IndividualChargingAccountant(6, per_teacher_limit=limit)
     for is_hit, teachers, q in sequence:
         event = BetweenThresholdsEvent(0.01, q)
         release = hit(teachers, event) if is_hit else miss(teachers, event)
@@ -408,3 +412,16 @@ def test_individual_epsilon_never_overflows():
     value = individual_epsilon(3, 0.5, 0.3, 1e-6)
     assert value == math.inf or value > 0
     assert individual_epsilon(5, 0.01, 0.4, 1e-6) < 1.0
+
+
+def test_fast_path_refuses_an_event_under_the_other_relation():
+    """The in-memory fast path caches the last event's class; an equal (epsilon, q) stated under the other
+    relation is a different guarantee and is refused atomically, hit or not."""
+    acc = IndividualChargingAccountant(4, per_teacher_limit=5)  # replace-one
+    acc.record(hit({0}, EVENT))
+    before = state(acc)
+    other = BetweenThresholdsEvent(EVENT.epsilon, EVENT.q, AR)
+    for release in (hit({1}, other), miss({1}, other)):
+        with pytest.raises(UnsupportedEventError, match="'add-remove-one'.*'replace-one'"):
+            acc.record(release)
+        assert state(acc) == before

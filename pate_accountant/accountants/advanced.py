@@ -3,16 +3,16 @@
 Every event is translated into ``(epsilon, delta)`` terms (:func:`~pate_accountant.accountants.translate.
 epsilon_delta_terms`; never an under-count), and the accountant keeps the multiset of terms as a dict
 ``{(epsilon_i, delta_i): count}`` so that identical steps are recognised.  At a total ``delta`` it reports the
-smallest of the bounds that apply (spec section 6):
+smallest of the bounds that apply:
 
 * ``"basic"``: ``sum epsilon_i`` when ``delta >= sum delta_i`` (Dwork-Roth Thm 3.16);
-* ``"drv"``: heterogeneous Dwork-Rothblum-Vadhan with slack ``delta' = delta - sum delta_i > 0`` (spec 6.1,
-  :func:`pate_accountant.composition.drv`);
+* ``"drv"``: heterogeneous Dwork-Rothblum-Vadhan with slack ``delta' = delta - sum delta_i > 0``
+  (:func:`pate_accountant.composition.drv`);
 * ``"kov"``: Kairouz-Oh-Viswanath Thm 3.3, the optimal bound on the grid ``eps0 (k - 2i)`` for ``k``
-  identical ``(eps0, delta0)`` steps (spec 6.2, :func:`pate_accountant.composition.kov`, computed only where
+  identical ``(eps0, delta0)`` steps (:func:`pate_accountant.composition.kov`, computed only where
   dp-accounting's loop cannot overflow: ``k ln(1 + e^eps0) <= 700``);
 * ``"optimal-pure"`` (identical pure steps) and ``"optimal"`` (identical ``(eps0, delta0 > 0)`` steps): the
-  exact optimal composition with a continuous ``eps'`` (spec 6.3): the worst ``(eps0, delta0)`` mechanism
+  exact optimal composition with a continuous ``eps'``: the worst ``(eps0, delta0)`` mechanism
   leaks with probability ``delta0`` and otherwise is binary randomized response, so
   ``delta(eps') = 1 - (1 - delta0)^k (1 - delta_RR(eps'))`` with ``delta_RR`` of
   :func:`pate_accountant.composition.pure_optimal_delta`.  It equals KOV at KOV's grid points.
@@ -22,6 +22,16 @@ smallest of the bounds that apply (spec section 6):
 the ``target_delta`` keyword (default ``1e-6``) without a budget.  The budget check tries cheap valid bounds
 first (basic, DRV, and for a pure step the last certified epsilon plus the step's epsilon) and computes the
 optimal bounds only when none fits, so its decision is always that of the smallest bound.
+
+Rounding stays on the safe side (no bound is reported below its exact value): the optimal bound's pure
+part gets ``1 - (1 - delta) / (1 - delta0)^k`` from ``log1p`` / ``expm1``, rounded down
+(:func:`pate_accountant.composition.pure_part_delta`), and a candidate epsilon must meet it with a relative
+margin; DRV's slack is reduced by a bound on the rounding of the summed deltas; a KOV value below the
+safely rounded optimum (only possible through dp-accounting's plain-float test) is dropped.
+
+Neighbouring relation: one for everything charged (``neighboring_relation``, or fixed by the first charge;
+see :mod:`pate_accountant.accountants.event_checks`); dp-accounting's Laplace events only under
+``"add-remove-one"``.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from scipy import stats
 
 from pate_accountant import composition
 from pate_accountant.accountants.base import Accountant, Charge
+from pate_accountant.accountants.event_checks import check_native_relation
 from pate_accountant.accountants.translate import epsilon_delta_terms
 from pate_accountant.validation import check_real
 
@@ -45,6 +56,8 @@ BOUND_NAMES = ("optimal-pure", "optimal", "kov", "drv", "basic")
 
 #: dp-accounting's KOV loop computes ``(1 + e^eps0)^k`` as a float: only call it below this exponent.
 _KOV_MAX_LOG = 700.0
+#: Unit roundoff bound for the error bounds on running sums (twice the double-precision unit roundoff).
+_ULP = 2.0**-52
 
 
 @functools.lru_cache(maxsize=4096)
@@ -63,20 +76,17 @@ def _kov(epsilon0: float, delta0: float, k: int, delta: float) -> float:
 
 @functools.lru_cache(maxsize=4096)
 def _optimal(epsilon0: float, delta0: float, k: int, delta: float) -> float:
-    """Exact optimal composition of ``k`` identical ``(epsilon0, delta0)`` steps at total ``delta`` (spec 6.3)."""
-    if delta0 == 0.0:
-        target = delta
-    else:
-        survive = math.exp(k * math.log1p(-delta0))  # (1 - delta0)^k
-        target = (survive - (1.0 - delta)) / survive
-        target *= 1.0 - 1e-12  # stay on the safe side of the rounding in the line above
-        if target < 0.0:
-            return math.inf
-    return _pure_optimal_epsilon(k, epsilon0, min(1.0, target))
+    """Optimal composition of ``k`` identical ``(epsilon0, delta0)`` steps at total ``delta`` (never below the
+    exact value): the pure part may spend ``1 - (1 - delta) / (1 - delta0)^k``, computed with ``log1p`` /
+    ``expm1`` and rounded down (:func:`pate_accountant.composition.pure_part_delta`)."""
+    target = composition.pure_part_delta(k, delta0, delta)
+    if target < 0.0:
+        return math.inf
+    return _pure_optimal_epsilon(k, epsilon0, target)
 
 
 def _pure_optimal_epsilon(k: int, epsilon0: float, delta: float) -> float:
-    """:func:`pate_accountant.composition.pure_optimal_epsilon` (same law, same bisection to 1e-12), without
+    """:func:`pate_accountant.composition.pure_optimal_epsilon` (same law, same safe bisection), without
     its per-``k`` cache of ``k + 1``-long arrays (a budgeted accountant asks for a new ``k`` at every charge)
     and keeping only the outcomes whose probability does not underflow to zero."""
     if k == 0 or epsilon0 == 0.0:
@@ -84,48 +94,38 @@ def _pure_optimal_epsilon(k: int, epsilon0: float, delta: float) -> float:
     i = np.arange(k + 1)
     weights = stats.binom.pmf(i, k, 1.0 / (1.0 + math.exp(epsilon0)))
     keep = weights > 0.0
-    weights, losses = weights[keep], epsilon0 * (k - 2 * i[keep])
-
-    def delta_at(eps: float) -> float:  # only losses above eps contribute: clipping the exponent is exact
-        return float(np.sum(weights * -np.expm1(np.minimum(eps - losses, 0.0))))
-
-    if delta_at(0.0) <= delta:
-        return 0.0
-    lo, hi = 0.0, k * epsilon0
-    while hi - lo > 1e-12 * max(1.0, hi):
-        mid = (lo + hi) / 2
-        if delta_at(mid) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return composition._bisect_epsilon(weights[keep], epsilon0 * (k - 2 * i[keep]), k * epsilon0, delta)  # noqa: SLF001
 
 
 class AdvancedCompositionAccountant(Accountant):
     """Heterogeneous DRV, KOV and exact optimal composition for identical steps, basic composition: the
-    smallest valid bound (spec sections 6.1-6.3).  Neighbouring relation: that of the charged events (each
-    event's ``(epsilon, delta)`` is stated under its own relation; the accountant does not convert between
-    relations).
+    smallest valid bound.  Neighbouring relation: one for everything charged (the
+    keyword ``neighboring_relation``, or the relation the first charged event states; an event stated under
+    another one is refused, and dp-accounting's events are read under it).
 
     Keywords: ``budget=(epsilon, delta)``, ``ledger``, ``target_delta`` (the delta ``spent()`` reports at
-    when there is no budget; default ``1e-6``).
+    when there is no budget; default ``1e-6``), ``neighboring_relation`` (default ``None``).
     """
 
     kind = "advanced"
 
-    def __init__(self, *, budget=None, ledger=None, target_delta: float = 1e-6):
+    def __init__(self, *, budget=None, ledger=None, target_delta: float = 1e-6, neighboring_relation=None):
         self._target_delta = check_real("target_delta", target_delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
         self._classes: dict[tuple[float, float], int] = {}
-        # Running sums: (sum eps, sum delta, sum eps^2, sum eps (e^eps - 1)).
-        self._sums = (0.0, 0.0, 0.0, 0.0)
+        # Running sums: (sum eps, sum delta, sum eps^2, sum eps (e^eps - 1), a bound on the rounding error of
+        # the sum of deltas).
+        self._sums = (0.0, 0.0, 0.0, 0.0, 0.0)
         # With a budget: a valid epsilon at the budget's delta for everything charged (so that a pure step can
         # often be accepted by basic composition without re-running the optimal bound).
         self._certified: float | None = 0.0
         self.last_bound: str | None = None
-        super().__init__(budget=budget, ledger=ledger)
+        super().__init__(budget=budget, ledger=ledger, neighboring_relation=neighboring_relation)
 
     def _config(self) -> dict:
-        return {"target_delta": self._target_delta}
+        config = {"target_delta": self._target_delta}
+        if self._configured_relation is not None:
+            config["neighboring_relation"] = self._configured_relation
+        return config
 
     @property
     def report_delta(self) -> float:
@@ -144,13 +144,16 @@ class AdvancedCompositionAccountant(Accountant):
         for eps, delta, mult in epsilon_delta_terms(charge.event):  # UnsupportedEventError names the event
             if eps > 0.0 or delta > 0.0:
                 new[(eps, delta)] = new.get((eps, delta), 0) + mult * charge.count
-        s_eps, s_delta, s_sq, s_drift = self._sums
+        relation = self._relation_after(charge.event)  # UnsupportedEventError naming both relations
+        check_native_relation(charge.event, relation, who=type(self).__name__)
+        s_eps, s_delta, s_sq, s_drift, s_error = self._sums
         for (eps, delta), n in new.items():
             s_eps += n * eps
             s_delta += n * delta
             s_sq += n * eps * eps
             s_drift += n * eps * math.expm1(eps)
-        sums = (s_eps, s_delta, s_sq, s_drift)
+            s_error += 2.0 * _ULP * s_delta  # the product and the addition round once each
+        sums = (s_eps, s_delta, s_sq, s_drift, s_error)
         certified = None
         if self._budget is not None:
             budget_eps, budget_delta = self._budget
@@ -164,12 +167,13 @@ class AdvancedCompositionAccountant(Accountant):
                 certified, _ = _smallest(_all_bounds(_single_class(self._classes, new), sums, budget_delta))
                 if not self._within_budget(certified, budget_delta):
                     self._refuse(f"charging {charge.event!r} x{charge.count}", certified, budget_delta)
-        return new, sums, certified
+        return new, sums, certified, relation
 
     def _commit(self, plan) -> None:
-        new, self._sums, self._certified = plan
+        new, self._sums, self._certified, relation = plan
         for key, n in new.items():
             self._classes[key] = self._classes.get(key, 0) + n
+        self._set_relation(relation)
 
     def _epsilon(self, delta: float) -> float:
         value, name = _smallest(self.bounds(delta))
@@ -182,7 +186,12 @@ class AdvancedCompositionAccountant(Accountant):
 
     def _snapshot(self) -> dict:
         # _commit updates the dict in place; the rest is replaced.
-        return {"_classes": dict(self._classes), "_sums": self._sums, "_certified": self._certified}
+        return {
+            "_classes": dict(self._classes),
+            "_sums": self._sums,
+            "_certified": self._certified,
+            "_current_relation": self._current_relation,
+        }
 
     # -- reporting ------------------------------------------------------------------------------------------
     def bounds(self, delta: float) -> dict[str, float]:
@@ -196,13 +205,15 @@ class AdvancedCompositionAccountant(Accountant):
 
 
 def _cheap_bounds(sums, delta: float) -> dict[str, float]:
-    s_eps, s_delta, s_sq, s_drift = sums
+    s_eps, s_delta, s_sq, s_drift, s_error = sums
     if s_eps == 0.0 and s_delta == 0.0:
         return {"basic": 0.0}
     out = {}
     if delta >= s_delta:
         out["basic"] = s_eps
-    slack = delta - s_delta
+    # DRV's slack delta' = delta - sum delta_i, rounded down: the sum's own rounding (s_error) and that of the
+    # difference are taken off, so that a slack near zero is never overstated (ln(1/delta') would be too small).
+    slack = (delta - s_delta) - s_error - _ULP * delta
     if 0.0 < slack < 1.0:
         out["drv"] = math.sqrt(2.0 * math.log(1.0 / slack) * s_sq) + s_drift
     return out
@@ -225,13 +236,16 @@ def _all_bounds(single, sums, delta: float) -> dict[str, float]:
     out = _cheap_bounds(sums, delta)
     if single is not None:
         eps0, delta0, k = single
-        if eps0 > 0.0:
-            kov = _kov(eps0, delta0, k, delta)
-            if math.isfinite(kov):
-                out["kov"] = kov
         optimal = _optimal(eps0, delta0, k, delta)
         if math.isfinite(optimal):
             out["optimal-pure" if delta0 == 0.0 else "optimal"] = optimal
+        if eps0 > 0.0:
+            kov = _kov(eps0, delta0, k, delta)
+            # KOV's grid value is never below the exact optimum; dp-accounting's test of it computes
+            # 1 - (1 - delta0)^k (1 - delta_i) in plain floats, so a grid value below our safely rounded
+            # optimum (or where that optimum cannot be certified) is a rounding artefact and is dropped.
+            if math.isfinite(kov) and math.isfinite(optimal) and kov >= optimal:
+                out["kov"] = kov
     return out
 
 

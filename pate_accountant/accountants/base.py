@@ -1,4 +1,4 @@
-"""The accountant contract shared by every accountant (DESIGN.md, Contracts: Accountant).
+"""The accountant contract shared by every accountant.
 
 * ``compose(event, count=1)`` charges an event; ``record(release)`` charges a mechanism's release
   (its event, its outcome class, its charged teachers); ``register(mechanism)`` returns a callable that
@@ -14,6 +14,18 @@ Subclasses implement ``_prepare(charge) -> plan`` (raise ``UnsupportedEventError
 cannot account, ``BudgetExhaustedError`` when the plan would exceed the budget), ``_commit(plan)``,
 ``_epsilon(delta)`` and ``spent()``; they may override ``_worst_case(event)`` (the charge ``can_afford``
 and ``register`` test before running).
+
+* **Valid events only.**  Every ``Charge`` checks its event when it is built
+  (:func:`~pate_accountant.accountants.event_checks.check_event`): a non-finite, zero or negative noise
+  parameter, count or sampling rate anywhere inside the event is refused with a one-line ``ValueError`` /
+  ``TypeError`` naming the parameter and the value, before any accountant sees it.
+* **One relation.**  An accountant composes events stated under one neighbouring relation only.  The
+  keyword ``neighboring_relation`` fixes it at construction; left ``None``, the first charged event that
+  states a relation fixes it (a dp-accounting event, which states none, is read under ``"replace-one"``).
+  ``self._relation_after(event)`` (in ``_prepare``) returns the relation the accountant holds after the
+  charge, or raises ``UnsupportedEventError`` naming both relations; ``self._set_relation(relation)`` (in
+  ``_commit``) records it.  Accountants that keep their own relation can call
+  :func:`~pate_accountant.accountants.event_checks.relation_after` directly.
 """
 
 from __future__ import annotations
@@ -25,14 +37,13 @@ import math
 import attr
 import dp_accounting
 
+from pate_accountant.accountants.event_checks import check_event, check_relation, relation_after
 from pate_accountant.errors import BudgetExhaustedError, UnsupportedEventError
 from pate_accountant.release import OUTCOMES, Release
 from pate_accountant.validation import check_int, check_real
 
-__all__ = ["Accountant", "Charge"]
+__all__ = ["Accountant", "Charge", "relation_after"]
 
-#: Tolerance when comparing spent epsilon with a budget (floating-point noise of the bounds only).
-BUDGET_TOLERANCE = 1e-12
 
 
 def _check_outcome(instance, attribute, value):
@@ -54,6 +65,7 @@ class Charge:
     def _check_event(self, attribute, value):
         if not isinstance(value, dp_accounting.DpEvent):
             raise TypeError(f"event must be a dp_accounting.DpEvent, got {type(value).__name__}")
+        check_event(value)  # parameters valid all the way down (ValueError / TypeError naming them)
 
     @count.validator
     def _check_count(self, attribute, value):
@@ -79,9 +91,15 @@ class Accountant(abc.ABC):
 
     #: Short name stored in a ledger's metadata (``pate-accountant audit`` rebuilds the accountant by it).
     kind: str = ""
+    #: Whether the state depends on which teachers a release charged (``Release.charged_teachers``): then the
+    #: ledger keeps those sets in its confidential file only (individual charging sets this).
+    confidential_charges: bool = False
 
-    def __init__(self, *, budget=None, ledger=None):
+    def __init__(self, *, budget=None, ledger=None, neighboring_relation=None):
         self._budget = _check_budget(budget)
+        # The relation given at construction (None: fixed by the first charge), and the one held now.
+        self._configured_relation = check_relation("neighboring_relation", neighboring_relation)
+        self._current_relation = self._configured_relation
         self._ledger = None
         if ledger is not None:
             ledger.attach(self)  # replays the rows already in the ledger, then keeps us in step
@@ -102,6 +120,20 @@ class Accountant(abc.ABC):
     @property
     def ledger(self):
         return self._ledger
+
+    @property
+    def neighboring_relation(self) -> str | None:
+        """The relation everything charged is read under: the one given at construction, else the one the
+        first charge fixed (``None`` while nothing has fixed it)."""
+        return getattr(self, "_current_relation", None)
+
+    def _relation_after(self, event) -> str | None:
+        """The relation held after charging ``event`` (``UnsupportedEventError`` naming both relations if it
+        would mix two); changes nothing."""
+        return relation_after(self._current_relation, event)
+
+    def _set_relation(self, relation: str | None) -> None:
+        self._current_relation = relation
 
     # -- subclass hooks -----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -231,7 +263,9 @@ class Accountant(abc.ABC):
     def _within_budget(self, epsilon: float, delta: float) -> bool:
         if self._budget is None:
             return True
-        return epsilon <= self._budget[0] + BUDGET_TOLERANCE and delta <= self._budget[1] + BUDGET_TOLERANCE
+        # No tolerance: a charge whose bound exceeds the budget by any amount, float rounding included, is
+        # refused (an absolute slack of 1e-12 would be 1% of a delta budget of 1e-10).
+        return epsilon <= self._budget[0] and delta <= self._budget[1]
 
     def _refuse(self, what: str, epsilon: float, delta: float):
         raise BudgetExhaustedError(

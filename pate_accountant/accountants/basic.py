@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pate_accountant.accountants.base import Accountant, Charge
+from pate_accountant.accountants.event_checks import check_native_relation
 from pate_accountant.accountants.translate import epsilon_delta_terms
 
 __all__ = ["BasicCompositionAccountant"]
@@ -10,25 +11,38 @@ __all__ = ["BasicCompositionAccountant"]
 
 class BasicCompositionAccountant(Accountant):
     """``(sum eps_i, sum delta_i)`` over everything charged; ``get_epsilon(delta)`` is ``sum eps_i`` when
-    ``delta >= sum delta_i`` and ``inf`` otherwise."""
+    ``delta >= sum delta_i`` and ``inf`` otherwise.
+
+    Keywords: ``budget=(epsilon, delta)``, ``ledger``, ``neighboring_relation`` (``None``, the default: the
+    first charged event fixes it; ``"replace-one"`` or ``"add-remove-one"``): events stated under another
+    relation are refused, and dp-accounting's events are read under this one.
+    """
 
     kind = "basic"
 
-    def __init__(self, *, budget=None, ledger=None):
+    def __init__(self, *, budget=None, ledger=None, neighboring_relation=None):
         self._epsilon_total = 0.0
         self._delta_total = 0.0
-        super().__init__(budget=budget, ledger=ledger)
+        super().__init__(budget=budget, ledger=ledger, neighboring_relation=neighboring_relation)
+
+    def _config(self) -> dict:
+        if self._configured_relation is None:
+            return {}
+        return {"neighboring_relation": self._configured_relation}
 
     def _prepare(self, charge: Charge):
         terms = epsilon_delta_terms(charge.event)
+        relation = self._relation_after(charge.event)  # UnsupportedEventError naming both relations
+        check_native_relation(charge.event, relation, who=type(self).__name__)
         eps = self._epsilon_total + charge.count * sum(e * m for e, _, m in terms)
         delta = min(1.0, self._delta_total + charge.count * sum(d * m for _, d, m in terms))
         if not self._within_budget(eps, delta):
             self._refuse(f"charging {charge.event!r} x{charge.count}", eps, delta)
-        return eps, delta
+        return eps, delta, relation
 
     def _commit(self, plan) -> None:
-        self._epsilon_total, self._delta_total = plan
+        self._epsilon_total, self._delta_total, relation = plan
+        self._set_relation(relation)
 
     def _epsilon(self, delta: float) -> float:
         return self._epsilon_total if delta >= self._delta_total else float("inf")

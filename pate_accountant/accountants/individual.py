@@ -1,39 +1,52 @@
-"""Individual (per-teacher) privacy charging (spec 5; paper, "DP methods for heterogeneous ensembles").
+"""Individual (per-teacher) privacy charging (the Hot PATE paper, "DP methods for heterogeneous ensembles").
 
-Hot PATE's second heterogeneous method (spec 5.1) asks BetweenThresholds questions about the count ``c'_v``
-of a random subsample of teachers that vote for a random token ``v``.  Only the ``between`` outcome (the
-q-target, spec 3.2) is charged, and it is charged only to the teachers that were counted: the sampled
+The paper's second heterogeneous method asks BetweenThresholds questions about the count ``c'_v`` of a
+random subsample of teachers that vote for a random token ``v``.  Only the ``between`` outcome (the
+query's q-target) is charged, and it is charged only to the teachers that were counted: the sampled
 teachers with ``y_i = v`` (about ``2L`` of them), whose indices the caller puts in
 ``Release.charged_teachers``.  Every teacher has a charge counter; a teacher whose counter reaches the
 per-teacher limit is *removed*: it may not take part in any later query.
 
-Why this is private (spec 5.2, **[RECON]** via the TCT bound of spec 4.2).  Fix teacher ``i`` and compare
-the ensemble with and without it (add/remove-one-teacher).  A query depends on ``i`` only if ``i`` is
-counted (sensitivity one); every other query is the same in both worlds.  The queries that depend on
-``i`` are ``eps0``-DP with a ``q``-target at level ``eps0``, and ``i`` is charged exactly on their target
-hits, so teacher ``i``'s view is a TCT interaction that halts at its ``tau``-th hit (removal).  With
-``tau_ind = tct_max_hits(q, eps0, epsilon, delta)`` each teacher, hence the whole run, is
-``(epsilon, delta)``-DP.  Spec 10's vectors for ``(1, 1e-6)``: ``(eps0, g) = (0.02, 150) -> 37``,
-``(0.01, 300) -> 203``, ``(0.005, 600) -> 932`` with the continuous ``q = (1 - e^{-eps0 g}) / (1 + e^{eps0})``.
+Why this is private (our reconstruction, through the target-charging (TCT) bound; see
+docs/tct_and_individual.md).  Fix teacher ``i`` and compare the ensemble with and without it
+(add/remove-one-teacher).  The query's randomness (the rate ``nu ~ U[1/n, 1]`` with ``n`` the *fixed*
+ensemble size, the candidate ``v``, the other teachers' inclusion draws) has the same law in both worlds,
+so a query depends on ``i`` only if ``i`` is counted (sensitivity one); every other query is the same in
+both worlds.  (Drawing ``nu`` from ``U[1/n_active, 1]`` would break this: the count of active teachers
+changes when ``i`` is removed.)  The queries that depend on ``i`` are ``eps0``-DP with a ``q``-target at
+level ``eps0``, and ``i`` is charged exactly on their target hits, so teacher ``i``'s view is a TCT
+interaction that halts at its ``tau``-th hit (removal).  With ``tau_ind = tct_max_hits(q, eps0, epsilon,
+delta)`` each teacher, hence the whole run, is ``(epsilon, delta)``-DP.  For ``(1, 1e-6)``:
+``(eps0, g) = (0.02, 150) -> 37``, ``(0.01, 300) -> 203``, ``(0.005, 600) -> 932`` with the continuous
+``q = (1 - e^{-eps0 g}) / (1 + e^{eps0})`` (the tests check these values).
 
-Replace-one (the project's default relation, spec Decisions 1).  Replacing teacher ``i`` moves its vote
-from one token to another, so *two* kinds of query depend on it, and it is charged on one kind only in
-each world.  The guarantee then follows by group privacy from add/remove (replace = remove + add):
+Replace-one (the project's default relation).  Replacing teacher ``i`` moves its vote from one token to
+another, so *two* kinds of query depend on it, and it is charged on one kind only in each world.  The
+guarantee then follows by group privacy from add/remove (replace = remove + add):
 ``(2 eps_a, (1 + e^{eps_a}) delta_a)``.  The limit for a replace-one budget ``(epsilon, delta)`` is
-therefore ``tct_max_hits(q, eps0, epsilon / 2, delta / (1 + e^{epsilon / 2}))`` (spec 5.2: "budget 2x").
-Pass ``relation="add-remove-one"`` for the spec's numbers.
+therefore ``tct_max_hits(q, eps0, epsilon / 2, delta / (1 + e^{epsilon / 2}))`` (twice the budget's
+worth of charges per teacher under add/remove).  Pass ``relation="add-remove-one"`` for the add/remove
+numbers above.
 
 The discrete q.  Our ``mechanisms.BetweenThresholds`` adds discrete Laplace noise to an integer count, and
 its ``between`` target has ``q = (1 - e^{-eps0 (g + 1)}) / (1 + e^{eps0})`` (the continuous formula at gap
 ``g + 1``; docs/mechanisms/between_thresholds.md).  ``gap=`` uses that discrete formula, rounded down by
 ``1e-9`` relative so that the mechanism's certified ``q`` (equal to it up to float rounding) dominates it;
-for the spec's continuous vectors pass ``q=`` explicitly (:func:`between_thresholds_q` gives both).
+for the continuous values pass ``q=`` explicitly (:func:`between_thresholds_q` gives both).
 
 Removal protocol for the generation loop (``ensembles.PrivateGenerator``): before each step read
 ``accountant.active_teachers()`` (a sorted array of original teacher indices), run the step on
-``teachers.subset(active)``, and map the subset positions of the counted teachers back to original
-indices (``active[positions]``) for ``Release.charged_teachers``.  A charge naming a removed teacher is
-refused (``BudgetExhaustedError``), atomically; ``can_afford(event)`` is ``False`` once no teacher is active.
+``teachers.subset(active)``, draw ``nu`` with the fixed ``n = num_teachers`` (removed teachers abstain),
+and on a hit map the subset positions of the counted teachers back to original indices
+(``active[positions]``) for ``Release.charged_teachers``; a non-hit names nobody.  A charge naming a
+removed teacher is refused (``BudgetExhaustedError``), atomically; ``can_afford(event)`` is ``False``
+once no teacher is active.
+
+What is confidential.  The counters, the removed set, :attr:`~IndividualChargingAccountant.num_active` and
+:meth:`~IndividualChargingAccountant.spent` are functions of the charged teacher sets, i.e. of the votes:
+raw data, not DP outputs.  A ledger therefore keeps the charged sets (hits only) and the spent totals in
+its confidential file (``confidential_charges = True``); the shareable file holds the events and outcome
+classes only, and the run's public guarantee is the budget, which the per-teacher limit enforces.
 """
 
 from __future__ import annotations
@@ -66,7 +79,7 @@ def between_thresholds_q(epsilon0: float, gap: float, *, discrete: bool = True) 
     """The ``q`` of BetweenThresholds' ``between`` target at level ``epsilon0``.
 
     ``discrete=True``: ``(1 - e^{-eps0 (g + 1)}) / (1 + e^{eps0})``, our integer mechanism (``g`` an integer);
-    ``discrete=False``: spec 3.2's continuous-Laplace ``(1 - e^{-eps0 g}) / (1 + e^{eps0})``.
+    ``discrete=False``: the continuous-Laplace ``(1 - e^{-eps0 g}) / (1 + e^{eps0})``.
     (``pate_accountant`` does not import ``mechanisms``; the tests check this against the mechanism.)
     """
     epsilon0 = check_real("epsilon0", epsilon0, minimum=0.0, min_open=True)
@@ -92,7 +105,7 @@ def individual_limit(
     relation: str = REPLACE_ONE,
     composition: str = "optimal",
 ) -> int:
-    """The per-teacher limit ``tau_ind`` for a target ``(epsilon, delta)`` (spec 5.2, [RECON]).
+    """The per-teacher limit ``tau_ind`` for a target ``(epsilon, delta)`` (module docstring).
 
     Add/remove-one: ``tct_max_hits(q, eps0, epsilon, delta)``.  Replace-one: the add/remove limit for
     ``(epsilon / 2, delta / (1 + e^{epsilon / 2}))`` (group privacy of two add/remove steps).
@@ -149,7 +162,7 @@ def individual_epsilon(
 
 
 class IndividualChargingAccountant(Accountant):
-    """Per-teacher charge counters with removal at a per-teacher limit (spec 5, [RECON]).
+    """Per-teacher charge counters with removal at a per-teacher limit (module docstring).
 
     ``IndividualChargingAccountant(num_teachers, *, per_teacher_limit=None, budget=None, epsilon0=None,
     q=None, gap=None, relation="replace-one", composition="optimal", target_delta=1e-6, ledger=None)``.
@@ -157,7 +170,7 @@ class IndividualChargingAccountant(Accountant):
     * **The limit**: ``per_teacher_limit``, or :func:`individual_limit` for ``budget=(epsilon, delta)`` with
       the queries' level ``epsilon0`` and ``q`` (or ``gap``, for our discrete BetweenThresholds).  With both,
       the given limit may not exceed the derived one.  With neither, counters are kept and nobody is removed.
-    * **Supported events**: ``BetweenThresholdsEvent`` (spec 3.2); anything else raises
+    * **Supported events**: ``BetweenThresholdsEvent``; anything else raises
       ``UnsupportedEventError``.  When ``epsilon0``/``q`` are declared, an event with a larger epsilon or a
       smaller q than declared is refused too (the limit would not cover it).
     * **What is charged**: a release with ``target_hit`` (``between``) adds one to each teacher in
@@ -180,6 +193,10 @@ class IndividualChargingAccountant(Accountant):
     """
 
     kind = "individual-charging"
+    #: The state (per-teacher counters, removals, hence :meth:`spent`) is a function of the charged teacher
+    #: sets, which are private: a ledger keeps those sets (on hits only) and the spent totals in its
+    #: confidential file, never in the shareable one.
+    confidential_charges = True
 
     def __init__(
         self,
@@ -222,7 +239,7 @@ class IndividualChargingAccountant(Accountant):
         checked_budget = _check_budget(budget)
         if checked_budget is not None and not self._declared:
             raise ValueError(
-                "a budget needs epsilon0 and q (or gap): the per-teacher limit is checked against it (spec 5.2)"
+                "a budget needs epsilon0 and q (or gap): the per-teacher limit is checked against it"
             )
         derived = None
         if checked_budget is not None and self._declared:
@@ -262,7 +279,7 @@ class IndividualChargingAccountant(Accountant):
         self._obs_eps, self._obs_q = (epsilon0, q) if self._declared else (0.0, 1.0)
         self._active_cache = None
         self._removed_cache = None
-        super().__init__(budget=budget, ledger=ledger)
+        super().__init__(budget=budget, ledger=ledger, neighboring_relation=self._relation)
 
     # -- configuration ----------------------------------------------------------------------------------
     def _config(self) -> dict:
@@ -280,6 +297,7 @@ class IndividualChargingAccountant(Accountant):
                 f"cannot account for event {event!r}: individual charging accounts for BetweenThresholds "
                 f"queries (BetweenThresholdsEvent) only"
             )
+        self._relation_after(event)  # stated under the other relation: UnsupportedEventError naming both
         if self._declared and (event.epsilon > self._epsilon0 or event.q < self._q):
             raise UnsupportedEventError(
                 f"cannot account for event {event!r}: its target (epsilon={event.epsilon:.6g}, q={event.q:.6g}) is "
@@ -318,11 +336,13 @@ class IndividualChargingAccountant(Accountant):
 
     @property
     def counters(self) -> np.ndarray:
-        """A copy of the per-teacher charge counters (``int64``)."""
+        """A copy of the per-teacher charge counters (``int64``).  Confidential (raw data), like
+        :attr:`num_active`, :meth:`active_teachers`, :attr:`removed_teachers` and :meth:`spent`."""
         return np.array(self._counts, dtype=np.int64)
 
     @property
     def num_active(self) -> int:
+        """Teachers not yet removed.  Confidential: removals follow from the charged teacher sets."""
         return self._num_active
 
     @property
@@ -487,6 +507,10 @@ class IndividualChargingAccountant(Accountant):
         return 0.0 if tau == 0 else self._tau_epsilon(tau, delta)
 
     def spent(self) -> tuple[float, float]:
+        """The worst teacher's guarantee so far (class docstring).  **Confidential**: it is a function of
+        the per-teacher counters, i.e. of which teachers voted for the candidates (raw data, not a DP
+        output).  Keep it out of shareable output (results, logs, the shareable ledger); the run's public
+        guarantee is the budget, which the per-teacher limit enforces."""
         if self._tau(max(self._counts)) == 0:
             return 0.0, 0.0
         delta = self.target_delta
@@ -521,6 +545,7 @@ class IndividualChargingAccountant(Accountant):
                 and type(last) is BetweenThresholdsEvent
                 and event.epsilon == last.epsilon
                 and event.q == last.q
+                and event.relation == last.relation
             )
             if not known:
                 cls = self._class_of(event)

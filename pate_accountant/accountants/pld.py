@@ -1,4 +1,4 @@
-"""Privacy-loss-distribution accountant: a bridge to ``dp_accounting.pld`` (spec sections 6.4 and 8).
+"""Privacy-loss-distribution accountant: a bridge to ``dp_accounting.pld``.
 
 Each event is translated into *groups* of identical single-step PLDs, each built by dp-accounting's own
 constructors (pessimistic estimates at ``value_discretization_interval``):
@@ -6,7 +6,7 @@ constructors (pessimistic estimates at ``value_discretization_interval``):
 * ``EpsilonDeltaEvent`` (also ``NoisyArgMaxEvent``, ``WeightedSamplingEvent``) and ``BoundaryWrapperEvent``:
   ``from_privacy_parameters(DifferentialPrivacyParameters(eps, delta))`` for each ``(eps, delta)`` term of
   :func:`~pate_accountant.accountants.translate.epsilon_delta_terms`: the worst case of any
-  ``(eps, delta)``-DP step (spec 8);
+  ``(eps, delta)``-DP step;
 * ``BetweenThresholdsEvent(eps)``: ``from_discrete_laplace_mechanism(parameter=eps, sensitivity=1)``, exact
   for its two-sided geometric noise ``P[Z = z] ~ e^{-eps |z|}`` (dp-accounting's convention too) on a count of
   sensitivity one;
@@ -17,15 +17,23 @@ constructors (pessimistic estimates at ``value_discretization_interval``):
   for a single ``compose(event, k)``: composing them one by one gives our figure; we always compose, so
   the result does not depend on how the charges were grouped);
 * ``RandomizedResponseDpEvent(p, m)``: ``from_randomized_response(p, m)`` composed ``count`` times
-  (dp-accounting's own ``PLDAccountant`` drops the count: spec 6.4 pitfall);
+  (dp-accounting's own ``PLDAccountant`` drops the count);
 * ``PoissonSampledDpEvent(q, GaussianDpEvent | LaplaceDpEvent)``: the matching constructor with
   ``sampling_prob=q`` (its add and remove PLDs are kept apart);
 * ``ComposedDpEvent``, ``SelfComposedDpEvent``: their parts, counts multiplied; ``NoOpDpEvent``: nothing.
 
 Everything else (``ThresholdPrivacyEvent``, non-private steps, zCDP, ...) raises ``UnsupportedEventError``
-naming the event.  dp-accounting's native events are read under the accountant's ``neighboring_relation``
-(``"add-remove-one"`` by default, as dp-accounting): Laplace, discrete Laplace and sampled Laplace need
-add/remove, randomized response needs ``"replace-one"``; our own events state their guarantee themselves.
+naming the event.  Every event's parameters are checked before anything else (``Charge`` refuses a
+non-finite, zero or negative noise, count or rate with a ``ValueError`` naming it).
+
+Relation.  One relation for everything charged: the keyword ``neighboring_relation``, or (left ``None``)
+the relation the first charged event states, ``"replace-one"`` when that event is one of dp-accounting's.
+Our events stating another relation are refused (``UnsupportedEventError`` naming both).  dp-accounting's
+native events are read under the accountant's relation as dp-accounting defines them there: Laplace,
+discrete Laplace and sampled Laplace only under ``"add-remove-one"`` (their noise is calibrated to a shift
+of one when a record is added or removed); Gaussian and sampled Gaussian under either, with dp-accounting's
+replace construction under ``"replace-one"`` (a shift of two: one record out, another in); randomized
+response only under ``"replace-one"``.
 
 Composition.  The accountant keeps counts of identical groups and composes lazily: a group of ``k``
 identical two-point PLDs (every pure or ``(eps, delta)`` step, every BetweenThresholds query) is composed
@@ -55,11 +63,11 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from scipy import signal, stats
 
 from pate_accountant.accountants.base import Accountant, Charge
+from pate_accountant.accountants.event_checks import DEFAULT_RELATION, check_native_relation, check_relation
 from pate_accountant.accountants.translate import epsilon_delta_terms
 from pate_accountant.errors import UnsupportedEventError
 from pate_accountant.events import (
     ADD_REMOVE_ONE,
-    NEIGHBOURING_RELATIONS,
     REPLACE_ONE,
     BetweenThresholdsEvent,
     BoundaryWrapperEvent,
@@ -356,11 +364,9 @@ def _collect(event, n: int, out: dict, relation: str, top) -> None:
     elif isinstance(event, dp_event.NonPrivateDpEvent):
         raise refuse("a non-private step has no finite privacy loss")
     elif isinstance(event, dp_event.LaplaceDpEvent):
-        _need_add_remove(relation, refuse)
         _positive(event.noise_multiplier, refuse)
         _add(out, ("laplace", float(event.noise_multiplier), 1.0), n)
     elif isinstance(event, dp_event.DiscreteLaplaceDpEvent):
-        _need_add_remove(relation, refuse)
         _positive(event.noise_parameter, refuse)
         if event.sensitivity > 0:
             _add(out, ("discrete-laplace", float(event.noise_parameter), int(event.sensitivity)), n)
@@ -394,7 +400,7 @@ def _collect(event, n: int, out: dict, relation: str, top) -> None:
 
 def _need_add_remove(relation: str, refuse) -> None:
     if relation != ADD_REMOVE_ONE:
-        raise refuse('dp-accounting defines this noise under neighboring_relation="add-remove-one" only')
+        raise refuse('dp-accounting defines a sampled Laplace under neighboring_relation="add-remove-one" only')
 
 
 def _positive(value, refuse) -> None:
@@ -428,14 +434,14 @@ def _single(key, interval: float, relation: str) -> tuple[_Pmf, _Pmf | None]:
     return remove, add
 
 
-def group_pld(key, count: int, interval: float, relation: str = ADD_REMOVE_ONE) -> tuple[_Pmf, _Pmf | None]:
+def group_pld(key, count: int, interval: float, relation: str = DEFAULT_RELATION) -> tuple[_Pmf, _Pmf | None]:
     """The (remove, add-or-None) pmfs of ``count`` identical steps of ``key``."""
     remove, add = _single(key, interval, relation)
     return _power(remove, count), (None if add is None else _power(add, count))
 
 
 def compose_groups(
-    groups: dict, interval: float, relation: str = ADD_REMOVE_ONE, base: _Composed = _EMPTY, powers: dict | None = None
+    groups: dict, interval: float, relation: str = DEFAULT_RELATION, base: _Composed = _EMPTY, powers: dict | None = None
 ) -> _Composed:
     """``base`` composed with ``count`` steps of every ``key`` in ``groups``.
 
@@ -501,13 +507,13 @@ def _merged_counts(a: dict, b: dict) -> dict:
 
 
 class PldAccountant(Accountant):
-    """Composition of privacy loss distributions (dp-accounting's PLD machinery; spec sections 6.4, 8).
+    """Composition of privacy loss distributions (dp-accounting's PLD machinery).
 
     Keywords: ``budget=(epsilon, delta)``, ``ledger``, ``value_discretization_interval`` (default ``1e-4``),
     ``target_delta`` (the delta ``spent()`` reports at without a budget; default ``1e-6``) and
-    ``neighboring_relation`` (``"add-remove-one"``, the default, or ``"replace-one"``: how dp-accounting's
-    native events are read; our events state their own relation, one teacher's vote changing, and the
-    accountant does not convert between relations).  ``spent()`` is ``(get_epsilon(d), d)`` with ``d`` the
+    ``neighboring_relation`` (``None``, the default: fixed by the first charge, see the module docstring;
+    ``"replace-one"`` or ``"add-remove-one"``: the one relation of everything charged, under which
+    dp-accounting's native events are read; the accountant never converts between relations).  ``spent()`` is ``(get_epsilon(d), d)`` with ``d`` the
     budget's delta, else ``target_delta``.  The epsilon is a pessimistic (upper) estimate.
 
     State: the committed steps are split into a *composed* part (a PLD) and a *pending* multiset of groups;
@@ -526,15 +532,13 @@ class PldAccountant(Accountant):
         ledger=None,
         value_discretization_interval: float = 1e-4,
         target_delta: float = 1e-6,
-        neighboring_relation: str = ADD_REMOVE_ONE,
+        neighboring_relation: str | None = None,
     ):
         self._interval = check_real(
             "value_discretization_interval", value_discretization_interval, minimum=0.0, maximum=1.0, min_open=True
         )
         self._target_delta = check_real("target_delta", target_delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
-        if neighboring_relation not in NEIGHBOURING_RELATIONS:
-            raise ValueError(f"neighboring_relation must be one of {NEIGHBOURING_RELATIONS}, got {neighboring_relation!r}")
-        self._relation = neighboring_relation
+        check_relation("neighboring_relation", neighboring_relation)
         self._counts: dict = {}  # everything committed: key -> count
         self._state: _Composed = _EMPTY  # the composed part ...
         self._state_steps = 0  # ... and how many steps it holds
@@ -548,14 +552,20 @@ class PldAccountant(Accountant):
         self._powers: dict = {}  # cache of the pending groups' PLDs
         # With a budget, charges near it are checked exactly: a smaller pending part makes that cheaper.
         self._flush_ratio = FLUSH_RATIO_BUDGET if budget is not None else FLUSH_RATIO
-        super().__init__(budget=budget, ledger=ledger)
+        super().__init__(budget=budget, ledger=ledger, neighboring_relation=neighboring_relation)
 
     def _config(self) -> dict:
         return {
             "value_discretization_interval": self._interval,
             "target_delta": self._target_delta,
-            "neighboring_relation": self._relation,
+            "neighboring_relation": self._configured_relation,
         }
+
+    @property
+    def _relation(self) -> str:
+        """The relation the committed groups are read under (the default before anything fixed one: then
+        no group depends on it)."""
+        return self._current_relation or DEFAULT_RELATION
 
     @property
     def report_delta(self) -> float:
@@ -570,13 +580,16 @@ class PldAccountant(Accountant):
     # -- the accountant hooks -----------------------------------------------------------------------------
     def _prepare(self, charge: Charge):
         """O(size of the event) without a budget; with one, a cheap valid bound or the exact candidate PLD."""
-        new = {key: m * charge.count for key, m in _event_groups(charge.event, self._relation).items()}
+        relation = self._relation_after(charge.event)  # UnsupportedEventError naming both relations
+        check_native_relation(charge.event, relation, who=type(self).__name__)  # Laplace: add/remove only
+        read_under = relation or DEFAULT_RELATION
+        new = {key: m * charge.count for key, m in _event_groups(charge.event, read_under).items()}
         if self._budget is None or not new:
-            return new, None
+            return new, None, relation
         budget_eps, budget_delta = self._budget
         eps_sum, delta_sum, cheap_ok = self._since
         for key, n in new.items():
-            terms = _step_terms(key, self._interval, self._relation, budget_delta)
+            terms = _step_terms(key, self._interval, read_under, budget_delta)
             if terms is None:
                 cheap_ok = False
                 break
@@ -585,15 +598,15 @@ class PldAccountant(Accountant):
         if cheap_ok and delta_sum <= budget_delta:
             # Basic composition of two blocks: the bound base at delta_b - delta_sum, the rest at (eps_sum, delta_sum).
             if self._base_epsilon_at_least(budget_delta - delta_sum) + eps_sum <= budget_eps:
-                return new, None
+                return new, None, relation
         # Exactly the PLD the accountant will report once this charge is committed.
         candidate = compose_groups(
-            _merged_counts(self._pending, new), self._interval, self._relation, self._state, self._powers
+            _merged_counts(self._pending, new), self._interval, read_under, self._state, self._powers
         )
         eps = candidate.epsilon(budget_delta, self._interval)
         if not self._within_budget(eps, budget_delta):
             self._refuse(f"charging {charge.event!r} x{charge.count}", eps, budget_delta)
-        return new, candidate
+        return new, candidate, relation
 
     def _base_epsilon_at_least(self, delta: float) -> float:
         """An epsilon valid at ``delta`` for the bound base: its epsilon at the largest rung not above ``delta``
@@ -612,7 +625,8 @@ class PldAccountant(Accountant):
         return self._bound_base.epsilon(rung, self._interval)
 
     def _commit(self, plan) -> None:
-        new, candidate = plan
+        new, candidate, relation = plan
+        self._set_relation(relation)
         if not new:
             return
         steps = 0
@@ -665,4 +679,5 @@ class PldAccountant(Accountant):
 
 _STATE_FIELDS = (
     "_counts", "_state", "_state_steps", "_pending", "_pending_steps", "_report", "_bound_base", "_since", "_powers",
+    "_current_relation",
 )

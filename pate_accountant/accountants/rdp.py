@@ -1,4 +1,4 @@
-"""Renyi-DP accountant: a bridge to ``dp_accounting.rdp.RdpAccountant`` (spec sections 6.4 and 8).
+"""Renyi-DP accountant: a bridge to ``dp_accounting.rdp.RdpAccountant``.
 
 Translation (never an under-count):
 
@@ -22,11 +22,16 @@ tree aggregation, ...)
 ``ThresholdPrivacyEvent``, ``NonPrivateDpEvent``      rejected, naming the event
 ====================================================  =====================================================
 
-Neighbouring relation (keyword ``neighboring_relation``, default ``"add-remove-one"`` as dp-accounting): it
-is passed to dp-accounting and only matters for its native events: ``PoissonSampledDpEvent`` needs
-add/remove, ``RandomizedResponseDpEvent`` and ``SampledWithoutReplacementDpEvent`` need ``"replace-one"``
-(the others, Gaussian, Laplace, zCDP, are relation-free at sensitivity one).  The zCDP translation of our
-events holds under whatever relation each event states.
+Neighbouring relation: one for everything charged, the keyword ``neighboring_relation`` or (left ``None``,
+the default) the relation the first charged event states, ``"replace-one"`` when that event is one of
+dp-accounting's.  Our events stating another relation are refused (``UnsupportedEventError`` naming both
+relations); the zCDP translation of an event holds under the relation it states.  dp-accounting's native
+events are read under the accountant's relation (their noise relative to a query of sensitivity one under
+it), which is passed to dp-accounting: ``PoissonSampledDpEvent`` needs ``"add-remove-one"``,
+``RandomizedResponseDpEvent`` and ``SampledWithoutReplacementDpEvent`` need ``"replace-one"`` (Gaussian,
+Laplace and zCDP are the same under either).  Every event's parameters are checked first (``Charge`` refuses
+a non-finite, zero or negative noise, count or rate with a ``ValueError`` naming it), and dp-accounting's
+event types whose parameters this project does not check are refused.
 
 RDP composes by adding curves, so the accountant keeps the summed curve (one value per order) and each
 event's curve is computed once by a scratch dp-accounting accountant (and cached).  Check-then-commit: the
@@ -44,11 +49,11 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 
 from pate_accountant.accountants.base import Accountant, Charge
+from pate_accountant.accountants.event_checks import DEFAULT_RELATION, SHIFT_NOISE, check_native_relation, check_relation
 from pate_accountant.accountants.translate import epsilon_delta_terms
 from pate_accountant.errors import UnsupportedEventError
 from pate_accountant.events import (
     ADD_REMOVE_ONE,
-    NEIGHBOURING_RELATIONS,
     REPLACE_ONE,
     BetweenThresholdsEvent,
     BoundaryWrapperEvent,
@@ -59,6 +64,7 @@ from pate_accountant.validation import check_real
 
 __all__ = ["RdpAccountant", "rdp_translation"]
 
+_SHIFT_NOISE_RDP = SHIFT_NOISE + (dp_event.GaussianDpEvent,)
 _RELATIONS = {ADD_REMOVE_ONE: NeighboringRelation.ADD_OR_REMOVE_ONE, REPLACE_ONE: NeighboringRelation.REPLACE_ONE}
 
 
@@ -135,13 +141,13 @@ def _event_curve(event, orders: tuple, relation: str) -> np.ndarray:
 
 
 class RdpAccountant(Accountant):
-    """Renyi-DP composition through dp-accounting (spec sections 6.4, 8): pure steps as zCDP, native
+    """Renyi-DP composition through dp-accounting: pure steps as zCDP, native
     dp-accounting events as they are; approximate ``(eps, delta > 0)`` steps are rejected.
 
     Keywords: ``budget=(epsilon, delta)``, ``ledger``, ``orders`` (default dp-accounting's
     ``DEFAULT_RDP_ORDERS``), ``target_delta`` (the delta ``spent()`` reports at without a budget; default
-    ``1e-6``) and ``neighboring_relation`` (``"add-remove-one"``, default, or ``"replace-one"``: passed to
-    dp-accounting for its native events).  ``spent()`` is ``(get_epsilon(d), d)`` with ``d`` the budget's
+    ``1e-6``) and ``neighboring_relation`` (``None``, the default: fixed by the first charge; or
+    ``"replace-one"`` / ``"add-remove-one"``; passed to dp-accounting for its native events).  ``spent()`` is ``(get_epsilon(d), d)`` with ``d`` the budget's
     delta, else ``target_delta``; the epsilon is dp-accounting's RDP-to-DP conversion of the summed curve.
     """
 
@@ -154,7 +160,7 @@ class RdpAccountant(Accountant):
         ledger=None,
         orders=None,
         target_delta: float = 1e-6,
-        neighboring_relation: str = ADD_REMOVE_ONE,
+        neighboring_relation: str | None = None,
     ):
         self._default_orders = orders is None
         if orders is None:
@@ -164,16 +170,14 @@ class RdpAccountant(Accountant):
             raise ValueError("orders must not be empty")
         self._orders = orders
         self._target_delta = check_real("target_delta", target_delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
-        if neighboring_relation not in NEIGHBOURING_RELATIONS:
-            raise ValueError(f"neighboring_relation must be one of {NEIGHBOURING_RELATIONS}, got {neighboring_relation!r}")
-        self._relation = neighboring_relation
+        check_relation("neighboring_relation", neighboring_relation)
         self._rdp = np.zeros(len(orders))
         self._rdp.setflags(write=False)
-        super().__init__(budget=budget, ledger=ledger)
+        super().__init__(budget=budget, ledger=ledger, neighboring_relation=neighboring_relation)
 
     def _config(self) -> dict:
         orders = None if self._default_orders else list(self._orders)
-        return {"orders": orders, "target_delta": self._target_delta, "neighboring_relation": self._relation}
+        return {"orders": orders, "target_delta": self._target_delta, "neighboring_relation": self._configured_relation}
 
     @property
     def orders(self) -> tuple:
@@ -191,19 +195,24 @@ class RdpAccountant(Accountant):
 
     def _prepare(self, charge: Charge):
         parts = rdp_translation(charge.event)
+        relation = self._relation_after(charge.event)  # UnsupportedEventError naming both relations
+        # Under replace-one dp-accounting's RDP reads Gaussian and Laplace noise as a shift of one, its PLD
+        # as a shift of two: the cheaper reading is refused.
+        check_native_relation(charge.event, relation, add_remove_only=_SHIFT_NOISE_RDP, who=type(self).__name__)
         curve = np.zeros(len(self._orders))
         for event, n in parts:
-            curve += n * _event_curve(event, self._orders, self._relation)
+            curve += n * _event_curve(event, self._orders, relation or DEFAULT_RELATION)
         candidate = self._rdp + charge.count * curve
         candidate.setflags(write=False)
         if self._budget is not None and parts:
             eps = _epsilon(self._orders, candidate, self._budget[1])
             if not self._within_budget(eps, self._budget[1]):
                 self._refuse(f"charging {charge.event!r} x{charge.count}", eps, self._budget[1])
-        return candidate
+        return candidate, relation
 
     def _commit(self, plan) -> None:
-        self._rdp = plan
+        self._rdp, relation = plan
+        self._set_relation(relation)
 
     def _epsilon(self, delta: float) -> float:
         return _epsilon(self._orders, self._rdp, delta)
@@ -213,7 +222,7 @@ class RdpAccountant(Accountant):
         return self._epsilon(delta), delta
 
     def _snapshot(self) -> dict:
-        return {"_rdp": self._rdp}  # replaced, never mutated, by _commit
+        return {"_rdp": self._rdp, "_current_relation": self._current_relation}  # replaced, never mutated
 
 
 def _epsilon(orders: tuple, rdp: np.ndarray, delta: float) -> float:

@@ -10,6 +10,8 @@ Every translation is an upper bound on the event's privacy loss (never an under-
   ``delta_A`` alone would under-count; docs/mechanisms/boundary_wrapper.md proves the bound).
 * dp-accounting's ``NoOpDpEvent`` ``(0, 0)``; ``LaplaceDpEvent(b)`` ``(1/b, 0)``;
   ``DiscreteLaplaceDpEvent(a, s)`` ``(a s, 0)``; ``ComposedDpEvent`` and ``SelfComposedDpEvent`` by their parts.
+  Their parameters are checked first (finite and positive noise, an integer sensitivity and count of at
+  least one): an invalid one raises ``ValueError`` / ``TypeError`` naming it, never a negative term.
 * Anything else (Gaussian, threshold privacy, non-private steps, ...) is rejected.
 """
 
@@ -20,9 +22,11 @@ import math
 import dp_accounting
 from dp_accounting import dp_event
 
+from pate_accountant.accountants.event_checks import check_event
 from pate_accountant.errors import UnsupportedEventError
 from pate_accountant.events import BetweenThresholdsEvent, BoundaryWrapperEvent, EpsilonDeltaEvent
 from pate_accountant.tct import wrapped_event_terms
+from pate_accountant.validation import check_int
 
 __all__ = ["epsilon_delta_terms"]
 
@@ -44,19 +48,22 @@ def _collect(event, multiplicity: int, out: list) -> None:
         out.append((event.epsilon, 0.0, multiplicity))
     elif isinstance(event, BoundaryWrapperEvent):
         inner = epsilon_delta_terms(event.inner)
-        eps_a = math.fsum(e * m for e, _, m in inner)
-        eps, delta = wrapped_event_terms(eps_a, min(1.0, math.fsum(d * m for _, d, m in inner)))
+        eps, delta = wrapped_event_terms(math.fsum(e * m for e, _, m in inner), min(1.0, math.fsum(d * m for _, d, m in inner)))
         out.append((max(event.epsilon, eps), delta, multiplicity))
     elif isinstance(event, dp_event.NoOpDpEvent):
         return
     elif isinstance(event, dp_event.LaplaceDpEvent):
+        check_event(event)  # noise_multiplier finite and > 0: the term 1/b is never negative
         out.append((1.0 / event.noise_multiplier, 0.0, multiplicity))
     elif isinstance(event, dp_event.DiscreteLaplaceDpEvent):
+        check_event(event)  # noise_parameter finite and > 0, sensitivity an integer >= 1
         out.append((event.noise_parameter * event.sensitivity, 0.0, multiplicity))
     elif isinstance(event, dp_event.SelfComposedDpEvent):
-        if event.count > 0:
-            _collect(event.event, multiplicity * event.count, out)
+        check_int("SelfComposedDpEvent.count", event.count, minimum=1)
+        _collect(event.event, multiplicity * event.count, out)
     elif isinstance(event, dp_event.ComposedDpEvent):
+        if not isinstance(event.events, (list, tuple)):
+            raise TypeError(f"ComposedDpEvent.events must be a list of events, got {type(event.events).__name__}")
         for part in event.events:
             _collect(part, multiplicity, out)
     elif isinstance(event, dp_accounting.DpEvent):
