@@ -8,19 +8,28 @@ handled by the fallback: ``"retry"`` (fresh shared randomness, each retry a char
 (a token from a public backend: no privacy cost) or ``"stop"``.
 
 With a :class:`~mechanisms.BetweenThresholds` mechanism the step is the individual-charging scheme of
-spec 5.1: a random rate ``nu ~ U[1/n, 1]`` and a random candidate ``v`` (both data-independent: ``v`` is
-drawn from the public backend's next-token distribution when there is one, ``candidate="public"``, the
-default then, else uniformly from the vocabulary, ``candidate="uniform"``; the public backend only sees the
-public prompt and released tokens, so either choice is independent of the private data),
-each active teacher included with probability ``nu``, and ``BetweenThresholds`` on the count ``c'_v`` of
-included teachers voting ``v``; ``above``/``between`` release ``v``, ``below`` fails.  The recorded
-release names the counted teachers (original indices) in ``charged_teachers``; an
-``IndividualChargingAccountant`` charges them on ``between`` and removes teachers at their limit, and the
-generator drops removed teachers from the backend before the next step.
+the paper's "DP methods for heterogeneous ensembles": a random rate ``nu ~ U[1/n, 1]`` where ``n`` is the
+*fixed, public* ensemble size (the number of teachers at the start, never the number still active), and a
+random candidate ``v`` (both data-independent: ``v`` is drawn from the public backend's next-token
+distribution when there is one, ``candidate="public"``, the default then, else uniformly from the
+vocabulary, ``candidate="uniform"``; the public backend only sees the public prompt and released tokens,
+so either choice is independent of the private data).  Each of the ``n`` original teachers gets one
+inclusion draw ``U_i < nu``; a removed teacher abstains (its draw is made and ignored, so the other
+teachers' draws do not depend on whether it was removed), and ``BetweenThresholds`` runs on the count
+``c'_v`` of included active teachers voting ``v``; ``above``/``between`` release ``v``, ``below`` fails.
+Hence the law of ``(nu, v, the included set restricted to the teachers other than i)`` is the same
+whether or not teacher ``i`` was removed: removal changes only the queries that would count ``i``.
+On a ``between`` outcome (a hit) the recorded release names the counted teachers (original indices) in
+``charged_teachers``; any other outcome names nobody, so non-hits charge nobody and leave no teacher set
+anywhere.  An ``IndividualChargingAccountant`` charges the named teachers and removes teachers at their
+limit, and the generator drops removed teachers from the backend before the next step.
 
 Nothing about prompts is stored: the result and the ledger hold only released tokens, outcome classes and
-counts.  ``StepRecord.max_count``/``margin`` are the *raw* (non-private) top count and margin of the step's
-histogram, for diagnostics; do not publish them as part of a DP release.
+counts.  What is a raw function of the private data, and must stay out of anything shared (JSON results,
+logs, the shareable ledger): ``StepRecord.max_count``/``margin`` (the raw top count and margin of the step's
+histogram), ``StepRecord.counted`` (the count ``c'_v`` BetweenThresholds protects) and, under individual
+charging, ``StepRecord.num_teachers``, ``GenerationResult.num_active_teachers`` and ``GenerationResult.spent``
+(functions of which teachers were charged).
 """
 
 from __future__ import annotations
@@ -37,7 +46,13 @@ from pate_accountant.errors import BudgetExhaustedError
 from pate_accountant.release import Release
 from pate_accountant.validation import check_int, check_real
 
-__all__ = ["GenerationResult", "PrivateGenerator", "StepRecord"]
+__all__ = [
+    "GenerationResult",
+    "PrivateGenerator",
+    "StepRecord",
+    "check_between_thresholds_reachable",
+    "individual_charging_draws",
+]
 
 HISTOGRAMS = ("coordinated", "independent")
 FALLBACKS = ("retry", "public", "stop")
@@ -53,8 +68,12 @@ class StepRecord:
     privately), ``"fail"``, ``"target"`` (boundary-wrapper target: nothing released) or ``"fallback"``
     (the run failed and a public token was used); ``retries``: earlier failed runs at this position;
     ``num_teachers``: active teachers in this run; ``max_count``/``margin``: raw histogram diagnostics
-    (not private); ``target_hit``: the release's target flag; ``counted``: teachers named in the release's
-    ``charged_teachers`` (BetweenThresholds: the counted teachers; charged only on a target hit).
+    (not private); ``target_hit``: the release's target flag; ``counted``: BetweenThresholds' count ``c'_v``
+    (the included active teachers voting the candidate; they are charged only on a target hit).
+
+    **Confidential**: ``max_count``, ``margin`` and ``counted`` are raw functions of the votes, and under
+    individual charging ``num_teachers`` reveals removals (a function of who was charged).  Keep them out
+    of anything shared (JSON results, logs, ledgers); they are for local diagnostics only.
     """
 
     token: int | None
@@ -72,7 +91,12 @@ class GenerationResult:
     """What :meth:`PrivateGenerator.generate` returns: the generated text and token ids (without eos),
     the per-run step records, ``spent = accountant.spent()`` at the end, the stop reason (one of
     ``"eos"``, ``"stop_string"``, ``"max_tokens"``, ``"budget"``, ``"fail"``) and the number of
-    teachers still active.  Holds no prompt text."""
+    teachers still active.  Holds no prompt text.
+
+    **Confidential under individual charging**: ``num_active_teachers`` and ``spent`` are then functions of
+    which teachers were charged (raw data, not DP outputs), and ``steps`` hold raw diagnostics (see
+    :class:`StepRecord`): never put them in a shareable output.  The text, token ids, outcome classes and
+    stop reason are DP outputs (or public fallbacks)."""
 
     text: str
     token_ids: tuple
@@ -92,6 +116,32 @@ class GenerationResult:
         return counts
 
 
+def individual_charging_draws(rng: np.random.Generator, num_teachers: int, active) -> tuple[float, np.ndarray]:
+    """The data-independent draws of one individual-charging query: the rate ``nu ~ U[1/n, 1]`` with ``n =
+    num_teachers`` the fixed ensemble size, and one inclusion draw ``U_i ~ U[0, 1)`` for each of the ``n``
+    original teachers.  Returns ``(nu, included)`` with ``included[j] = U_{active[j]} < nu`` for the active
+    teachers (sorted original indices); removed teachers' draws are made and ignored (they abstain).
+
+    So for a fixed random stream, ``nu`` and every other teacher's inclusion are the same whether or not
+    some teacher ``i`` was removed: the law of ``(nu, included set minus {i})`` does not depend on it."""
+    num_teachers = check_int("num_teachers", num_teachers, minimum=1)
+    active = np.asarray(active, dtype=np.int64)
+    if active.size and (active.min() < 0 or active.max() >= num_teachers):
+        raise ValueError(f"active teachers must be indices in [0, {num_teachers}), got {int(active.max())}")
+    nu = float(rng.uniform(1.0 / num_teachers, 1.0))
+    draws = rng.random(num_teachers)
+    return nu, draws[active] < nu
+
+
+def check_between_thresholds_reachable(mechanism, num_teachers: int) -> None:
+    """Refuse a BetweenThresholds query whose lower threshold exceeds ``n``: the counted votes ``c'_v`` are
+    at most ``n``, so such a query could release only by noise and every run would be spent for nothing."""
+    low = int(mechanism.low)
+    if low > num_teachers:
+        raise ValueError(f"BetweenThresholds threshold low={low} is out of reach of n={num_teachers} teachers "
+                         f"(the count of votes is at most n): no query could release a token")
+
+
 def _choice(name, value, allowed):
     if value not in allowed:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
@@ -106,6 +156,18 @@ def _diagnostics(votes: np.ndarray) -> tuple[int, int]:
     top = int(counts[0])
     second = int(counts[1]) if counts.size > 1 else 0
     return top, top - second
+
+
+class _MechanismRandomness:
+    """The secret randomness of one :meth:`PrivateGenerator.generate` call: ``mechanism`` is what the
+    mechanism calls get (``None``: the OS generator, see :mod:`mechanisms.randomness`) and ``numpy`` a
+    generator for the individual-charging draws (seeded from the OS entropy pool when none is given)."""
+
+    def __init__(self, mechanism_rng):
+        if mechanism_rng is not None and not isinstance(mechanism_rng, np.random.Generator):
+            raise TypeError(f"mechanism_rng must be None or a numpy.random.Generator, got {type(mechanism_rng).__name__}")
+        self.mechanism = mechanism_rng
+        self.numpy = mechanism_rng if mechanism_rng is not None else np.random.default_rng()
 
 
 class PrivateGenerator:
@@ -155,7 +217,8 @@ class PrivateGenerator:
         self._individual = isinstance(accountant, IndividualChargingAccountant)
         self._between = isinstance(mechanism, BetweenThresholds)
         if self._individual and not self._between:
-            raise ValueError("an IndividualChargingAccountant needs a BetweenThresholds mechanism (spec 5.1)")
+            raise ValueError("an IndividualChargingAccountant needs a BetweenThresholds mechanism (the paper's "
+                             "individual-charging scheme)")
 
     # -- pieces ----------------------------------------------------------------------------------------
     def _transform(self, dists):
@@ -175,32 +238,47 @@ class PrivateGenerator:
         probs = probs / probs.sum()
         return int(ids[rng.choice(ids.size, p=probs)])
 
-    def _between_step(self, votes, active, rng) -> tuple[Release, int | None]:
-        n = votes.size
-        nu = rng.uniform(1.0 / n, 1.0)
+    def _between_step(self, votes, active, rng, secret) -> tuple[Release, int | None, int]:
+        nu, included = individual_charging_draws(secret.numpy, self._num_total, active)
         if self.candidate == "public":
             candidate = self._public_token(rng)
         else:
             candidate = int(rng.integers(self.backend.vocab_size))
-        included = rng.random(n) < nu
         counted = np.flatnonzero(included & (votes == candidate))
-        release = self.mechanism(int(counted.size), rng=rng)
-        release = attr.evolve(release, charged_teachers=frozenset(int(t) for t in active[counted]))
+        release = self.mechanism(int(counted.size), rng=secret.mechanism)
+        # Only a hit charges, and only a hit names its counted teachers: a non-hit records no teacher set.
+        charged = frozenset(int(t) for t in active[counted]) if release.target_hit else frozenset()
+        release = attr.evolve(release, charged_teachers=charged)
         self.accountant.record(release)  # check-then-commit: refuses atomically
         token = candidate if release.value in ("between", "above") else None
-        return release, token
+        return release, token, int(counted.size)
 
     # -- the loop --------------------------------------------------------------------------------------
-    def generate(self, teacher_prompts, *, shared_prefix="", seed=None, rng=None) -> GenerationResult:
+    def generate(self, teacher_prompts, *, shared_prefix="", seed=None, rng=None,
+                 mechanism_rng=None) -> GenerationResult:
         """Generate one response privately from ``teacher_prompts`` (one prompt per teacher, text or ids).
 
-        Randomness: ``rng``, else ``np.random.default_rng(seed)``, else the constructor's ``seed``; equal
-        seeds give equal results (for a deterministic backend).
+        Two sources of randomness, kept apart (docs/mechanisms/randomness.md):
+
+        * the *sampling* randomness (the teachers' shared noise ``u_j``, the candidate token, public
+          fallback tokens): ``rng``, else ``np.random.default_rng(seed)``, else the constructor's ``seed``.
+          It is not secret: the privacy guarantee holds for every fixed value of it.
+        * the *mechanism* randomness (the aggregator's noise and, under individual charging, the rate
+          ``nu`` and the inclusion draws): ``mechanism_rng``.  ``None`` (the default) is the operating
+          system's cryptographic generator, fresh for every call, which is what a private run must use.
+          A ``numpy.random.Generator`` makes the run reproducible for tests and simulations, and gives no
+          privacy against whoever knows its seed.
+
+        Equal seeds and equal seeded ``mechanism_rng`` give equal results (for a deterministic backend).
         """
         if rng is None:
             rng = np.random.default_rng(self.seed if seed is None else seed)
+        secret = _MechanismRandomness(mechanism_rng)
         backend, accountant = self.backend, self.accountant
         teacher_prompts = list(teacher_prompts)
+        self._num_total = len(teacher_prompts)  # the fixed, public ensemble size n
+        if self._between:
+            check_between_thresholds_reachable(self.mechanism, self._num_total)
         backend.begin(teacher_prompts, shared_prefix=shared_prefix or None)
         if self.public_backend is not None:
             self.public_backend.begin([self.public_prompt or ""], shared_prefix=shared_prefix or None)
@@ -231,11 +309,12 @@ class PrivateGenerator:
                 dists = self._transform(backend.distributions())
                 votes = self._votes(dists, rng)
                 max_count, margin = _diagnostics(votes)
+                counted = 0
                 try:
                     if self._between:
-                        release, token = self._between_step(votes, active, rng)
+                        release, token, counted = self._between_step(votes, active, rng, secret)
                     else:
-                        release = run(VoteHistogram.from_votes(votes, backend.vocab_size), rng=rng)
+                        release = run(VoteHistogram.from_votes(votes, backend.vocab_size), rng=secret.mechanism)
                         token = None if (release.failed or release.target_hit) else int(release.value)
                 except BudgetExhaustedError:
                     stop_reason = "budget"
@@ -251,7 +330,7 @@ class PrivateGenerator:
                 if token is None and self.fallback == "public":
                     token, outcome = self._public_token(rng), "fallback"
                 steps.append(StepRecord(token, outcome, max_count, margin, retries, int(active.size),
-                                        release.target_hit, len(release.charged_teachers)))
+                                        release.target_hit, counted))
                 if token is not None or self.fallback == "stop" or retries >= self.max_retries:
                     break
                 retries += 1

@@ -2,18 +2,27 @@
 
 :func:`private_run` partitions instruction records between ``n`` in-context teachers, loads a local causal
 LM (:class:`~ensembles.backends.transformers_backend.TransformersBackend`), builds the mechanism and the
-accountant, opens a NEW SQLite ledger with run metadata (mechanism parameters, seed or ``"OS entropy"``,
-software version), generates ``K`` records with :class:`~ensembles.generation.PrivateGenerator` (public
-fallback: the same model with only the shared prefix, so records always complete), verifies the ledger
-and returns a JSON-able dict.
+accountant, opens the data set's SQLite ledger (creating it, or appending to it when it exists: a ledger
+belongs to one data set and its budget spans every run over that data set), records the run's metadata
+(mechanism parameters, accountant, budget, whether the run was seeded, software version: never the seed),
+generates ``K`` records with :class:`~ensembles.generation.PrivateGenerator` (public fallback: the same
+model with only the shared prefix, so records always complete), verifies the ledger and returns a
+JSON-able dict.
 
-Every check on the inputs (records, teachers, mechanism, accountant, model path, ledger path) happens
-before the ledger is created, so a bad input never spends budget.  The returned dict and the ledger hold
-no prompt text: only the generated records, counts, outcome classes and parameters.
+Every check on the inputs (records, teachers, mechanism and whether its release threshold is within reach
+of ``n`` teachers, accountant, model path, an existing ledger's data set, accountant and remaining budget)
+happens before anything is written, so a bad input never spends budget and never creates a ledger file.
+The returned dict and the ledger hold no prompt text and no seed: only the generated records, outcome
+classes, counts of charged runs and parameters.
+
+Seeds.  A seed makes a run reproducible, and for the same reason removes its privacy against anyone who
+knows the seed: they can re-run both neighbouring data sets and compare.  A seeded run prints a warning on
+stderr, and the seed is never written into a shareable artifact (ledger, JSON result, stdout).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -28,6 +37,7 @@ __all__ = [
     "build_accountant",
     "build_mechanism",
     "check_inputs",
+    "check_reachable",
     "default_demo_ledger",
     "demo_model_path",
     "private_run",
@@ -107,6 +117,77 @@ def check_inputs(records, num_teachers: int, mechanism, accountant_name: str, bu
                             f"step of this mechanism under the {accountant_name} accountant")
 
 
+def check_reachable(mechanism, num_teachers: int) -> None:
+    """Refuse a mechanism whose release threshold is out of reach of ``n = num_teachers`` teachers, where
+    every run would be charged and almost none could release (``RunInputError`` naming the threshold and n).
+
+    * DPArgMax (plain or boundary-wrapped) releases the top token when its noisy count exceeds ``n/2 + L``
+      (``L`` its error bound).  Even a unanimous vote ``c = n`` clears that only by noise when
+      ``n <= n/2 + L``, i.e. ``n <= 2L``.
+    * DPWeightedSampling keeps every count of at least ``2L`` once sampled (below it, survival needs noise);
+      with ``n < 2L`` no count, not even a unanimous one, reaches that level.
+    * BetweenThresholds releases on a noisy count of at least ``low``; the count is at most ``n``, so
+      ``low > n`` is out of reach.
+    """
+    from ensembles.generation import check_between_thresholds_reachable
+    from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedSampling
+
+    inner = mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
+    n = int(num_teachers)
+    if isinstance(inner, DPArgMax):
+        bound = int(inner.error_bound)
+        if n <= 2 * bound:
+            raise RunInputError(
+                f"the release threshold n/2 + L = {n / 2:g} + {bound} of DPArgMax is out of reach of n={n} teachers "
+                f"(n must exceed 2L = {2 * bound}): use more teachers or a larger step epsilon/delta")
+    elif isinstance(inner, DPWeightedSampling):
+        bound = int(inner.error_bound)
+        if n < 2 * bound:
+            raise RunInputError(
+                f"the survival threshold 2L = {2 * bound} of DPWeightedSampling is out of reach of n={n} teachers: "
+                "use more teachers or a larger step epsilon/delta")
+    elif isinstance(inner, BetweenThresholds):
+        try:
+            check_between_thresholds_reachable(inner, n)
+        except ValueError as exc:
+            raise RunInputError(str(exc)) from None
+
+
+def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budget, mechanism) -> None:
+    """An existing ``--ledger``: it must belong to ``dataset``, be kept by the same accountant (kind and
+    budget), verify as far as its rows replay, and have budget left for one step.  Read-only: nothing is
+    written."""
+    from pate_accountant.errors import PateAccountantError
+    from pate_accountant.ledger import Ledger
+
+    where = f"--ledger {str(path)!r}"
+    try:
+        ledger = Ledger.open(str(path), read_only=True)
+    except (PateAccountantError, OSError, ValueError) as exc:
+        raise RunInputError(f"{where}: cannot open it as a ledger: {exc}") from None
+    try:
+        stored = ledger.dataset
+        if stored is None:
+            raise RunInputError(f"{where} names no data set, so it cannot take runs over {dataset!r} "
+                                "(give a new ledger path)")
+        if stored != dataset:
+            raise RunInputError(f"{where} belongs to the data set {stored!r}, not {dataset!r}: a ledger keeps one "
+                                "data set's budget (give that data set's ledger, or --dataset)")
+        try:
+            acct = build_accountant(accountant_name, budget, ledger)
+        except RunInputError as exc:
+            raise RunInputError(f"{where} is kept by another accountant or budget: {exc}") from None
+        except PateAccountantError as exc:
+            raise RunInputError(f"{where}: {exc}") from None
+        if not acct.can_afford(mechanism.event):
+            spent = acct.spent()
+            raise RunInputError(
+                f"{where}: the budget of data set {dataset!r} (epsilon {budget[0]:g}, delta {budget[1]:g}) cannot pay "
+                f"for another step: epsilon {float(spent[0]):.6g}, delta {float(spent[1]):.3g} already spent")
+    finally:
+        ledger.close()
+
+
 def _progress_bar(total: int, enabled: bool):
     if not enabled:
         return None
@@ -138,18 +219,25 @@ def private_run(
     command: str = "generate",
     model_label: str | None = None,
     data_label: str | None = None,
+    dataset: str | None = None,
 ) -> dict:
     """Run private generation end to end and return a JSON-able result (module docstring).
 
     ``model``: a local model folder, ``.gguf`` file or folder holding one; ``records``: Dolly-format dicts;
-    ``ledger_path``: a file that must not exist yet; ``(step_epsilon, step_delta)``: the mechanism's per-step
-    parameters; ``(epsilon, delta)``: the accountant's total budget.  Raises :class:`RunInputError` (or
-    ``ValueError`` from the backend for an unknown model path) before the ledger exists.
+    ``ledger_path``: the data set's ledger (created if missing, appended to if it exists);
+    ``dataset``: the data set's name (default ``data_label``, else ``"records"``), stored in the ledger;
+    ``(step_epsilon, step_delta)``: the mechanism's per-step parameters; ``(epsilon, delta)``: the data
+    set's total budget (an existing ledger must have the same accountant and budget).  ``seed``: for
+    reproducible tests only (see the module docstring).  Raises :class:`RunInputError` (or ``ValueError``
+    from the backend for an unknown model path) before anything is written.
+
+    The result's ``spent`` is the data set's total spent after this run (every run in the ledger) and
+    ``spent_before`` what it was when this run started.
     """
     from ensembles.backends.transformers_backend import TransformersBackend
     from ensembles.data import OPEN_SLOT, partition_records, teacher_prompts
     from ensembles.generation import PrivateGenerator
-    from pate_accountant.ledger import Ledger, describe_mechanism, describe_seed
+    from pate_accountant.ledger import Ledger, describe_mechanism
 
     started = time.perf_counter()
     records = list(records)
@@ -157,16 +245,21 @@ def private_run(
         raise RunInputError(f"--records must be at least 1, got {num_records}")
     if max_tokens < 1:
         raise RunInputError(f"--max-tokens must be at least 1, got {max_tokens}")
-    seed_text = describe_seed(seed)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise RunInputError(f"--seed must be a non-negative integer or None, got a {type(seed).__name__}")
+    dataset = dataset if dataset is not None else (data_label if data_label is not None else "records")
+    if not isinstance(dataset, str) or not dataset.strip() or len(dataset) > 200 or not dataset.isprintable():
+        raise RunInputError(f"--dataset must be a printable name of 1 to 200 characters, got {dataset!r}")
     budget = (float(epsilon), float(delta))
     mech = build_mechanism(mechanism, step_epsilon, step_delta, relation)
     check_inputs(records, num_teachers, mech, accountant, budget)
+    check_reachable(mech, num_teachers)
     ledger_path = Path(ledger_path)
-    if ledger_path.exists():
-        raise RunInputError(f"ledger file {str(ledger_path)!r} already exists: each run writes a new ledger "
-                            "(give another --ledger path, or audit that one with `pate-accountant audit`)")
     if not ledger_path.parent.is_dir():
         raise RunInputError(f"ledger folder {str(ledger_path.parent)!r} does not exist")
+    existing = ledger_path.exists()
+    if existing:
+        _check_existing_ledger(ledger_path, dataset, accountant, budget, mech)
 
     backend = TransformersBackend(model, threads=threads, top_p=None, temperature=1.0)  # ValueError: bad path
     public = TransformersBackend(backend.model, backend.tokenizer, threads=threads)
@@ -186,11 +279,11 @@ def private_run(
         "mechanism_name": mechanism,
         "accountant": accountant,
         "budget": {"epsilon": budget[0], "delta": budget[1]},
-        "seed": seed_text,
+        "seeded": seed is not None,
         "software_version": __version__,
+        "dataset": dataset,
         "model": model_label if model_label is not None else str(model),
         "data": data_label if data_label is not None else "records",
-        "num_data_records": len(records),
         "num_teachers": num_teachers,
         "records_requested": num_records,
         "max_tokens": max_tokens,
@@ -201,10 +294,19 @@ def private_run(
         "stop": "newline",
     }
 
+    if seed is not None:
+        print("pate-accountant: warning: this run is seeded, so it has no privacy against anyone who knows the "
+              "seed (they can re-run both neighbouring data sets and compare); the seed is not recorded. Leave "
+              "--seed out for a private run.", file=sys.stderr, flush=True)
     ledger = Ledger.open(str(ledger_path))
     try:
-        ledger.set_run_metadata(metadata)
-        acct = build_accountant(accountant, budget, ledger)
+        try:
+            ledger.set_dataset(dataset)
+            acct = build_accountant(accountant, budget, ledger)
+        except ValueError as exc:  # another process changed the ledger since the checks above
+            raise RunInputError(f"--ledger {str(ledger_path)!r}: {exc}") from None
+        spent_before = tuple(float(x) for x in acct.spent())
+        run_id = ledger.begin_run(metadata)
         generator = PrivateGenerator(
             backend, mech, acct, histograms="coordinated", fallback="public", public_backend=public,
             public_prompt=public_prompt, max_tokens=max_tokens, stop_strings=("\n",), top_p=top_p,
@@ -222,7 +324,8 @@ def private_run(
         out_records = []
         try:
             for _ in range(num_records):
-                result = generator.generate(prompts, shared_prefix=shared_prefix, rng=rng)
+                result = generator.generate(prompts, shared_prefix=shared_prefix, rng=rng,
+                                            mechanism_rng=rng if seed is not None else None)
                 counts = result.outcome_counts()
                 out_records.append({
                     "text": result.text.strip(),
@@ -242,6 +345,8 @@ def private_run(
                 bar.close()
         spent = tuple(float(x) for x in acct.spent())
         rows = ledger.row_count
+        runs = len(ledger.runs)
+        run_rows = sum(1 for row in ledger.rows() if row.run == run_id)
         verdict = ledger.verify()
     finally:
         ledger.close()
@@ -250,12 +355,14 @@ def private_run(
         "command": command,
         "records": out_records,
         "spent": {"epsilon": spent[0], "delta": spent[1]},
+        "spent_before": {"epsilon": spent_before[0], "delta": spent_before[1]},
         "budget": {"epsilon": budget[0], "delta": budget[1]},
         "within_budget": bool(spent[0] <= budget[0] * (1 + 1e-9) and spent[1] <= budget[1] * (1 + 1e-9)),
         "charged_runs": sum(r["charged_runs"] for r in out_records),
         "private_tokens": sum(r["private_tokens"] for r in out_records),
         "fallback_tokens": sum(r["fallback_tokens"] for r in out_records),
-        "ledger": {"path": str(ledger_path), "rows": rows},
+        "ledger": {"path": str(ledger_path), "rows": rows, "run": run_id, "runs": runs, "run_rows": run_rows,
+                   "appended": existing, "dataset": dataset},
         "audit": {
             "ok": bool(verdict.ok),
             "message": verdict.message,
@@ -269,18 +376,9 @@ def private_run(
 
 
 def default_demo_ledger(folder=".") -> Path:
-    """``./pate-demo.sqlite``, or ``./pate-demo-YYYYmmdd-HHMMSS[-k].sqlite`` when that already exists."""
-    folder = Path(folder)
-    path = folder / "pate-demo.sqlite"
-    if not path.exists():
-        return path
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = folder / f"pate-demo-{stamp}.sqlite"
-    k = 1
-    while path.exists():
-        path = folder / f"pate-demo-{stamp}-{k}.sqlite"
-        k += 1
-    return path
+    """``./pate-demo.sqlite``: the bundled sample's ledger.  Every demo run over the sample appends to it (a
+    ledger belongs to a data set), so repeated demos share, and eventually use up, one budget."""
+    return Path(folder) / "pate-demo.sqlite"
 
 
 def demo_model_path() -> Path:

@@ -258,13 +258,18 @@ def _add_audit_command(commands) -> None:
         "audit",
         help="verify a privacy ledger and print the budget it spent",
         description=(
-            "Open a ledger read-only, check its hash chain and head, replay every row through a fresh "
-            "accountant rebuilt from the stored configuration, and print the spent budget (docs/ledger.md). "
-            "Exit status 1, naming the offending row, when a row was edited, dropped or reordered, when "
-            "the totals disagree or when the budget was exceeded; 2 when PATH is missing."
+            "Open a ledger read-only, check its hash chains, heads and runs, replay every row through a fresh "
+            "accountant rebuilt from the stored configuration, and print the spent budget and each run's "
+            "metadata (docs/ledger.md). An accountant that keeps confidential charges (individual charging) "
+            "is checked in full when its confidential file PATH.confidential.sqlite is present, and its "
+            "shareable part alone otherwise; the output says which. Exit status 1, naming the offending row, "
+            "when a row was edited, dropped or reordered, when the totals disagree or when the budget was "
+            "exceeded; 2 when PATH is missing."
         ),
     )
     p.add_argument("path", metavar="PATH", help="the ledger file (SQLite)")
+    p.add_argument("--confidential", metavar="FILE", default=None,
+                   help="the confidential file (default PATH.confidential.sqlite, used when it exists)")
     p.add_argument("--json", action="store_true", help="print only a JSON result")
     p.set_defaults(handler=_run_audit, parser=p)
 
@@ -346,7 +351,7 @@ def _run_audit_mechanism(args: argparse.Namespace) -> int:
     payload = {
         "mechanism": args.name,
         "noise_scale": args.noise_scale,
-        "seed": args.seed,
+        "seeded": args.seed is not None,  # the seed itself is never printed
         "pair": {"histogram": case.histogram.as_dict(), "neighbour": case.neighbour.as_dict(),
                  "num_teachers": case.histogram.num_teachers, "note": case.note},
         "exact_pair_epsilon": exact,
@@ -357,7 +362,7 @@ def _run_audit_mechanism(args: argparse.Namespace) -> int:
     else:
         verdict = "VIOLATION: the claim is exceeded" if result.violation else "consistent with the claim"
         print(f"audit of {args.name} (noise scale {args.noise_scale:g}), {args.runs:,} runs per histogram, "
-              f"seed {'OS entropy' if args.seed is None else args.seed}")
+              f"{'OS entropy' if args.seed is None else 'seeded'}")
         print(f"  pair            : {case.histogram.as_dict()} vs {case.neighbour.as_dict()} (n={case.histogram.num_teachers})")
         print(f"  why this pair   : {case.note}")
         print(f"  claimed         : epsilon {result.claimed_epsilon:g}, delta {result.claimed_delta:g}")
@@ -375,23 +380,47 @@ def _run_audit(args: argparse.Namespace) -> int:
 
     if not os.path.isfile(args.path):
         args.parser.error(f"argument PATH: no ledger file at {args.path!r}")
+    if args.confidential is not None and not os.path.isfile(args.confidential):
+        args.parser.error(f"argument --confidential: no file at {args.confidential!r}")
     try:
-        with Ledger.open(args.path, read_only=True) as ledger:
+        with Ledger.open(args.path, read_only=True, confidential=args.confidential) as ledger:
             result = ledger.verify()
-    except (LedgerError, sqlite3.Error, OSError, UnicodeDecodeError) as exc:  # not a ledger, unreadable, damaged beyond SQLite
+    except (LedgerError, sqlite3.Error, OSError, UnicodeDecodeError, ValueError) as exc:  # not a ledger, unreadable, ...
         result = VerificationResult(False, 0, None, None, f"{type(exc).__name__}: {exc}")
+    checked = {
+        "verified": "shareable and confidential parts",
+        "absent": f"shareable part only (confidential file {result.confidential_path} not found: per-teacher "
+                  "charges and the spent budget not checked)",
+        "unusable": f"nothing beyond the metadata (the confidential file {result.confidential_path} is unusable)",
+        "none": "shareable part (this accountant keeps no confidential data)",
+    }[result.confidential]
     if args.json:
-        print(json.dumps({"path": args.path, **result.as_dict()}, indent=2, default=str))
+        print(json.dumps({"path": args.path, "checked": checked, **result.as_dict()}, indent=2, default=str))
     else:
         budget = "none" if result.budget is None else f"epsilon {result.budget[0]:g}, delta {result.budget[1]:g}"
-        spent = "unknown" if result.spent is None else f"epsilon {result.spent[0]:.6g}, delta {result.spent[1]:.6g}"
+        if result.spent is not None:
+            spent = f"epsilon {result.spent[0]:.6g}, delta {result.spent[1]:.6g}"
+            if result.confidential == "verified":
+                spent += " (confidential: a function of who was charged; do not share)"
+        elif result.confidential == "absent":
+            spent = "confidential (kept in the confidential file); the guarantee is the budget"
+        else:
+            spent = "unknown"
         print(f"ledger      : {args.path}")
+        print(f"checked     : {checked}")
+        print(f"data set    : {result.dataset if result.dataset is not None else 'not named'}")
         print(f"accountant  : {result.kind or 'none attached'}")
         print(f"rows        : {result.rows}{'' if result.ok else ' verified before the failure'}")
-        print(f"spent       : {spent}{'' if result.ok else ' (up to the first bad row)'}")
+        if result.queries is not None:
+            print(f"queries     : {result.queries} with an outcome, {result.hits} target hits")
+        print(f"spent       : {spent}{'' if result.ok or result.spent is None else ' (up to the first bad row)'}")
         print(f"budget      : {budget}")
         if result.run_metadata is not None:
-            print(f"run metadata: {json.dumps(result.run_metadata, sort_keys=True)}")
+            print(f"metadata    : {json.dumps(result.run_metadata, sort_keys=True)}")
+        print(f"runs        : {len(result.runs)}")
+        for run in result.runs:
+            print(f"  run {run['id']} ({run['rows']} rows from row {run['first_row'] + 1}): "
+                  f"{json.dumps(run['metadata'], sort_keys=True)}")
         if result.software_version is not None:
             print(f"created by  : pate-accountant {result.software_version}")
         if result.head_hash is not None:
@@ -494,7 +523,11 @@ def _add_plan_command(commands) -> None:
         if tct:
             p.add_argument("--q", type=_plan_q, default=1.0 / 3.0, help="q of the q-target (default 1/3)")
             p.add_argument("--delta0", type=_plan_delta0, default=0.0,
-                           help="per-private-draw delta inside the TCT bound (default 0)")
+                           help="delta_A of a boundary-wrapped approximate inner (default 0: a pure inner, the "
+                           "paper's figure). With delta0 > 0 every query, hit or not, pays w = 1-(1-delta0)^2 in "
+                           "delta; half of --delta is reserved for them, so the budget also limits the queries "
+                           "(max_queries; docs/tct_and_individual.md, section 1). Plain composition reads it as "
+                           "each query's delta")
             p.add_argument("--composition", choices=("optimal", "drv"), default="optimal",
                            help="composition inside the TCT bound (default optimal)")
         p.add_argument("--json", action="store_true", help="print only the JSON result")
@@ -609,6 +642,16 @@ def _plan_no_top_plot(args) -> None:
                           "(use `plan --plot` or `plan figures --plot`)")
 
 
+def _plan_query_lines(r) -> list[str]:
+    """The query limit of a plan with a per-query delta (``delta0 > 0``); nothing for a pure inner."""
+    if getattr(r, "max_queries", None) is None:
+        return []
+    return [
+        f"queries, hit or not  : at most {r.max_queries} (each pays w = {r.per_query_delta:.4g}; "
+        f"{r.reserved_delta:.4g} of delta reserved)"
+    ]
+
+
 def _run_plan_hits(args: argparse.Namespace) -> int:
     from pate_accountant import planning
 
@@ -621,6 +664,7 @@ def _run_plan_hits(args: argparse.Namespace) -> int:
         f"{r.composition} composition inside",
         f"target hits          : {r.hits} (epsilon spent {r.epsilon_spent:.6f}; one more hit: {r.epsilon_next_hit:.6f})",
         f"private draws bound  : k = {r.private_draws}",
+        *_plan_query_lines(r),
         f"paper (10 eps0)^-2   : {r.paper_hits:.1f} (ours / paper = {r.hits / r.paper_hits:.3f})",
         f"plain eps0-DP queries: {plain}",
     ])
@@ -637,6 +681,7 @@ def _run_plan_yields(args: argparse.Namespace) -> int:
         f"budget (epsilon {r.epsilon:g}, delta {r.delta:g}), eps0 {r.eps0:g}, q {r.q:.4g}, n = {r.num_teachers:.1f} "
         f"teachers (C_delta/eps0 = {r.min_teachers:.1f}, C_delta = {r.c_delta:.4f})",
         f"target hits (ours)      : {r.hits}",
+        *([] if r.max_queries is None else [f"queries, hit or not     : at most {r.max_queries} (delta0 {r.delta0:g})"]),
         f"yields per hit eps0 n/2 : {r.yields_per_hit:.2f}",
         f"expected yields (ours)  : {r.yields:.1f}",
         f"paper: (10 eps0)^-2 hits: {r.paper_hits:.1f} -> {r.paper_yields:.1f} yields "
@@ -658,6 +703,7 @@ def _run_plan_for_tokens(args: argparse.Namespace) -> int:
         f"eps0                 : {r.eps0:.6g}",
         f"teachers             : {r.num_teachers} (C_delta/eps0 = {r.num_teachers_exact:.1f})",
         f"budgeted hits        : {r.hits} (epsilon spent {r.epsilon_spent:.6f}; one more: {r.epsilon_next_hit:.6f})",
+        *_plan_query_lines(r),
         f"expected yields      : {r.expected_yields:.1f}",
         f"paper's formula      : eps0 {r.paper_eps0:.6g}, {r.paper_num_teachers:.1f} teachers",
     ])
@@ -676,6 +722,9 @@ def _run_plan_compare(args: argparse.Namespace) -> int:
         f"{r.num_queries} queries at eps0 {r.eps0:g}, delta {r.delta:g}, {r.num_teachers} teachers, "
         f"target rate {r.target_rate:g} -> {r.hits} hits, {r.charged_per_hit} teachers charged per hit",
         f"plain composition    : epsilon {plain}",
+        *([] if r.per_query_delta == 0.0 else [
+            f"per-query delta      : w = {r.per_query_delta:.4g} on every query, Delta = {r.total_query_delta:.4g}"
+        ]),
         f"target charging      : epsilon {r.target_charging:.4f}",
         f"individual charging  : epsilon {r.individual_charging:.4f} (worst teacher: {r.charges_per_teacher} charges)",
     ]
@@ -745,7 +794,7 @@ def _run_plan_figures(args: argparse.Namespace) -> int:
 #: ``demo`` defaults (docs/demo.md explains the choice).
 DEMO_DEFAULTS = {
     "teachers": 64, "records": 3, "max_tokens": 24, "mechanism": "dp-argmax", "accountant": "basic",
-    "step_epsilon": 2.0, "step_delta": 1e-6, "relation": "add-remove-one", "epsilon": 150.0, "delta": 1e-4,
+    "step_epsilon": 2.0, "step_delta": 1e-6, "relation": "replace-one", "epsilon": 150.0, "delta": 1e-4,
     "temperature": 0.7, "top_p": 0.9,
 }
 RUN_MECHANISMS = ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling", "boundary-dp-weighted-sampling")
@@ -771,7 +820,8 @@ def _run_options(p, *, demo: bool) -> None:
     p.add_argument("--top-p", metavar="P", type=_noise_scale, default=d["top_p"],
                    help=f"teacher top-p in (0, 1] (default {d['top_p']:g})")
     p.add_argument("--seed", metavar="S", type=_nonnegative_int, default=None,
-                   help="seed (default: fresh OS entropy; the ledger records which)")
+                   help="seed, for reproducible tests only: a seeded run has no privacy against anyone who knows "
+                        "the seed (default: fresh OS entropy; the ledger records only whether a seed was given)")
     p.add_argument("--threads", metavar="K", type=_positive_int, default=None, help="CPU threads (default 2)")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     p.add_argument("--no-progress", action="store_true", help="do not show the progress bar (stderr)")
@@ -784,13 +834,16 @@ def _add_demo_command(commands) -> None:
         help="generate a few synthetic records privately from the bundled sample on the embedded model",
         description=(
             "Generate a few synthetic instructions privately (Hot PATE) from the bundled Dolly-format sample "
-            "on the embedded SmolLM2-135M-Instruct model, write a NEW ledger and audit it (docs/demo.md). "
+            "on the embedded SmolLM2-135M-Instruct model, charge the sample's ledger and audit it (docs/demo.md). "
             f"Defaults: {d['teachers']} teachers, DPArgMax(epsilon {d['step_epsilon']:g}, delta {d['step_delta']:g}, "
             f"{d['relation']}) per step, basic composition with budget (epsilon {d['epsilon']:g}, delta {d['delta']:g})."
         ),
     )
     p.add_argument("--ledger", metavar="PATH", default=None,
-                   help="new ledger file (default ./pate-demo.sqlite, or a timestamped name if that exists)")
+                   help="the bundled sample's ledger (default ./pate-demo.sqlite); an existing one of the same "
+                        "data set is appended to, so repeated demos share one budget")
+    p.add_argument("--dataset", metavar="NAME", default="bundled-sample",
+                   help="name of the data set the ledger belongs to (default bundled-sample)")
     p.add_argument("--epsilon", type=_positive_float, default=d["epsilon"], help=f"total budget epsilon (default {d['epsilon']:g})")
     p.add_argument("--delta", type=_probability, default=d["delta"], help=f"total budget delta (default {d['delta']:g})")
     _run_options(p, demo=True)
@@ -803,9 +856,10 @@ def _add_generate_command(commands) -> None:
         help="generate synthetic records privately from a Dolly-format JSONL file on a local model",
         description=(
             "Partition the records of --data between --teachers in-context teachers of the local model "
-            "--model, generate --records synthetic instructions privately, write a NEW ledger --ledger and "
-            "audit it (docs/demo.md). --epsilon/--delta are the total budget; --step-epsilon/--step-delta the "
-            "mechanism's per-step parameters."
+            "--model, generate --records synthetic instructions privately, charge the data set's ledger --ledger "
+            "(created, or appended to when it exists: a ledger keeps one data set's budget across runs) and "
+            "audit it (docs/demo.md). --epsilon/--delta are the data set's total budget; --step-epsilon/"
+            "--step-delta the mechanism's per-step parameters."
         ),
     )
     p.add_argument("--model", metavar="PATH", required=True, help="local model folder, .gguf file, or folder with one")
@@ -814,12 +868,18 @@ def _add_generate_command(commands) -> None:
     p.add_argument("--accountant", choices=RUN_ACCOUNTANTS, required=True, help="privacy accountant")
     p.add_argument("--epsilon", type=_positive_float, required=True, help="total budget epsilon")
     p.add_argument("--delta", type=_probability, required=True, help="total budget delta")
-    p.add_argument("--ledger", metavar="FILE", required=True, help="new ledger file (must not exist)")
+    p.add_argument("--ledger", metavar="FILE", required=True,
+                   help="the data set's ledger: created if missing; an existing one must belong to the same data "
+                        "set, accountant and budget, and the run is appended to it")
+    p.add_argument("--dataset", metavar="NAME", default=None,
+                   help="name of the data set the ledger belongs to (default: the --data file's name); it is "
+                        "stored in the shareable ledger, so choose a name that reveals nothing private")
     _run_options(p, demo=False)
     p.set_defaults(handler=_run_generate, parser=p)
 
 
-def _private_run(args, *, command: str, model, records, ledger, model_label: str, data_label: str) -> int:
+def _private_run(args, *, command: str, model, records, ledger, model_label: str, data_label: str,
+                 dataset: str) -> int:
     from ensembles.run import RunInputError, private_run
 
     try:
@@ -831,7 +891,7 @@ def _private_run(args, *, command: str, model, records, ledger, model_label: str
             epsilon=args.epsilon, delta=args.delta, num_records=args.records, max_tokens=args.max_tokens,
             seed=args.seed, temperature=args.temperature, top_p=args.top_p, threads=args.threads,
             progress=not args.no_progress and not args.json, command=command,
-            model_label=model_label, data_label=data_label,
+            model_label=model_label, data_label=data_label, dataset=dataset,
         )
     except RunInputError as exc:
         args.parser.error(str(exc))
@@ -841,17 +901,20 @@ def _private_run(args, *, command: str, model, records, ledger, model_label: str
         print(json.dumps(result, indent=2, allow_nan=False))
         return 0 if result["audit"]["ok"] else 1
     p = result["parameters"]
-    print(f"{command}: {p['num_teachers']} teachers from {p['num_data_records']} records ({p['data']}), "
+    print(f"{command}: {p['num_teachers']} teachers, data set {p['dataset']!r} ({p['data']}), "
           f"model {p['model']}, {p['mechanism_name']} (step epsilon {args.step_epsilon:g}, delta "
-          f"{args.step_delta:g}), {p['accountant']} accountant, seed {p['seed']}")
+          f"{args.step_delta:g}), {p['accountant']} accountant, {'seeded' if p['seeded'] else 'OS entropy'}")
     for i, record in enumerate(result["records"], start=1):
         print(f"  record {i}: {record['text']!r}")
         print(f"            {record['num_tokens']} tokens: {record['private_tokens']} private, "
               f"{record['fallback_tokens']} public fallbacks; stop: {record['stop_reason']}")
-    s, b = result["spent"], result["budget"]
-    print(f"spent       : epsilon {s['epsilon']:.6g}, delta {s['delta']:.3g} of budget epsilon {b['epsilon']:g}, "
-          f"delta {b['delta']:g} ({result['charged_runs']} charged runs)")
-    print(f"ledger      : {result['ledger']['path']} ({result['ledger']['rows']} rows)")
+    s, b, before = result["spent"], result["budget"], result["spent_before"]
+    print(f"spent       : epsilon {s['epsilon']:.6g}, delta {s['delta']:.3g} of the data set's budget epsilon "
+          f"{b['epsilon']:g}, delta {b['delta']:g} ({result['charged_runs']} charged runs in this run; epsilon "
+          f"{before['epsilon']:.6g} was spent before it)")
+    led = result["ledger"]
+    print(f"ledger      : {led['path']} ({led['rows']} rows; run {led['run']} of {led['runs']}"
+          f"{', appended' if led['appended'] else ', new'})")
     audit = result["audit"]
     print(f"audit       : {'OK' if audit['ok'] else 'FAILED'}: {audit['message']}")
     print(f"wall time   : {result['wall_seconds']:.1f} s")
@@ -863,18 +926,14 @@ def _run_demo(args: argparse.Namespace) -> int:
     from ensembles.data import bundled_sample
     from ensembles.run import default_demo_ledger, demo_model_path
 
-    if args.ledger is None:
-        ledger = default_demo_ledger()
-    else:
-        ledger = args.ledger
-        if os.path.exists(ledger):
-            args.parser.error(f"argument --ledger: {ledger!r} already exists: each run writes a new ledger")
+    ledger = default_demo_ledger() if args.ledger is None else args.ledger
     try:
         model = demo_model_path()
     except ValueError as exc:
         args.parser.error(str(exc))
     return _private_run(args, command="demo", model=model, records=bundled_sample(), ledger=ledger,
-                        model_label="SmolLM2-135M-Instruct (embedded)", data_label="bundled sample")
+                        model_label="SmolLM2-135M-Instruct (embedded)", data_label="bundled sample",
+                        dataset=args.dataset)
 
 
 def _run_generate(args: argparse.Namespace) -> int:
@@ -889,8 +948,9 @@ def _run_generate(args: argparse.Namespace) -> int:
         args.parser.error(f"argument --data: {exc}")
     except ValueError as exc:
         args.parser.error(f"argument --data: {exc}")
+    dataset = args.dataset if args.dataset is not None else os.path.basename(args.data)
     return _private_run(args, command="generate", model=args.model, records=records, ledger=args.ledger,
-                        model_label=args.model, data_label=os.path.basename(args.data))
+                        model_label=args.model, data_label=os.path.basename(args.data), dataset=dataset)
 
 
 # -- entry point -------------------------------------------------------------------------------------------

@@ -1,31 +1,52 @@
 """The persistent privacy ledger: append-only SQLite, hash-chained, shared by processes (docs/ledger.md).
 
-A ledger stores what an accountant charged, one row per charge: the privacy event (as JSON data, see
-:mod:`pate_accountant.serialization`), how many times it ran, the outcome class (``token`` / ``fail`` /
-``target``, or nothing for a plain ``compose``), the charged teachers, and the budget spent after the
-row (on the last row of each transaction, or on every row with ``totals="row"``).  It never stores
-released values, prompts, records or vote counts.
+A ledger is two SQLite files with different readers.
 
-* ``Ledger.open(path)`` opens (creating if needed) a file in WAL mode; ``Ledger.in_memory()`` a
-  throw-away one.  ``SomeAccountant(budget=..., ledger=ledger)`` attaches an accountant: the first
-  one writes its configuration; a later one (another process, a restart) must have an equal
-  configuration and catches up by replaying the rows already there.
-* Each charge runs in one SQLite write transaction (``BEGIN IMMEDIATE``): rows other processes
-  appended since are replayed into the accountant first, then the budget is checked, then the rows
-  and the ``head`` are written and committed.  So one budget holds across any number of processes.
-* Each row's hash is ``sha256`` of the previous hash and the row's fields (id included); the first
-  row chains to a genesis hash of the metadata (accountant configuration, run metadata, software
-  version).  The ``head`` row (row count and last hash) is updated in the same transaction, so
-  dropped trailing rows show too.
-* :meth:`Ledger.verify` (and ``pate-accountant audit PATH``) checks the chain and the head, replays
-  every row through a fresh accountant rebuilt from the stored configuration, compares the totals
-  wherever they are stored and checks the budget was never exceeded.
+* The **shareable** file ``PATH`` may be shown to anyone (an auditor, the public).  It holds only
+  DP outputs and data-independent parameters: one row per charge with the privacy event (JSON data, see
+  :mod:`pate_accountant.serialization`), how many times it ran and its outcome class (``token`` /
+  ``fail`` / ``target``, or nothing for a plain ``compose``); the accountant configuration; the name of
+  the data set the ledger belongs to; one metadata record per run (mechanism, parameters, whether it was
+  seeded, never the seed); and, for accountants whose spent budget is a function of those outcomes alone
+  (basic, advanced, RDP, PLD, target charging), the budget spent.  It never holds released values,
+  prompts, records, votes, counts, teacher sets or seeds.
+* The **confidential** file ``PATH.confidential.sqlite`` exists only for an accountant whose state
+  depends on private data (``confidential_charges = True``: individual charging, whose counters are fed
+  by the sets of teachers counted in ``between`` outcomes).  It holds exactly one row per *hit* row of
+  the shareable file (the charged teacher set and a random 256-bit salt) and the spent totals (which are
+  functions of those sets).  Non-hit charges leave no teacher set anywhere.  Each confidential row names
+  its shareable row's hash, and the shareable row carries the commitment
+  ``HMAC-SHA256(salt, row id | teacher set)``, which reveals nothing without the salt (a plain hash of a
+  small teacher set could be found by trying every set) but binds the confidential rows to the chain.
+
+Writing.  ``SomeAccountant(budget=..., ledger=ledger)`` attaches an accountant: the first one writes
+its configuration; a later one (another process, a restart) must have an equal configuration and
+catches up by replaying the rows already there (an accountant with confidential charges needs the
+confidential file for that).  Each charge runs in one write transaction (``BEGIN IMMEDIATE`` on the
+shareable file, which serialises writers across processes): rows other processes appended since are
+replayed first, then the budget is checked, then the rows are written.  With a confidential file its
+transaction commits first, then the shareable one: a crash between the two leaves confidential rows that
+no shareable row names, for a charge whose release was never returned; readers ignore them and the next
+writer removes them.
+
+Hashing.  Each shareable row's hash is ``sha256`` of the previous hash and the row's fields (id, run and
+commitment included); the first row chains to a genesis hash of the metadata (accountant configuration,
+data set, software version).  Runs form a second chain anchored at the ledger id; the confidential rows a
+third, anchored at the confidential metadata.  The ``head`` rows (row counts and last hashes) are updated
+in the same transactions, so dropped trailing rows show too.
+
+:meth:`Ledger.verify` (and ``pate-accountant audit PATH``) checks the chains and heads, the runs, and
+replays every row through a fresh accountant rebuilt from the stored configuration, comparing the totals
+and checking the budget was never exceeded.  For an accountant with confidential charges it does that
+when the confidential file is present; without it, it checks the shareable part alone (chains, runs,
+events) and says so: the spent budget of such an accountant is then not known to the reader.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import importlib
 import json
 import math
@@ -42,10 +63,11 @@ import attr
 
 from pate_accountant import __version__
 from pate_accountant.errors import BudgetExhaustedError, PateAccountantError
-from pate_accountant.release import OUTCOMES
+from pate_accountant.release import OUTCOMES, TARGET
 from pate_accountant.serialization import canonical_json, event_from_data, event_to_data
 
 __all__ = [
+    "CONFIDENTIAL_SUFFIX",
     "Ledger",
     "LedgerError",
     "LedgerIntegrityError",
@@ -53,14 +75,23 @@ __all__ = [
     "VerificationResult",
     "accountant_class",
     "accountant_from_config",
+    "confidential_path",
     "describe_mechanism",
     "describe_seed",
 ]
 
-#: Version of the table layout below; a ledger with another version is refused.
-SCHEMA_VERSION = 1
+#: Version of the shareable table layout below; a ledger with another version is refused.
+SCHEMA_VERSION = 2
+#: Version of the confidential file's layout.
+CONFIDENTIAL_SCHEMA_VERSION = 1
+#: The confidential file of the ledger at ``PATH`` is ``PATH + CONFIDENTIAL_SUFFIX`` unless given.
+CONFIDENTIAL_SUFFIX = ".confidential.sqlite"
 #: Metadata keys that the first row's ``prev_hash`` (the genesis hash) covers.
-GENESIS_KEYS = ("schema_version", "ledger_id", "created", "software_version", "config", "run_metadata")
+GENESIS_KEYS = ("schema_version", "ledger_id", "created", "software_version", "config", "run_metadata", "dataset")
+#: Metadata keys of the confidential file that its first row's ``prev_hash`` covers.
+CONFIDENTIAL_GENESIS_KEYS = ("schema_version", "ledger_id", "created")
+#: Outcome classes that charge teachers (``None``: a plain ``compose``, charged as a hit).
+HIT_OUTCOMES = (None, TARGET)
 #: Relative tolerance when comparing replayed totals with the stored ones (they are normally identical).
 TOTALS_RTOL = 1e-9
 TOTALS_ATOL = 1e-12
@@ -70,35 +101,59 @@ SYNCHRONOUS_MODES = ("FULL", "EXTRA", "NORMAL")
 #: When a writer stores the spent totals: after the last row of each transaction (the other rows of a
 #: batch store NULL; the default: one ``spent()`` per batch), or after every row.
 TOTALS_MODES = ("transaction", "row")
+#: Longest data set name accepted.
+MAX_DATASET_NAME = 200
+#: Run-metadata keys that may never hold a number: a seed lets anyone re-run both neighbouring data sets.
+SEED_KEYS = ("seed", "seeds", "random_seed", "rng_seed")
 
-_SCHEMA = """
+#: Key/value metadata: the same table in the shareable and the confidential file.
+_META_TABLE = """
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+"""
+
+_SCHEMA = _META_TABLE + """
 CREATE TABLE IF NOT EXISTS charges (
-    id               INTEGER PRIMARY KEY,
-    prev_hash        TEXT NOT NULL,
-    hash             TEXT NOT NULL,
-    event            TEXT NOT NULL,
-    count            INTEGER NOT NULL,
-    outcome          TEXT,
-    charged_teachers TEXT NOT NULL,
-    spent_epsilon    REAL,
-    spent_delta      REAL,
-    created          REAL NOT NULL,
-    writer           TEXT NOT NULL
+    id            INTEGER PRIMARY KEY,
+    prev_hash     TEXT NOT NULL,
+    hash          TEXT NOT NULL,
+    event         TEXT NOT NULL,
+    count         INTEGER NOT NULL,
+    outcome       TEXT,
+    commitment    TEXT,
+    spent_epsilon REAL,
+    spent_delta   REAL,
+    created       REAL NOT NULL,
+    writer        TEXT NOT NULL,
+    run           INTEGER
+);
+CREATE TABLE IF NOT EXISTS runs (
+    id        INTEGER PRIMARY KEY,
+    prev_hash TEXT NOT NULL,
+    hash      TEXT NOT NULL,
+    first_row INTEGER NOT NULL,
+    metadata  TEXT NOT NULL,
+    created   REAL NOT NULL,
+    writer    TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS head (
-    id        INTEGER PRIMARY KEY CHECK (id = 1),
-    row_count INTEGER NOT NULL,
-    last_hash TEXT
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    row_count     INTEGER NOT NULL,
+    last_hash     TEXT,
+    run_count     INTEGER NOT NULL,
+    run_last_hash TEXT
 );
-INSERT OR IGNORE INTO head (id, row_count, last_hash) VALUES (1, 0, NULL);
+INSERT OR IGNORE INTO head (id, row_count, last_hash, run_count, run_last_hash) VALUES (1, 0, NULL, 0, NULL);
 CREATE TRIGGER IF NOT EXISTS charges_append_only_update BEFORE UPDATE ON charges
 BEGIN SELECT RAISE(ABORT, 'ledger rows are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS charges_append_only_delete BEFORE DELETE ON charges
 BEGIN SELECT RAISE(ABORT, 'ledger rows are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS runs_append_only_update BEFORE UPDATE ON runs
+BEGIN SELECT RAISE(ABORT, 'ledger runs are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS runs_append_only_delete BEFORE DELETE ON runs
+BEGIN SELECT RAISE(ABORT, 'ledger runs are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS meta_frozen_update BEFORE UPDATE ON meta
 WHEN (SELECT row_count FROM head WHERE id = 1) > 0
 BEGIN SELECT RAISE(ABORT, 'ledger metadata is frozen once rows exist'); END;
@@ -107,7 +162,38 @@ WHEN (SELECT row_count FROM head WHERE id = 1) > 0
 BEGIN SELECT RAISE(ABORT, 'ledger metadata is frozen once rows exist'); END;
 """
 
-_ROW_COLUMNS = "id, prev_hash, hash, event, count, outcome, charged_teachers, spent_epsilon, spent_delta, created, writer"
+_CONFIDENTIAL_SCHEMA = _META_TABLE + """
+CREATE TABLE IF NOT EXISTS charges (
+    id               INTEGER PRIMARY KEY,
+    prev_hash        TEXT NOT NULL,
+    hash             TEXT NOT NULL,
+    share_row        INTEGER NOT NULL,
+    share_hash       TEXT NOT NULL,
+    salt             TEXT NOT NULL,
+    charged_teachers TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS totals (
+    share_row     INTEGER PRIMARY KEY,
+    share_hash    TEXT NOT NULL,
+    spent_epsilon REAL NOT NULL,
+    spent_delta   REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS head (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    row_count INTEGER NOT NULL,
+    last_hash TEXT
+);
+INSERT OR IGNORE INTO head (id, row_count, last_hash) VALUES (1, 0, NULL);
+CREATE TRIGGER IF NOT EXISTS charges_append_only_update BEFORE UPDATE ON charges
+BEGIN SELECT RAISE(ABORT, 'confidential rows are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS totals_append_only_update BEFORE UPDATE ON totals
+BEGIN SELECT RAISE(ABORT, 'confidential totals are append-only'); END;
+"""
+
+_ROW_COLUMNS = ("id, prev_hash, hash, event, count, outcome, commitment, spent_epsilon, spent_delta, created, "
+                "writer, run")
+_RUN_COLUMNS = "id, prev_hash, hash, first_row, metadata, created, writer"
+_CONF_COLUMNS = "id, prev_hash, hash, share_row, share_hash, salt, charged_teachers"
 
 
 class LedgerError(PateAccountantError):
@@ -134,7 +220,9 @@ class _RowError(Exception):
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class LedgerRow:
-    """One decoded ledger row (what :meth:`Ledger.rows` yields)."""
+    """One decoded ledger row (what :meth:`Ledger.rows` yields).  ``charged_teachers`` comes from the
+    confidential file (empty when the ledger keeps none or the file is not open); ``commitment`` is the
+    shareable commitment to it (``None`` on rows that charge no teacher set); ``run`` the run id."""
 
     id: int
     event: Any
@@ -145,6 +233,8 @@ class LedgerRow:
     created: float
     writer: str
     hash: str
+    commitment: str | None = None
+    run: int | None = None
 
     def charge(self):
         from pate_accountant.accountants.base import Charge
@@ -154,10 +244,17 @@ class LedgerRow:
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
 class VerificationResult:
-    """What :meth:`Ledger.verify` found.  ``ok`` is true when the chain, the head and the replayed totals
+    """What :meth:`Ledger.verify` found.  ``ok`` is true when the chains, the heads and the replayed totals
     all agree and the budget was never exceeded; otherwise ``first_bad_row`` names the first offending
     row (``None`` when no single row is to blame, e.g. a damaged metadata table) and ``message`` says
-    what is wrong."""
+    what is wrong.
+
+    ``confidential`` says what was checked of the confidential part: ``"verified"`` (present and checked:
+    teacher sets, links, per-teacher limits and totals), ``"absent"`` (the accountant keeps one but it was
+    not found: only the shareable part was checked, and ``spent`` is ``None`` because it is a function of
+    the confidential data) or ``"none"`` (the accountant keeps no confidential data).  ``runs`` lists each
+    run's metadata; ``queries`` and ``hits`` count the charged queries and their hits (outcome classes
+    are DP outputs)."""
 
     ok: bool
     rows: int
@@ -171,11 +268,18 @@ class VerificationResult:
     head_hash: str | None = None
     software_version: str | None = None
     ledger_id: str | None = None
+    dataset: str | None = None
+    runs: tuple = ()
+    confidential: str = "none"
+    confidential_path: str | None = None
+    queries: int | None = None
+    hits: int | None = None
 
     def as_dict(self) -> dict:
         data = attr.asdict(self, recurse=False)
         data["spent"] = None if self.spent is None else {"epsilon": self.spent[0], "delta": self.spent[1]}
         data["budget"] = None if self.budget is None else {"epsilon": self.budget[0], "delta": self.budget[1]}
+        data["runs"] = [dict(run) for run in self.runs]
         return data
 
 
@@ -202,17 +306,51 @@ def _field(value) -> str:
     return f"!{value!r}"
 
 
-def _row_hash(prev_hash, row_id, event_text, count, outcome, teachers_text, spent_epsilon, spent_delta,
-              created, writer) -> str:
-    """``sha256(prev_hash | id | event | count | outcome | charged_teachers | spent | created | writer)``."""
-    content = "|".join(map(_field, (prev_hash, row_id, event_text, count, outcome, teachers_text, spent_epsilon,
-                                    spent_delta, created, writer)))
+def _row_hash(prev_hash, row_id, event_text, count, outcome, commitment, spent_epsilon, spent_delta,
+              created, writer, run) -> str:
+    """``sha256(prev_hash | id | event | count | outcome | commitment | spent | created | writer | run)``."""
+    content = "|".join(map(_field, (prev_hash, row_id, event_text, count, outcome, commitment, spent_epsilon,
+                                    spent_delta, created, writer, run)))
     return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+def _run_hash(prev_hash, run_id, first_row, metadata_text, created, writer) -> str:
+    """``sha256("run" | prev_hash | id | first_row | metadata | created | writer)``."""
+    content = "|".join(map(_field, ("run", prev_hash, run_id, first_row, metadata_text, created, writer)))
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+def _confidential_row_hash(prev_hash, row_id, share_row, share_hash, salt, teachers_text) -> str:
+    """``sha256("confidential" | prev_hash | id | share_row | share_hash | salt | charged_teachers)``."""
+    content = "|".join(map(_field, ("confidential", prev_hash, row_id, share_row, share_hash, salt, teachers_text)))
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+def _commitment(salt: str, share_row: int, teachers_text: str) -> str:
+    """``HMAC-SHA256(key = salt, message = "pate-accountant teachers|<row id>|<sorted JSON list>")``: hiding
+    (the 256-bit salt is random and lives only in the confidential file) and binding (to the row and set)."""
+    message = f"pate-accountant teachers|{share_row}|{teachers_text}".encode()
+    return hmac.new(bytes.fromhex(salt), message, hashlib.sha256).hexdigest()
+
+
+def _teachers_text(teachers) -> str:
+    return "[" + ",".join(map(str, sorted(map(int, teachers)))) + "]" if teachers else "[]"
 
 
 def _genesis_hash(meta: dict) -> str:
     """The first row's ``prev_hash``: a hash of the stored metadata texts (configuration included)."""
     return _sha256("pate-accountant ledger genesis\n" + canonical_json({key: meta.get(key) for key in GENESIS_KEYS}))
+
+
+def _runs_genesis_hash(meta: dict) -> str:
+    """The first run's ``prev_hash``: anchored at the ledger id, which never changes (the other metadata may
+    change until the first charge, and a run may begin before it)."""
+    return _sha256("pate-accountant runs genesis\n" + _field(meta.get("ledger_id")))
+
+
+def _confidential_genesis_hash(meta: dict) -> str:
+    return _sha256("pate-accountant confidential genesis\n"
+                   + canonical_json({key: meta.get(key) for key in CONFIDENTIAL_GENESIS_KEYS}))
 
 
 def _json_data(name: str, value) -> str:
@@ -240,6 +378,23 @@ def _check_json_data(name: str, value) -> None:
             _check_json_data(f"{name}[{key!r}]", item)
         return
     raise TypeError(f"{name} must be JSON data, got {value!r} of type {type(value).__name__}")
+
+
+def _check_no_seed(name: str, value) -> None:
+    """Refuse a number under a seed-like key anywhere in ``value`` (the message never shows the number)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and key.lower() in SEED_KEYS:
+                numbers = [item] if not isinstance(item, (list, tuple)) else list(item)
+                if any(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
+                    raise ValueError(
+                        f"{name}[{key!r}] holds a seed: a shareable ledger never stores seeds (anyone who knows "
+                        "the seed can re-run both neighbouring data sets); record whether the run was seeded "
+                        "(\"seeded\": true/false) instead")
+            _check_no_seed(f"{name}[{key!r}]", item)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_no_seed(f"{name}[{i}]", item)
 
 
 def _config_difference(stored: dict, given: dict) -> str:
@@ -289,15 +444,21 @@ class _Codec:
         return event
 
 
-def _check_row(codec: _Codec, row, expected_id: int, prev_hash: str):
-    """Check one raw row against the chain and decode it; raise ``_RowError`` naming the row.
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class _CheckedRow:
+    charge: Any
+    spent: tuple | None
+    hash: str
+    commitment: str | None
+    run: int | None
 
-    Returns ``(charge, (spent_epsilon, spent_delta) or None, hash)``.
-    """
+
+def _check_row(codec: _Codec, row, expected_id: int, prev_hash: str) -> _CheckedRow:
+    """Check one raw shareable row against the chain and decode it; raise ``_RowError`` naming the row."""
     from pate_accountant.accountants.base import Charge
 
-    (row_id, stored_prev, stored_hash, event_text, count, outcome, teachers_text, spent_epsilon,
-     spent_delta, created, writer) = row
+    (row_id, stored_prev, stored_hash, event_text, count, outcome, commitment, spent_epsilon,
+     spent_delta, created, writer, run) = row
     if row_id != expected_id:
         if isinstance(row_id, int) and row_id > expected_id:
             missing = f"row {expected_id}" if row_id == expected_id + 1 else f"rows {expected_id}-{row_id - 1}"
@@ -308,28 +469,68 @@ def _check_row(codec: _Codec, row, expected_id: int, prev_hash: str):
         what = "the ledger metadata" if row_id == 1 else f"row {row_id - 1}"
         raise _RowError(row_id, f"row {row_id} does not follow {what} (prev_hash mismatch): "
                                 "rows were dropped, reordered or inserted, or the metadata was edited")
-    recomputed = _row_hash(stored_prev, row_id, event_text, count, outcome, teachers_text, spent_epsilon,
-                           spent_delta, created, writer)
+    recomputed = _row_hash(stored_prev, row_id, event_text, count, outcome, commitment, spent_epsilon,
+                           spent_delta, created, writer, run)
     if recomputed != stored_hash:
         raise _RowError(row_id, f"row {row_id} was edited (its hash does not match its content)")
     try:
-        if not isinstance(event_text, str) or not isinstance(teachers_text, str):
-            raise TypeError("event and charged_teachers must be JSON text")
+        if not isinstance(event_text, str):
+            raise TypeError("event must be JSON text")
         event = codec.decode(event_text)
-        teachers = json.loads(teachers_text)
-        if not isinstance(teachers, list) or any(isinstance(t, bool) or not isinstance(t, int) for t in teachers):
-            raise TypeError("charged_teachers must be a list of integers")
         if isinstance(count, bool) or not isinstance(count, int):
             raise TypeError(f"count must be an integer, got {count!r}")
         if outcome is not None and outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES} or NULL, got {outcome!r}")
+        if commitment is not None and not (isinstance(commitment, str) and len(commitment) == 64):
+            raise TypeError("commitment must be a hex digest or NULL")
+        if run is not None and (isinstance(run, bool) or not isinstance(run, int) or run < 1):
+            raise TypeError(f"run must be a positive integer or NULL, got {run!r}")
         if not (spent_epsilon is None and spent_delta is None) and not (
                 isinstance(spent_epsilon, float) and isinstance(spent_delta, float)):
             raise TypeError("spent_epsilon and spent_delta must both be reals, or both NULL")
-        charge = Charge(event, count, outcome, frozenset(teachers))
+        charge = Charge(event, count, outcome)
     except Exception as exc:  # tampered data may fail in any way: report the row, never crash the audit
         raise _RowError(row_id, f"row {row_id} cannot be decoded: {type(exc).__name__}: {exc}") from None
-    return charge, (None if spent_epsilon is None else (spent_epsilon, spent_delta)), stored_hash
+    spent = None if spent_epsilon is None else (spent_epsilon, spent_delta)
+    return _CheckedRow(charge, spent, stored_hash, commitment, run)
+
+
+def _check_confidential_row(raw, expected_id: int, prev_hash: str, share_row: int, share_hash: str,
+                            commitment: str) -> tuple[frozenset, str]:
+    """Check the confidential row that belongs to shareable hit row ``share_row``: its own chain, its link
+    (the shareable row's hash) and the shareable row's commitment.  Returns ``(teachers, hash)``."""
+    if raw is None:
+        raise _RowError(share_row, f"row {share_row} is a hit but the confidential file has no row for it "
+                                   "(confidential rows were dropped)")
+    row_id, stored_prev, stored_hash, linked_row, linked_hash, salt, teachers_text = raw
+    where = f"confidential row {row_id!r} (for row {share_row})"
+    if row_id != expected_id:
+        raise _RowError(share_row, f"{where}: expected confidential row {expected_id}: confidential rows were "
+                                   "dropped or renumbered")
+    if stored_prev != prev_hash:
+        raise _RowError(share_row, f"{where} does not follow the previous confidential row (prev_hash mismatch): "
+                                   "confidential rows were dropped, reordered or inserted")
+    if _confidential_row_hash(stored_prev, row_id, linked_row, linked_hash, salt, teachers_text) != stored_hash:
+        raise _RowError(share_row, f"{where} was edited (its hash does not match its content)")
+    if linked_row != share_row or linked_hash != share_hash:
+        raise _RowError(share_row, f"{where} names shareable row {linked_row!r}, not row {share_row} with its hash: "
+                                   "the confidential file does not belong to these rows")
+    try:
+        if not isinstance(salt, str) or len(salt) != 64:
+            raise TypeError("salt must be 64 hex digits")
+        if not isinstance(teachers_text, str):
+            raise TypeError("charged_teachers must be JSON text")
+        teachers = json.loads(teachers_text)
+        if not isinstance(teachers, list) or any(isinstance(t, bool) or not isinstance(t, int) or t < 0
+                                                 for t in teachers):
+            raise TypeError("charged_teachers must be a list of non-negative integers")
+        expected = _commitment(salt, share_row, teachers_text)
+    except Exception as exc:
+        raise _RowError(share_row, f"{where} cannot be decoded: {type(exc).__name__}: {exc}") from None
+    if not hmac.compare_digest(expected, commitment):
+        raise _RowError(share_row, f"{where} does not open row {share_row}'s commitment: its teacher set or salt "
+                                   "was changed")
+    return frozenset(teachers), stored_hash
 
 
 # -- the accountant registry ------------------------------------------------------------------------------
@@ -386,16 +587,27 @@ def accountant_from_config(config: dict):
     return cls(**kwargs)
 
 
+def _keeps_confidential(accountant_or_class) -> bool:
+    """Whether an accountant's state depends on charged teacher sets (``confidential_charges``)."""
+    return bool(getattr(accountant_or_class, "confidential_charges", False))
+
+
+def confidential_path(path) -> str:
+    """The default confidential file of the ledger at ``path``: ``path + CONFIDENTIAL_SUFFIX``."""
+    return os.fspath(path) + CONFIDENTIAL_SUFFIX
+
+
 # -- run metadata helpers --------------------------------------------------------------------------------
 
 
-def describe_seed(seed) -> int | str:
-    """What run metadata should say about a seed: the integer, or ``"OS entropy"`` for ``None``."""
+def describe_seed(seed) -> str:
+    """What run metadata may say about a seed: ``"seeded"`` or ``"OS entropy"`` (for ``None``), never the
+    seed itself (a seed lets anyone who knows it re-run both neighbouring data sets and tell them apart)."""
     if seed is None:
         return "OS entropy"
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int or None, got {seed!r}")
-    return seed
+        raise TypeError(f"seed must be an int or None, got a value of type {type(seed).__name__}")
+    return "seeded"
 
 
 def describe_mechanism(mechanism) -> dict:
@@ -417,36 +629,51 @@ def describe_mechanism(mechanism) -> dict:
     return {"class": f"{cls.__module__}.{cls.__qualname__}", "parameters": parameters}
 
 
+def _check_dataset(name) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"dataset must be a string, got a value of type {type(name).__name__}")
+    if not name.strip() or len(name) > MAX_DATASET_NAME or not name.isprintable():
+        raise ValueError(f"dataset must be a printable name of 1 to {MAX_DATASET_NAME} characters, got {name!r}")
+    return name
+
+
 # -- the ledger ---------------------------------------------------------------------------------------------
 
 
 class _Position:
-    __slots__ = ("ref", "last_id", "last_hash")
+    __slots__ = ("ref", "last_id", "last_hash", "confidential", "conf_id", "conf_hash")
 
-    def __init__(self, accountant, last_id: int, last_hash: str | None):
+    def __init__(self, accountant, last_id: int, last_hash: str | None, confidential: bool = False):
         try:
             self.ref = weakref.ref(accountant)
         except TypeError:  # no weak references (a class with __slots__): hold it
             self.ref = lambda: accountant
         self.last_id = last_id
         self.last_hash = last_hash
+        self.confidential = confidential
+        self.conf_id = 0  # the last confidential row replayed, and its hash
+        self.conf_hash = None
 
 
 class _Transaction:
     """What ``Ledger.transaction(accountant)`` yields: ``append(charges)`` once, inside the block."""
 
-    def __init__(self, ledger: Ledger, accountant, head_rows: int, head_hash: str | None):
+    def __init__(self, ledger: Ledger, accountant, head_rows: int, head_hash: str | None,
+                 conf_head: tuple | None = None):
         self._ledger = ledger
         self._accountant = accountant
         self._head_rows = head_rows
         self._head_hash = head_hash
+        self._conf_head = conf_head  # (row_count, last_hash) of the confidential file, or None
         self._appended = None
 
     def append(self, charges, plans=None) -> None:
         """Write ``charges`` (already prepared by the accountant against the synced state) as rows.
 
         ``plans``, when given, are the accountant's prepared plans for ``charges``; otherwise the charges
-        are prepared again (with the budget) to compute the spent totals stored with the rows.
+        are prepared again (with the budget) to compute the spent totals stored with the rows.  With a
+        confidential file, each hit charge's teacher set goes there (with its salt), the shareable row gets
+        the commitment, and the totals go to the confidential file only; other teacher sets are dropped.
         """
         from pate_accountant.accountants.base import Charge
 
@@ -460,41 +687,64 @@ class _Transaction:
             plans = list(plans)
             if len(plans) != len(charges):
                 raise ValueError("plans must match charges one to one")
+        confidential = self._conf_head is not None
+        conf_id, conf_prev = self._conf_head if confidential else (0, None)
         if not charges:
-            self._appended = (self._head_rows, self._head_hash)
+            self._appended = (self._head_rows, self._head_hash, conf_id, conf_prev)
             return
-        spent = self._ledger._simulate(self._accountant, charges, plans, every_row=self._ledger._totals == "row")
         ledger = self._ledger
+        spent = ledger._simulate(self._accountant, charges, plans, every_row=ledger._totals == "row")
         prev = self._head_hash if self._head_rows else ledger._genesis()
+        conf_genesis = ledger._confidential_genesis() if confidential and not conf_id else None
         row_id = self._head_rows
         created = float(time.time())
-        rows = []
+        run = ledger._run
+        rows, conf_rows, totals_rows = [], [], []
         for charge, totals in zip(charges, spent):
-            spent_epsilon, spent_delta = (None, None) if totals is None else totals
             row_id += 1
             event_text = ledger._codec.encode(charge.event)
-            teachers = charge.charged_teachers
-            teachers_text = "[" + ",".join(map(str, sorted(map(int, teachers)))) + "]" if teachers else "[]"
-            digest = _row_hash(prev, row_id, event_text, charge.count, charge.outcome, teachers_text,
-                               spent_epsilon, spent_delta, created, ledger._writer)
-            rows.append((row_id, prev, digest, event_text, charge.count, charge.outcome, teachers_text,
-                         spent_epsilon, spent_delta, created, ledger._writer))
+            commitment = salt = teachers_text = None
+            if confidential and charge.outcome in HIT_OUTCOMES:
+                teachers_text = _teachers_text(charge.charged_teachers)
+                salt = os.urandom(32).hex()
+                commitment = _commitment(salt, row_id, teachers_text)
+            stored = (None, None) if (totals is None or confidential) else totals
+            digest = _row_hash(prev, row_id, event_text, charge.count, charge.outcome, commitment, stored[0],
+                               stored[1], created, ledger._writer, run)
+            rows.append((row_id, prev, digest, event_text, charge.count, charge.outcome, commitment, stored[0],
+                         stored[1], created, ledger._writer, run))
+            if commitment is not None:
+                conf_id += 1
+                link_prev = conf_prev if conf_prev is not None else conf_genesis
+                conf_digest = _confidential_row_hash(link_prev, conf_id, row_id, digest, salt, teachers_text)
+                conf_rows.append((conf_id, link_prev, conf_digest, row_id, digest, salt, teachers_text))
+                conf_prev = conf_digest
+            if confidential and totals is not None:
+                totals_rows.append((row_id, digest, totals[0], totals[1]))
             prev = digest
+        if confidential:  # committed first (see Ledger._write_transaction)
+            conf = ledger._conf
+            conf.executemany(f"INSERT INTO charges ({_CONF_COLUMNS}) VALUES (?,?,?,?,?,?,?)", conf_rows)
+            conf.executemany("INSERT INTO totals (share_row, share_hash, spent_epsilon, spent_delta) VALUES (?,?,?,?)",
+                             totals_rows)
+            conf.execute("UPDATE head SET row_count = ?, last_hash = ? WHERE id = 1", (conf_id, conf_prev))
         conn = ledger._conn
-        conn.executemany(f"INSERT INTO charges ({_ROW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+        conn.executemany(f"INSERT INTO charges ({_ROW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
         conn.execute("UPDATE head SET row_count = ?, last_hash = ? WHERE id = 1", (row_id, prev))
-        self._appended = (row_id, prev)
+        self._appended = (row_id, prev, conf_id, conf_prev)
 
 
 class Ledger:
     """An append-only, hash-chained SQLite ledger of privacy charges (see the module docstring).
 
     Create one with :meth:`open` or :meth:`in_memory`; pass it to an accountant as ``ledger=``.  One
-    ``Ledger`` object wraps one SQLite connection: use it from one thread, and open a new one in each
-    process (never share one across ``fork``).  Many processes may open the same file.
+    ``Ledger`` object wraps one SQLite connection per file: use it from one thread, and open a new one in
+    each process (never share one across ``fork``).  Many processes may open the same files.
     """
 
-    def __init__(self, connection: sqlite3.Connection, *, path: str | None, read_only: bool, totals: str = "transaction"):
+    def __init__(self, connection: sqlite3.Connection, *, path: str | None, read_only: bool,
+                 totals: str = "transaction", confidential: str | None = None, synchronous: str = "FULL",
+                 timeout: float = DEFAULT_TIMEOUT):
         if totals not in TOTALS_MODES:
             raise ValueError(f"totals must be one of {TOTALS_MODES}, got {totals!r}")
         self._totals = totals
@@ -504,15 +754,22 @@ class Ledger:
         self._conn = connection
         self._path = path
         self._read_only = read_only
+        self._conf: sqlite3.Connection | None = None
+        if confidential is None and path is not None:
+            confidential = confidential_path(path)
+        self._conf_path = confidential
+        self._synchronous = synchronous
+        self._timeout = timeout
         self._positions: dict[int, _Position] = {}
         self._codec = _Codec()
         self._writer = uuid.uuid4().hex[:16]
         self._in_transaction = False
+        self._run: int | None = None
 
     # -- constructors ----------------------------------------------------------------------------------
     @classmethod
     def open(cls, path, *, read_only: bool = False, synchronous: str = "FULL",
-             timeout: float = DEFAULT_TIMEOUT, totals: str = "transaction") -> Ledger:
+             timeout: float = DEFAULT_TIMEOUT, totals: str = "transaction", confidential=None) -> Ledger:
         """Open the ledger at ``path``, creating it (in WAL mode) if it does not exist.
 
         ``read_only=True`` opens an existing file without ever writing to it (what ``audit`` does).
@@ -524,6 +781,9 @@ class Ledger:
         (a single ``record`` is a transaction of one row; the other rows of a ``record_many`` batch store
         NULL): one ``spent()`` per batch, which matters for accountants whose ``spent()`` is expensive
         (advanced composition, PLD, RDP).  ``totals="row"`` stores it after every row.
+        ``confidential`` is the path of the confidential file (default ``path + ".confidential.sqlite"``);
+        it is opened, or created, only when an accountant that keeps confidential charges attaches (or by
+        :meth:`verify`, when it exists).
         """
         path = Path(os.fspath(path))
         synchronous = str(synchronous).upper()
@@ -533,6 +793,10 @@ class Ledger:
             raise ValueError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
         if totals not in TOTALS_MODES:
             raise ValueError(f"totals must be one of {TOTALS_MODES}, got {totals!r}")
+        if confidential is not None:
+            confidential = os.fspath(confidential)
+            if Path(confidential).resolve() == path.resolve():
+                raise ValueError(f"confidential must be another file than the ledger, got {confidential!r}")
         if read_only:
             if not path.is_file():
                 raise FileNotFoundError(f"no ledger at {str(path)!r}")
@@ -542,12 +806,13 @@ class Ledger:
             if not path.parent.is_dir():
                 raise FileNotFoundError(f"cannot create a ledger at {str(path)!r}: no folder {str(path.parent)!r}")
             conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
-        ledger = cls(conn, path=str(path), read_only=read_only, totals=totals)
+        ledger = cls(conn, path=str(path), read_only=read_only, totals=totals, confidential=confidential,
+                     synchronous=synchronous, timeout=timeout)
         try:
             if read_only:
                 ledger._check_layout(create=False)
             else:
-                ledger._set_wal()
+                _set_wal(conn, ledger._path)
                 conn.execute(f"PRAGMA synchronous={synchronous}")
                 ledger._check_layout(create=True)
         except BaseException:
@@ -557,7 +822,8 @@ class Ledger:
 
     @classmethod
     def in_memory(cls, *, totals: str = "transaction") -> Ledger:
-        """A ledger in memory (for tests and dry runs: nothing persists, nothing is shared)."""
+        """A ledger in memory (for tests and dry runs: nothing persists, nothing is shared); its confidential
+        part, when an accountant needs one, is a second in-memory database."""
         if totals not in TOTALS_MODES:
             raise ValueError(f"totals must be one of {TOTALS_MODES}, got {totals!r}")
         conn = sqlite3.connect(":memory:", isolation_level=None)
@@ -565,25 +831,11 @@ class Ledger:
         ledger._check_layout(create=True)
         return ledger
 
-    def _set_wal(self) -> None:
-        deadline = time.monotonic() + 10.0
-        while True:
-            try:
-                mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                break
-            except sqlite3.DatabaseError as exc:
-                if "locked" in str(exc) and time.monotonic() < deadline:  # another process is creating it
-                    time.sleep(0.01)
-                    continue
-                raise LedgerError(f"{self._path!r} is not a pate-accountant ledger: {exc}") from None
-        if str(mode).lower() != "wal":
-            raise LedgerError(f"cannot put {self._path!r} in WAL mode (journal mode is {mode!r})")
-
     def _check_layout(self, *, create: bool) -> None:
         conn = self._conn
         if create:  # an existing, complete ledger needs no write lock
             self._check_layout(create=False)
-            if {"meta", "charges", "head"} <= self._tables() and self._meta().get("schema_version"):
+            if {"meta", "charges", "head", "runs"} <= self._tables() and self._meta().get("schema_version"):
                 return
         try:
             conn.execute("BEGIN IMMEDIATE" if create else "BEGIN")
@@ -591,6 +843,11 @@ class Ledger:
                 tables = self._tables()
                 if tables and "meta" not in tables:
                     raise LedgerError(f"{self._path!r} is an SQLite database but not a pate-accountant ledger")
+                if tables or create:
+                    version = self._meta().get("schema_version")
+                    if version is not None and json.loads(version) != SCHEMA_VERSION:
+                        raise LedgerError(f"ledger schema version {version} is not supported "
+                                          f"(expected {SCHEMA_VERSION})")
                 if create:
                     for statement in _split_sql(_SCHEMA):
                         conn.execute(statement)
@@ -601,11 +858,6 @@ class Ledger:
                         "software_version": canonical_json(__version__),
                     }
                     conn.executemany("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", defaults.items())
-                if tables or create:
-                    meta = self._meta()
-                    version = meta.get("schema_version")
-                    if version is not None and json.loads(version) != SCHEMA_VERSION:
-                        raise LedgerError(f"ledger schema version {version} is not supported (expected {SCHEMA_VERSION})")
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
@@ -613,12 +865,121 @@ class Ledger:
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged schema can fail either way
             raise LedgerError(f"{self._path or ':memory:'!r} is not a usable pate-accountant ledger: {exc}") from None
 
-    def _tables(self) -> set:
-        return {row[0] for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    def _tables(self, conn=None) -> set:
+        conn = self._conn if conn is None else conn
+        return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    # -- the confidential file ------------------------------------------------------------------------------
+    @property
+    def confidential_path(self) -> str | None:
+        """Where the confidential file is (or would be) kept (``None`` in memory)."""
+        return self._conf_path
+
+    @property
+    def has_confidential(self) -> bool:
+        """Whether the confidential part is open on this ``Ledger``."""
+        return self._conf is not None
+
+    def _open_confidential(self, *, create: bool) -> bool:
+        """Open the confidential file (creating it when ``create`` and the ledger is writable); ``False``
+        when it does not exist and is not to be created.  Refuses a file that belongs to another ledger."""
+        if self._conf is not None:
+            return True
+        read_only = self._read_only
+        if self._path is None:
+            if not create:
+                return False
+            conn = sqlite3.connect(":memory:", isolation_level=None)
+        else:
+            path = Path(self._conf_path)
+            exists = path.is_file()
+            if not exists and not (create and not read_only):
+                return False
+            if read_only:
+                conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=self._timeout,
+                                       isolation_level=None)
+            else:
+                conn = sqlite3.connect(str(path), timeout=self._timeout, isolation_level=None)
+        conn.text_factory = _decode_text
+        try:
+            if not read_only and self._path is not None:
+                _set_wal(conn, self._conf_path)
+                conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            self._check_confidential_layout(conn, create=not read_only)
+        except BaseException:
+            conn.close()
+            raise
+        self._conf = conn
+        return True
+
+    def _check_confidential_layout(self, conn, *, create: bool) -> None:
+        where = self._conf_path or ":memory:"
+        ledger_id = self._meta().get("ledger_id")
+        try:
+            conn.execute("BEGIN IMMEDIATE" if create else "BEGIN")
+            try:
+                tables = self._tables(conn)
+                if tables and "meta" not in tables:
+                    raise LedgerError(f"{where!r} is an SQLite database but not a confidential ledger file")
+                if create:
+                    for statement in _split_sql(_CONFIDENTIAL_SCHEMA):
+                        conn.execute(statement)
+                    defaults = {
+                        "schema_version": canonical_json(CONFIDENTIAL_SCHEMA_VERSION),
+                        "ledger_id": ledger_id,
+                        "created": canonical_json(time.time()),
+                    }
+                    conn.executemany("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", defaults.items())
+                meta = dict(conn.execute("SELECT key, value FROM meta")) if "meta" in self._tables(conn) else {}
+                conn.execute("COMMIT")
+            except BaseException:
+                _rollback(conn)
+                raise
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            raise LedgerError(f"{where!r} is not a usable confidential ledger file: {exc}") from None
+        version = meta.get("schema_version")
+        if version is None or json.loads(version) != CONFIDENTIAL_SCHEMA_VERSION:
+            raise LedgerError(f"{where!r} is not a confidential ledger file of schema version "
+                              f"{CONFIDENTIAL_SCHEMA_VERSION} (found {version})")
+        if meta.get("ledger_id") != ledger_id:
+            raise LedgerIntegrityError(f"the confidential file {where!r} belongs to another ledger (ledger ids differ)")
+
+    def _require_confidential(self, accountant) -> None:
+        rows = self._head()[0]
+        if self._open_confidential(create=rows == 0 and not self._read_only):
+            return
+        raise LedgerError(
+            f"a {accountant.kind} accountant keeps confidential charges (the teachers charged on each hit): "
+            f"replaying this ledger needs its confidential file {self._conf_path!r}, which is missing"
+            + ("" if rows else " (and the ledger is open read-only)"))
+
+    def _confidential_genesis(self) -> str:
+        return _confidential_genesis_hash(dict(self._conf.execute("SELECT key, value FROM meta")))
+
+    def _confidential_head(self) -> tuple[int, str | None]:
+        row = self._conf.execute("SELECT row_count, last_hash FROM head WHERE id = 1").fetchone()
+        if row is None:
+            raise LedgerIntegrityError("the confidential file's head row is missing")
+        return row[0], row[1]
+
+    def _drop_orphans(self, head_rows: int) -> tuple[int, str | None]:
+        """Inside a write transaction: remove confidential rows and totals of shareable rows that were never
+        committed (a writer stopped between the two commits), and return the confidential head."""
+        conf = self._conf
+        dropped = conf.execute("DELETE FROM charges WHERE share_row > ?", (head_rows,)).rowcount
+        dropped += conf.execute("DELETE FROM totals WHERE share_row > ?", (head_rows,)).rowcount
+        if dropped:
+            last = conf.execute("SELECT id, hash FROM charges ORDER BY id DESC LIMIT 1").fetchone()
+            head = (last[0], last[1]) if last else (0, None)
+            conf.execute("UPDATE head SET row_count = ?, last_hash = ? WHERE id = 1", head)
+            return head
+        return self._confidential_head()
 
     # -- context manager ----------------------------------------------------------------------------------
     def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the connections (idempotent)."""
+        if self._conf is not None:
+            self._conf.close()
         self._conn.close()
 
     def __enter__(self) -> Ledger:
@@ -672,27 +1033,86 @@ class Ledger:
 
     @property
     def run_metadata(self) -> dict | None:
+        """Ledger-wide metadata set by :meth:`set_run_metadata` (each run's own metadata: :attr:`runs`)."""
         return self._meta_value("run_metadata")
 
-    def set_run_metadata(self, metadata: dict) -> None:
-        """Store run metadata: mechanism parameters, seeds (or ``"OS entropy"``, see :func:`describe_seed`),
-        model name, ... as JSON data.  Allowed until the first row is written (it is covered by the
-        genesis hash); afterwards only an equal value is accepted (a process joining the run).
+    @property
+    def dataset(self) -> str | None:
+        """The name of the data set this ledger belongs to (``None`` when not named)."""
+        return self._meta_value("dataset")
 
-        **Never put private data here** (prompts, records, teacher data): the ledger is meant to be shown
-        to auditors.  The ledger cannot tell a prompt from a parameter; that is the caller's duty.
+    def _set_meta_once(self, key: str, text: str, what: str) -> None:
+        with self._write_transaction():
+            stored = self._meta().get(key)
+            if stored == text:
+                return
+            if self._head()[0] > 0:
+                raise ValueError(f"{what} can only be set before the first charge (it is covered by the genesis "
+                                 f"hash); the ledger has {stored if stored is not None else 'none'}")
+            self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, text))
+
+    def set_run_metadata(self, metadata: dict) -> None:
+        """Store ledger-wide metadata as JSON data: mechanism parameters, model name, ...  Allowed until the
+        first row is written (it is covered by the genesis hash); afterwards only an equal value is accepted
+        (a process joining the run).  Per-run metadata, kept for every run: :meth:`begin_run`.
+
+        **Never put private data or seeds here** (prompts, records, teacher data): the file is meant to be
+        shown to auditors.  A number under a seed-like key (``"seed"``, ``"seeds"``, ...) is refused; the
+        ledger cannot tell a prompt from a parameter, so the rest is the caller's duty.
         """
         if not isinstance(metadata, dict):
             raise TypeError(f"run metadata must be a dict, got {type(metadata).__name__}")
         text = _json_data("run metadata", metadata)
+        _check_no_seed("run metadata", metadata)
+        self._set_meta_once("run_metadata", text, "run metadata")
+
+    def set_dataset(self, name: str) -> None:
+        """Name the data set this ledger belongs to (every run charged here spends that data set's budget).
+        Allowed until the first row is written; afterwards only the same name is accepted.  The name is
+        shareable: choose one that reveals nothing private."""
+        name = _check_dataset(name)
+        stored = self.dataset
+        if stored is not None and stored != name:
+            raise ValueError(f"this ledger belongs to the data set {stored!r}, not {name!r}")
+        self._set_meta_once("dataset", canonical_json(name), "the data set name")
+
+    # -- runs ------------------------------------------------------------------------------------------------
+    def begin_run(self, metadata: dict) -> int:
+        """Record the start of a run with its metadata (JSON data: mechanism, accountant, parameters,
+        ``"seeded": true/false``, software version; never a seed, never private data) and return its id.
+        Every row this ``Ledger`` object writes afterwards names the run.  Runs are hash-chained and never
+        overwritten: each run keeps its own metadata."""
+        if not isinstance(metadata, dict):
+            raise TypeError(f"run metadata must be a dict, got {type(metadata).__name__}")
+        text = _json_data("run metadata", metadata)
+        _check_no_seed("run metadata", metadata)
         with self._write_transaction():
-            stored = self._meta().get("run_metadata")
-            if stored == text:
-                return
-            if self._head()[0] > 0:
-                raise ValueError("run metadata can only be set before the first charge (it is covered by the "
-                                 f"genesis hash); the ledger has {stored if stored is not None else 'none'}")
-            self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('run_metadata', ?)", (text,))
+            row = self._conn.execute("SELECT row_count, run_count, run_last_hash FROM head WHERE id = 1").fetchone()
+            if row is None:
+                raise LedgerIntegrityError("the ledger's head row is missing")
+            first_row, run_count, run_hash = row
+            prev = run_hash if run_count else _runs_genesis_hash(self._meta())
+            run_id, created = run_count + 1, float(time.time())
+            digest = _run_hash(prev, run_id, first_row, text, created, self._writer)
+            self._conn.execute(f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?)",
+                               (run_id, prev, digest, first_row, text, created, self._writer))
+            self._conn.execute("UPDATE head SET run_count = ?, run_last_hash = ? WHERE id = 1", (run_id, digest))
+        self._run = run_id
+        return run_id
+
+    @property
+    def current_run(self) -> int | None:
+        """The run this ``Ledger`` object's rows belong to (``None`` before :meth:`begin_run`)."""
+        return self._run
+
+    @property
+    def runs(self) -> list:
+        """Every run's ``{"id", "first_row", "created", "metadata"}``, in order (no verification)."""
+        out = []
+        for run_id, _prev, _hash, first_row, text, created, _writer in self._conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id"):
+            out.append({"id": run_id, "first_row": first_row, "created": created, "metadata": json.loads(text)})
+        return out
 
     def _genesis(self) -> str:
         # Not cached: metadata may change (in another process) until the first row exists.
@@ -715,17 +1135,23 @@ class Ledger:
         return self._head()[1]
 
     def rows(self):
-        """Decode every row, in order (no verification; use :meth:`verify` for that)."""
+        """Decode every row, in order (no verification; use :meth:`verify` for that).  Teacher sets are
+        filled in from the confidential file when it is open on this ``Ledger``."""
         codec = _Codec()
-
+        teachers = {}
+        if self._conf is not None:
+            for share_row, text in self._conf.execute("SELECT share_row, charged_teachers FROM charges"):
+                teachers[share_row] = frozenset(json.loads(text))
         for raw in self._conn.execute(f"SELECT {_ROW_COLUMNS} FROM charges ORDER BY id"):
-            (row_id, _prev, digest, event_text, count, outcome, teachers_text, eps, delta, created, writer) = raw
-            yield LedgerRow(row_id, codec.decode(event_text), count, outcome, frozenset(json.loads(teachers_text)),
-                            None if eps is None else (eps, delta), created, writer, digest)
+            (row_id, _prev, digest, event_text, count, outcome, commitment, eps, delta, created, writer, run) = raw
+            yield LedgerRow(row_id, codec.decode(event_text), count, outcome, teachers.get(row_id, frozenset()),
+                            None if eps is None else (eps, delta), created, writer, digest, commitment, run)
 
     # -- transactions -----------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _write_transaction(self):
+    def _write_transaction(self, *, confidential: bool = False):
+        """Write locks on the shareable file (and the confidential one); on exit the confidential
+        transaction commits first, then the shareable one (see the module docstring)."""
         if self._read_only:
             raise LedgerError(f"ledger {self._path!r} is open read-only")
         if self._in_transaction:
@@ -735,33 +1161,56 @@ class Ledger:
         except sqlite3.OperationalError as exc:
             raise LedgerError(f"cannot start a write transaction on {self._path!r}: {exc}") from None
         self._in_transaction = True
+        conf = self._conf if confidential else None
         try:
+            if conf is not None:
+                try:
+                    conf.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError as exc:
+                    raise LedgerError(f"cannot start a write transaction on {self._conf_path!r}: {exc}") from None
             yield
+            if conf is not None:
+                conf.execute("COMMIT")
+                self._between_commits()
             self._conn.execute("COMMIT")
         except BaseException:
+            if conf is not None:
+                _rollback(conf)
             _rollback(self._conn)
             raise
         finally:
             self._in_transaction = False
+
+    def _between_commits(self) -> None:
+        """Called after the confidential commit and before the shareable one (tests stop a writer here)."""
 
     def attach(self, accountant) -> None:
         """Bind ``accountant`` to this ledger (called by ``Accountant.__init__``).
 
         The first accountant stores its ``config()``; a later one must have an equal configuration
         (``ValueError`` naming the difference otherwise) and replays every stored row (under a read
-        snapshot, so other writers are not blocked while it catches up).
+        snapshot, so other writers are not blocked while it catches up).  An accountant with confidential
+        charges opens the confidential file, creating it on a ledger without rows; on a ledger with rows a
+        missing confidential file is a ``LedgerError``.
         """
         existing = self._positions.get(id(accountant))
         if existing is not None and existing.ref() is accountant:
             raise ValueError("this accountant is already attached to this ledger")
         config_text = _json_data("accountant config", accountant.config())
-        position = _Position(accountant, 0, None)
-        with self._read_transaction():
+        stored = self._meta().get("config")
+        if stored is not None and stored != config_text:
+            difference = _config_difference(json.loads(stored), json.loads(config_text))
+            raise ValueError(f"accountant config does not match the ledger's: {difference or 'encoding differs'}")
+        confidential = _keeps_confidential(accountant)
+        if confidential:
+            self._require_confidential(accountant)
+        position = _Position(accountant, 0, None, confidential)
+        with self._read_transaction(confidential=confidential):
             stored = self._meta().get("config")
             if stored is not None or self._read_only:
                 self._attach_to(accountant, position, stored, config_text)
         if stored is None and not self._read_only:
-            with self._write_transaction():  # first attach: store the config (unless a racing process did)
+            with self._write_transaction(confidential=confidential):  # first attach: store the config
                 stored = self._meta().get("config")
                 if stored is None and not self._head()[0]:
                     self._conn.execute("INSERT INTO meta (key, value) VALUES ('config', ?)", (config_text,))
@@ -782,32 +1231,55 @@ class Ledger:
             raise ValueError(f"accountant config does not match the ledger's: {difference or 'encoding differs'}")
         self._catch_up(accountant, position, head_rows, head_hash)
         if head_rows:
-            self._check_last_totals(accountant, head_rows)
+            self._check_last_totals(accountant, position, head_rows, head_hash)
 
     def sync(self, accountant) -> None:
         """Replay into ``accountant`` the rows other writers committed since it last looked (a read
         snapshot; no write lock).  Charges do this themselves; call it before ``can_afford`` or before
         running a mechanism to see the budget other processes spent."""
         position = self._position(accountant)
-        with self._read_transaction():
+        with self._read_transaction(confidential=position.confidential):
             head_rows, head_hash = self._head()
             self._catch_up(accountant, position, head_rows, head_hash)
 
     @contextlib.contextmanager
-    def _read_transaction(self):
+    def _read_transaction(self, *, confidential: bool = False):
+        """Read snapshots: the shareable file's first, then the confidential file's, so that every
+        confidential row a shareable row names is in the second snapshot (it was committed first)."""
         if self._in_transaction:
             raise RuntimeError("a ledger transaction is already open on this Ledger")
+        conf = self._conf if confidential else None
         self._conn.execute("BEGIN")
         self._in_transaction = True
         try:
+            if conf is not None:
+                self._conn.execute("SELECT row_count FROM head WHERE id = 1").fetchone()  # starts the snapshot
+                conf.execute("BEGIN")
+                conf.execute("SELECT row_count FROM head WHERE id = 1").fetchone()
             yield
         finally:
             self._in_transaction = False
+            if conf is not None:
+                _rollback(conf)
             _rollback(self._conn)
 
-    def _check_last_totals(self, accountant, row_id: int) -> None:
+    def _stored_totals(self, position: _Position, row_id: int, row_hash: str | None):
+        """The totals stored after row ``row_id`` (from the confidential file for a confidential accountant)."""
+        if position.confidential:
+            stored = self._conf.execute("SELECT share_hash, spent_epsilon, spent_delta FROM totals WHERE share_row = ?",
+                                        (row_id,)).fetchone()
+            if stored is None or stored[0] != row_hash:
+                return None
+            return stored[1], stored[2]
         stored = self._conn.execute("SELECT spent_epsilon, spent_delta FROM charges WHERE id = ?", (row_id,)).fetchone()
-        if stored is None or stored[0] is None:
+        return None if stored is None or stored[0] is None else stored
+
+    def _check_last_totals(self, accountant, position: _Position, row_id: int, row_hash: str | None) -> None:
+        stored = self._stored_totals(position, row_id, row_hash)
+        if stored is None:
+            if position.confidential:
+                raise LedgerIntegrityError(f"the confidential file stores no spent totals for row {row_id}, the last "
+                                           "row (the last row of every transaction has them)", row=row_id)
             return  # checked by _catch_up's chain check: the last row of a transaction always has totals
         spent = accountant.spent()
         if not (_totals_close(float(spent[0]), stored[0]) and _totals_close(float(spent[1]), stored[1])):
@@ -822,7 +1294,8 @@ class Ledger:
         return position
 
     def _catch_up(self, accountant, position: _Position, head_rows: int, head_hash: str | None) -> None:
-        """Replay the rows after ``position`` into ``accountant`` (checking their chain), up to the head."""
+        """Replay the rows after ``position`` into ``accountant`` (checking their chain, and for a
+        confidential accountant the confidential rows and links), up to the head."""
         if head_rows < position.last_id:
             raise LedgerIntegrityError(
                 f"the ledger has {head_rows} rows but this accountant has seen {position.last_id}: rows were removed",
@@ -830,15 +1303,32 @@ class Ledger:
         if head_rows > position.last_id:
             prev = position.last_hash if position.last_id else self._genesis()
             expected = position.last_id + 1
+            links = None
+            if position.confidential:
+                links = self._conf.execute(
+                    f"SELECT {_CONF_COLUMNS} FROM charges WHERE id > ? AND share_row <= ? ORDER BY id",
+                    (position.conf_id, head_rows))
+                conf_id = position.conf_id
+                conf_prev = position.conf_hash if conf_id else self._confidential_genesis()
             cursor = self._conn.execute(f"SELECT {_ROW_COLUMNS} FROM charges WHERE id > ? ORDER BY id",
                                         (position.last_id,))
             for raw in cursor:
                 try:
-                    charge, _spent, prev = _check_row(self._codec, raw, expected, prev)
+                    row = _check_row(self._codec, raw, expected, prev)
+                    charge = row.charge
+                    if links is not None:
+                        charge, conf_step = _link(row, expected, links, conf_id, conf_prev)
+                    elif row.commitment is not None:
+                        raise _RowError(expected, f"row {expected} carries a teacher-set commitment but this "
+                                                  f"{accountant.kind} accountant keeps no confidential charges")
                 except _RowError as exc:
                     raise LedgerIntegrityError(exc.message, row=exc.row) from None
                 accountant._replay(charge)
+                prev = row.hash
                 position.last_id, position.last_hash = expected, prev
+                if links is not None and conf_step is not None:
+                    conf_id, conf_prev = conf_step
+                    position.conf_id, position.conf_hash = conf_step
                 expected += 1
         if position.last_id != head_rows or position.last_hash != head_hash:
             raise LedgerIntegrityError(
@@ -849,18 +1339,28 @@ class Ledger:
     def transaction(self, accountant):
         """One write transaction for ``accountant`` (used by ``Accountant._charge_many``).
 
-        Takes SQLite's write lock (``BEGIN IMMEDIATE``), replays the rows other writers committed since
-        ``accountant`` last looked, then yields an object whose ``append(charges)`` writes the rows;
-        commits on normal exit and rolls back on an exception (the accountant then commits nothing).
+        Takes SQLite's write lock (``BEGIN IMMEDIATE``, on both files for a confidential accountant),
+        removes confidential rows left by a writer that stopped between its two commits, replays the rows
+        other writers committed since ``accountant`` last looked, then yields an object whose
+        ``append(charges)`` writes the rows; commits on normal exit and rolls back on an exception (the
+        accountant then commits nothing).
         """
         position = self._position(accountant)
-        with self._write_transaction():
+        with self._write_transaction(confidential=position.confidential):
             head_rows, head_hash = self._head()
+            conf_head = self._drop_orphans(head_rows) if position.confidential else None
             self._catch_up(accountant, position, head_rows, head_hash)
-            tx = _Transaction(self, accountant, head_rows, head_hash)
+            if position.confidential and conf_head != ((position.conf_id, position.conf_hash) if position.conf_id
+                                                       else (0, None)):
+                raise LedgerIntegrityError(
+                    f"the confidential file's head (row {conf_head[0]}) does not match its rows "
+                    f"(last linked row {position.conf_id}): confidential rows were dropped or added")
+            tx = _Transaction(self, accountant, head_rows, head_hash, conf_head)
             yield tx
         if tx._appended is not None:  # committed: the accountant commits its plans right after
-            position.last_id, position.last_hash = tx._appended
+            position.last_id, position.last_hash, conf_id, conf_hash = tx._appended
+            if position.confidential:
+                position.conf_id, position.conf_hash = conf_id, conf_hash
 
     @staticmethod
     def _simulate(accountant, charges, plans, *, every_row: bool):
@@ -886,26 +1386,68 @@ class Ledger:
 
     # -- verification ------------------------------------------------------------------------------------
     def verify(self) -> VerificationResult:
-        """Check the hash chain and the head, replay every row through a fresh accountant rebuilt from the
-        stored configuration, compare the totals after each row and check the budget was never exceeded."""
+        """Check the hash chains and heads and the runs, replay every row through a fresh accountant rebuilt
+        from the stored configuration, compare the totals and check the budget was never exceeded.
+
+        For an accountant that keeps confidential charges this needs the confidential file (opened
+        read-only here when it exists and is not open yet); without it only the shareable part is checked
+        (``confidential="absent"``, ``spent=None``).
+        """
         try:
-            with self._read_transaction():
+            kind_class = None
+            config = self._meta_value("config") if "meta" in self._tables() else None
+            if isinstance(config, dict):
+                with contextlib.suppress(Exception):
+                    kind_class = accountant_class(config.get("kind"))
+            confidential = kind_class is not None and _keeps_confidential(kind_class)
+            if confidential and self._conf is None:
+                try:
+                    self._open_confidential(create=False)
+                except LedgerError as exc:
+                    return VerificationResult(False, 0, None, None, str(exc), confidential="unusable",
+                                              confidential_path=self._conf_path)
+            with self._read_transaction(confidential=confidential):
                 return self._verify()
-        except (sqlite3.Error, UnicodeDecodeError) as exc:  # damaged pages or schema
+        except (sqlite3.Error, UnicodeDecodeError, ValueError) as exc:  # damaged pages or schema
             return VerificationResult(False, 0, None, None, f"the file is not a readable ledger: {exc}")
+
+    def _verify_runs(self, meta, run_count, run_last_hash):
+        """Check the runs' chain and head; returns ``(runs, None)`` or ``(None, message)``."""
+        prev, expected, runs = _runs_genesis_hash(meta), 1, []
+        for run_id, stored_prev, stored_hash, first_row, text, created, writer in self._conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id"):
+            if run_id != expected:
+                return None, f"run {expected} is missing (the runs jump to {run_id!r}): runs were dropped or renumbered"
+            if stored_prev != prev:
+                return None, f"run {run_id} does not follow run {run_id - 1} (prev_hash mismatch): runs were reordered"
+            if _run_hash(stored_prev, run_id, first_row, text, created, writer) != stored_hash:
+                return None, f"run {run_id}'s metadata was edited (its hash does not match its content)"
+            if isinstance(first_row, bool) or not isinstance(first_row, int) or first_row < 0 or (
+                    runs and first_row < runs[-1]["first_row"]):
+                return None, f"run {run_id} has an invalid first row {first_row!r}"
+            try:
+                metadata = json.loads(text)
+            except ValueError as exc:
+                return None, f"run {run_id}'s metadata cannot be decoded: {exc}"
+            runs.append({"id": run_id, "first_row": first_row, "rows": 0, "created": created, "metadata": metadata})
+            prev, expected = stored_hash, expected + 1
+        if run_count != len(runs) or run_last_hash != (prev if runs else None):
+            return None, (f"the head records {run_count!r} runs but the table has {len(runs)}, or its last run hash "
+                          "differs: runs were dropped or the head was edited")
+        return runs, None
 
     def _verify(self) -> VerificationResult:
         conn = self._conn
-        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = self._tables()
         if not tables:
             return VerificationResult(True, 0, (0.0, 0.0), None, "empty ledger (never initialised)")
-        missing = {"meta", "charges", "head"} - tables
+        missing = {"meta", "charges", "head", "runs"} - tables
         if missing:
             return VerificationResult(False, 0, None, None, f"not a pate-accountant ledger: tables {sorted(missing)} missing")
         meta = self._meta()
         info: dict[str, Any] = {}
         try:
-            for key in ("ledger_id", "software_version", "config", "run_metadata"):
+            for key in ("ledger_id", "software_version", "config", "run_metadata", "dataset"):
                 info[key] = None if meta.get(key) is None else json.loads(meta[key])
             version = json.loads(meta["schema_version"])
         except (KeyError, ValueError) as exc:
@@ -914,14 +1456,18 @@ class Ledger:
             return VerificationResult(False, 0, None, None, f"unsupported ledger schema version {version!r}")
         config = info["config"]
         extra = {"config": config, "run_metadata": info["run_metadata"], "software_version": info["software_version"],
-                 "ledger_id": info["ledger_id"]}
-        head = conn.execute("SELECT row_count, last_hash FROM head WHERE id = 1").fetchone()
+                 "ledger_id": info["ledger_id"], "dataset": info["dataset"]}
+        head = conn.execute("SELECT row_count, last_hash, run_count, run_last_hash FROM head WHERE id = 1").fetchone()
         if head is None:
             return VerificationResult(False, 0, None, None, "the ledger's head row is missing", **extra)
-        head_rows, head_hash = head
+        head_rows, head_hash, run_count, run_last_hash = head
         extra["head_hash"] = head_hash
+        runs, problem = self._verify_runs(meta, run_count, run_last_hash)
+        if problem is not None:
+            return VerificationResult(False, 0, None, None, problem, **extra)
 
         accountant = None
+        confidential = False
         if config is not None:
             extra["kind"] = config.get("kind") if isinstance(config, dict) else None
             try:
@@ -935,55 +1481,174 @@ class Ledger:
                                           f"the stored config does not round-trip: {_config_difference(config, rebuilt)}",
                                           **extra)
             extra["budget"] = accountant.budget
+            confidential = _keeps_confidential(accountant)
+        full = not confidential or self._conf is not None  # can the budget be replayed?
+        if confidential:
+            extra["confidential"] = "verified" if full else "absent"
+            extra["confidential_path"] = self._conf_path
+        runs_by_id = {run["id"]: run for run in runs}
 
-        def fail(row, message, rows, spent=None):
-            return VerificationResult(False, rows, spent, row, message, **extra)
+        def result(ok, row, message, rows, spent=None, queries=None, hits=None):
+            return VerificationResult(ok, rows, spent, row, message, runs=tuple(runs), queries=queries, hits=hits,
+                                      **extra)
 
+        links = totals = None
+        conf_id, conf_prev = 0, None
+        if confidential and full:
+            conf = self._conf
+            links = conf.execute(f"SELECT {_CONF_COLUMNS} FROM charges WHERE share_row <= ? ORDER BY id",
+                                 (head_rows,))
+            conf_prev = self._confidential_genesis()
+            totals = {share_row: (share_hash, eps, delta) for share_row, share_hash, eps, delta in conf.execute(
+                "SELECT share_row, share_hash, spent_epsilon, spent_delta FROM totals WHERE share_row <= ?",
+                (head_rows,))}
         genesis = _genesis_hash(meta)
         prev, expected = genesis, 1
-        spent = (0.0, 0.0) if accountant is None else tuple(float(x) for x in accountant.spent())
+        queries = hits = 0
+        spent = (0.0, 0.0) if accountant is None or not full else tuple(float(x) for x in accountant.spent())
         for raw in conn.execute(f"SELECT {_ROW_COLUMNS} FROM charges ORDER BY id"):
+            rows = expected - 1
             if accountant is None:
-                return fail(expected, "the ledger has rows but no accountant config", expected - 1)
+                return result(False, expected, "the ledger has rows but no accountant config", rows)
             try:
-                charge, stored, prev = _check_row(self._codec, raw, expected, prev)
+                row = _check_row(self._codec, raw, expected, prev)
+                charge = row.charge
+                if row.run is not None:
+                    run = runs_by_id.get(row.run)
+                    if run is None or run["first_row"] >= expected:
+                        raise _RowError(expected, f"row {expected} names run {row.run}, which does not exist or began "
+                                                  "after it")
+                    run["rows"] += 1
+                if confidential and row.spent is not None:
+                    raise _RowError(expected, f"row {expected} stores spent totals in the shareable file, but a "
+                                              f"{accountant.kind} accountant's totals are confidential")
+                if links is not None:
+                    charge, conf_step = _link(row, expected, links, conf_id, conf_prev)
+                    if conf_step is not None:
+                        conf_id, conf_prev = conf_step
+                elif confidential:
+                    if (charge.outcome in HIT_OUTCOMES) != (row.commitment is not None):
+                        raise _RowError(expected, f"row {expected}: a hit must carry a teacher-set commitment and "
+                                                  "any other row none")
+                elif row.commitment is not None:
+                    raise _RowError(expected, f"row {expected} carries a teacher-set commitment but a "
+                                              f"{accountant.kind} accountant keeps no confidential charges")
             except _RowError as exc:
-                return fail(exc.row, exc.message, expected - 1, spent)
+                return result(False, exc.row, exc.message, rows, spent if full else None)
+            queries += charge.count if charge.outcome is not None else 0
+            hits += charge.count if charge.outcome == TARGET else 0
+            prev = row.hash
+            if not full:  # shareable part only: check the event is one this accountant accounts for
+                try:
+                    accountant._commit(accountant._prepare_unbudgeted(charge))
+                except Exception as exc:
+                    return result(False, expected, f"row {expected} cannot be replayed: {type(exc).__name__}: {exc}",
+                                  rows)
+                expected += 1
+                continue
             try:
                 plan = accountant._prepare(charge)
             except BudgetExhaustedError as exc:
-                return fail(expected, f"row {expected} exceeds the budget: {exc}", expected - 1, spent)
+                return result(False, expected, f"row {expected} exceeds the budget: {exc}", rows, spent)
             except Exception as exc:  # an event this accountant cannot account for, ...
-                return fail(expected, f"row {expected} cannot be replayed: {type(exc).__name__}: {exc}", expected - 1, spent)
+                return result(False, expected, f"row {expected} cannot be replayed: {type(exc).__name__}: {exc}",
+                              rows, spent)
             accountant._commit(plan)
+            stored = row.spent
+            if totals is not None:
+                entry = totals.pop(expected, None)
+                if entry is not None:
+                    if entry[0] != row.hash:
+                        return result(False, expected, f"the confidential totals for row {expected} name another "
+                                                       "row hash: they do not belong to this ledger", expected, spent)
+                    stored = (entry[1], entry[2])
             spent = None
             if stored is None:
                 expected += 1
                 continue
             spent = tuple(float(x) for x in accountant.spent())
             if not (_totals_close(spent[0], stored[0]) and _totals_close(spent[1], stored[1])):
-                return fail(expected, f"totals disagree at row {expected}: the ledger stores spent "
-                                      f"(epsilon={stored[0]!r}, delta={stored[1]!r}) but replaying gives "
-                                      f"(epsilon={spent[0]!r}, delta={spent[1]!r})", expected, spent)
+                return result(False, expected, f"totals disagree at row {expected}: the ledger stores spent "
+                                               f"(epsilon={stored[0]!r}, delta={stored[1]!r}) but replaying gives "
+                                               f"(epsilon={spent[0]!r}, delta={spent[1]!r})", expected, spent)
             expected += 1
         rows = expected - 1
-        final = spent if spent is not None else tuple(float(x) for x in accountant.spent())
+        final = None
+        if full and accountant is not None:
+            final = spent if spent is not None else tuple(float(x) for x in accountant.spent())
+        elif accountant is None:
+            final = (0.0, 0.0)
         if head_rows != rows:
             if isinstance(head_rows, int) and head_rows > rows:
                 missing = f"row {rows + 1}" if head_rows == rows + 1 else f"rows {rows + 1}-{head_rows}"
-                return fail(rows + 1, f"{missing} missing: the head records {head_rows} rows but the table ends at "
-                                      f"row {rows} (the last rows were dropped)", rows, final)
-            return fail(rows, f"the head records {head_rows!r} rows but the table has {rows}: the head was edited",
-                        rows, final)
+                return result(False, rows + 1, f"{missing} missing: the head records {head_rows} rows but the table "
+                                               f"ends at row {rows} (the last rows were dropped)", rows, final)
+            return result(False, rows, f"the head records {head_rows!r} rows but the table has {rows}: the head was "
+                                       "edited", rows, final)
         if head_hash != (prev if rows else None):
-            return fail(rows or None, f"the head hash does not match row {rows}'s hash: the head or the last row was edited",
-                        rows, final)
-        if spent is None:  # every transaction stores totals on its last row, so the last row has them
-            return fail(rows, f"row {rows}, the last row, stores no spent totals (the last row of every transaction "
-                              "does): the rows of a transaction were dropped", rows, final)
-        return VerificationResult(True, rows, spent, None,
-                                  f"verified: {rows} rows, hash chain and head intact, totals agree, within budget",
-                                  **extra)
+            return result(False, rows or None, f"the head hash does not match row {rows}'s hash: the head or the "
+                                               "last row was edited", rows, final)
+        if full and rows and spent is None:  # every transaction stores totals on its last row
+            where = "the confidential file stores" if confidential else "stores"
+            return result(False, rows, f"row {rows}, the last row, has no spent totals ({where} them for the last "
+                                       "row of every transaction): the rows of a transaction were dropped", rows, final)
+        notes = []
+        if links is not None:
+            extra_rows = links.fetchall()
+            if extra_rows:
+                return result(False, rows, f"the confidential file has {len(extra_rows)} row(s) that no hit row names "
+                                           "(rows were added to it)", rows, final)
+            if totals:
+                return result(False, min(totals), "the confidential file stores totals for a row that is not the last "
+                                                  "of its transaction", rows, final)
+            conf_head = self._confidential_head()
+            orphans = self._conf.execute("SELECT COUNT(*) FROM charges WHERE share_row > ?", (head_rows,)).fetchone()[0]
+            if orphans:
+                notes.append(f"{orphans} confidential row(s) of an interrupted, uncommitted charge ignored")
+            elif conf_head != ((conf_id, conf_prev) if conf_id else (0, None)):
+                return result(False, rows, f"the confidential file's head (row {conf_head[0]}) does not match its rows "
+                                           f"(last row {conf_id}): confidential rows were dropped", rows, final)
+        if not full:
+            message = (f"shareable part verified: {rows} rows, {len(runs)} runs, hash chains and heads intact, every "
+                       f"event accounted by {accountant.kind}; the confidential file {self._conf_path!r} was not "
+                       "found, so the per-teacher charges and the spent budget were not checked")
+            return result(True, None, message, rows, None, queries, hits)
+        what = "shareable and confidential parts" if confidential else "shareable part (no confidential part)"
+        message = (f"verified: {rows} rows, {len(runs)} runs, {what}: hash chains and heads intact, totals agree, "
+                   "within budget")
+        if notes:
+            message += "; " + "; ".join(notes)
+        return result(True, None, message, rows, final, queries, hits)
+
+
+def _link(row: _CheckedRow, row_id: int, links, conf_id: int, conf_prev: str):
+    """The charge of shareable row ``row`` with its teacher set read from the confidential file (hit rows),
+    and the new confidential position (``None`` for a row that has no confidential row)."""
+    charge = row.charge
+    if charge.outcome not in HIT_OUTCOMES:
+        if row.commitment is not None:
+            raise _RowError(row_id, f"row {row_id} is not a hit but carries a teacher-set commitment")
+        return charge, None
+    if row.commitment is None:
+        raise _RowError(row_id, f"row {row_id} is a hit but carries no commitment to its charged teachers")
+    teachers, digest = _check_confidential_row(links.fetchone(), conf_id + 1, conf_prev, row_id, row.hash,
+                                               row.commitment)
+    return attr.evolve(charge, charged_teachers=teachers), (conf_id + 1, digest)
+
+
+def _set_wal(conn: sqlite3.Connection, where) -> None:
+    deadline = time.monotonic() + 10.0
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            break
+        except sqlite3.DatabaseError as exc:
+            if "locked" in str(exc) and time.monotonic() < deadline:  # another process is creating it
+                time.sleep(0.01)
+                continue
+            raise LedgerError(f"{where!r} is not a pate-accountant ledger: {exc}") from None
+    if str(mode).lower() != "wal":
+        raise LedgerError(f"cannot put {where!r} in WAL mode (journal mode is {mode!r})")
 
 
 def _decode_text(data: bytes) -> str:

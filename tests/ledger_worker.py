@@ -13,11 +13,17 @@
 
 ``race N`` (a command of ``serve``; pass ``--pause SECONDS``)
     Forks N racers at once; each opens the ledger with its own connection (alternately storing totals
-    per row and per transaction), attaches, and waits for the start signal; then all charge
-    ``EpsilonDeltaEvent(S)`` one at a time (pausing between charges, as generation steps would) until
-    ``BudgetExhaustedError``.  Prints one JSON line per racer (charges made, writer id, final spent), then
-    ``done``.  (Without pauses SQLite's busy handler lets one tight writer starve the others: still
-    correct, but then there is no race to test.)
+    per row and per transaction), attaches, begins its own run (``Ledger.begin_run``, with ``--runs``), and
+    waits for the start signal; then all charge ``EpsilonDeltaEvent(S)`` one at a time (pausing between
+    charges, as generation steps would) until ``BudgetExhaustedError``.  Prints one JSON line per racer
+    (charges made, writer id, run id, final spent), then ``done``.  (Without pauses SQLite's busy handler
+    lets one tight writer starve the others: still correct, but then there is no race to test.)
+
+    With ``--kind individual`` the racers share an ``IndividualChargingAccountant`` ledger (50 teachers,
+    per-teacher limit ``--limit``, so a shareable and a confidential file): each step syncs, picks three
+    active teachers at random and records a BetweenThresholds hit charging them (one query in four is a
+    miss, naming nobody); a refusal because another racer removed one of them meanwhile is counted and the
+    racer goes on, until no teacher is active.  Each JSON line also lists the racer's hits (teacher sets).
 """
 
 from __future__ import annotations
@@ -107,25 +113,70 @@ def serve(args) -> int:
     return 0
 
 
-def _racer(path: str, budget: float, step: float, pause: float, totals: str, go_fd: int, out_fd: int) -> int:
-    from pate_accountant.errors import BudgetExhaustedError
-    from pate_accountant.events import EpsilonDeltaEvent
+#: The BetweenThresholds event of the individual-charging race (epsilon 0.5, q of a gap of 6).
+INDIVIDUAL_EVENT = (0.5, 0.3)
+INDIVIDUAL_TEACHERS = 50
 
-    ledger, accountant = _accountant(path, budget, totals)
-    event = EpsilonDeltaEvent(step)
+
+def _individual_accountant(path: str, limit: int, totals: str):
+    from pate_accountant.accountants import IndividualChargingAccountant
+    from pate_accountant.ledger import Ledger
+
+    ledger = Ledger.open(path, totals=totals)
+    return ledger, IndividualChargingAccountant(INDIVIDUAL_TEACHERS, per_teacher_limit=limit, relation="add-remove-one",
+                                                ledger=ledger)
+
+
+def _racer(args, index: int, totals: str, go_fd: int, out_fd: int) -> int:
+    from pate_accountant.errors import BudgetExhaustedError
+    from pate_accountant.events import BetweenThresholdsEvent, EpsilonDeltaEvent
+    from pate_accountant.release import Release
+
+    individual = args.kind == "individual"
+    if individual:
+        ledger, accountant = _individual_accountant(args.path, args.limit, totals)
+    else:
+        ledger, accountant = _accountant(args.path, args.budget, totals)
+    run = ledger.begin_run({"racer": index, "seeded": False}) if args.runs else None
     os.write(out_fd, b"ready\n")
     if os.read(go_fd, 1) != b"g":  # the start gun: all racers attached, then all released together
         return 2
-    charged = 0
-    try:
+    charged, refused, hits = 0, 0, []
+    if individual:
+        rng = random.Random(1000 + index)
+        event = BetweenThresholdsEvent(*INDIVIDUAL_EVENT, relation="add-remove-one")
         while True:
-            accountant.compose(event)
+            ledger.sync(accountant)
+            active = accountant.active_teachers().tolist()
+            if not active:
+                break
+            hit = rng.random() < 0.75
+            teachers = sorted(rng.sample(active, min(3, len(active)))) if hit else []
+            release = Release("between" if hit else "below", event, target_hit=hit, charged_teachers=teachers)
+            try:
+                accountant.record(release)
+            except BudgetExhaustedError:
+                refused += 1
+                continue
             charged += 1
-            if pause:
-                time.sleep(pause)
-    except BudgetExhaustedError:
-        pass
-    report = {"charged": charged, "writer": ledger._writer, "spent": list(accountant.spent()), "totals": totals}
+            if hit:
+                hits.append(teachers)
+            if args.pause:
+                time.sleep(args.pause)
+    else:
+        event = EpsilonDeltaEvent(args.step)
+        try:
+            while True:
+                accountant.compose(event)
+                charged += 1
+                if args.pause:
+                    time.sleep(args.pause)
+        except BudgetExhaustedError:
+            pass
+    report = {"charged": charged, "refused": refused, "hits": hits, "writer": ledger._writer, "run": run,
+              "totals": totals}
+    if not individual:
+        report["spent"] = list(accountant.spent())
     os.write(out_fd, (json.dumps(report) + "\n").encode())
     ledger.close()
     return 0
@@ -143,7 +194,7 @@ def _race(args, workers: int) -> None:
             os.close(out_r)
             code = 1
             try:
-                code = _racer(args.path, args.budget, args.step, args.pause, ("row", "transaction")[i % 2], go_r, out_w)
+                code = _racer(args, i, ("row", "transaction")[i % 2], go_r, out_w)
             except BaseException as exc:
                 print(f"racer error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             os._exit(code)
@@ -170,6 +221,9 @@ def main(argv=None) -> int:
     parser.add_argument("--step", type=float, required=True)
     parser.add_argument("--max-batch", type=int, default=10)
     parser.add_argument("--pause", type=float, default=0.0)
+    parser.add_argument("--kind", choices=["basic", "individual"], default="basic")
+    parser.add_argument("--limit", type=int, default=3, help="per-teacher limit of --kind individual")
+    parser.add_argument("--runs", action="store_true", help="each racer begins its own run first")
     args = parser.parse_args(argv)
     return serve(args)
 

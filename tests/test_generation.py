@@ -78,10 +78,11 @@ def test_target_counts_as_fail_and_is_retried():
     mech = BoundaryWrapper(DPArgMax(0.05, 1e-9))
     acc = TargetChargingAccountant(budget=(4.0, 1e-4))
 
-    # top count 2680 near the release threshold n/2 + L = 2682: fails and targets are likely
+    # top count two below the release threshold n/2 + L (L read from the mechanism): fails and targets are likely
+    top = 2000 + mech.inner.error_bound - 2
     table = np.zeros((4000, len(VOCAB)))
-    table[:2680, W["cat"]] = 1.0
-    table[2680:, W["dog"]] = 1.0
+    table[:top, W["cat"]] = 1.0
+    table[top:, W["dog"]] = 1.0
     gen = PrivateGenerator(ToyBackend(table, VOCAB), mech, acc, max_tokens=3, max_retries=5, seed=0)
     result = gen.generate(prompts(4000))
     outcomes = {s.outcome for s in result.steps}
@@ -97,11 +98,38 @@ def test_equal_seeds_equal_text_and_different_seeds_run():
         acc = BasicCompositionAccountant()
         gen = PrivateGenerator(ToyBackend(agreeing(0.6), VOCAB), DPArgMax(2.0, 1e-4), acc, max_tokens=10,
                                fallback="public", public_backend=ToyBackend(agreeing(0.5), VOCAB))
-        return gen.generate(prompts(80), seed=seed)
+        return gen.generate(prompts(80), seed=seed, mechanism_rng=np.random.default_rng(seed))
 
     a, b = run(11), run(11)
     assert a.text == b.text and a.token_ids == b.token_ids and a.steps == b.steps
     run(12)  # a different seed runs too
+
+
+class _RngSpy:
+    """Wraps a mechanism and records the ``rng`` each call received."""
+
+    def __init__(self, inner):
+        self.inner, self.event, self.seen = inner, inner.event, []
+
+    def __call__(self, histogram, rng=None, **kwargs):
+        self.seen.append(rng)
+        return self.inner(histogram, rng=rng, **kwargs)
+
+
+def test_mechanism_noise_never_comes_from_the_sampling_seed():
+    """A seed fixes the teachers' sampling; the mechanism's noise comes from the OS generator (rng=None)
+    unless a mechanism_rng is given explicitly (tests and simulations)."""
+    spy = _RngSpy(DPArgMax(2.0, 1e-4))
+    gen = PrivateGenerator(ToyBackend(agreeing(0.9), VOCAB), spy, BasicCompositionAccountant(), max_tokens=4,
+                           fallback="public", public_backend=ToyBackend(agreeing(0.5), VOCAB), seed=3)
+    gen.generate(prompts(40), seed=5)
+    assert spy.seen and all(rng is None for rng in spy.seen)
+    mine = np.random.default_rng(0)
+    spy.seen.clear()
+    gen.generate(prompts(40), seed=5, mechanism_rng=mine)
+    assert spy.seen and all(rng is mine for rng in spy.seen)
+    with pytest.raises(TypeError, match="mechanism_rng"):
+        gen.generate(prompts(40), mechanism_rng=7)
 
 
 def test_fallback_public_when_teachers_disagree():
@@ -165,8 +193,9 @@ def test_individual_charging_removes_teachers():
         p[W["cat"]] = 1.0
         return p
 
+    # The public model proposes "cat", the teachers' word, so hits (and removals) come on most positions.
     gen = PrivateGenerator(ToyBackend(small_vocab, VOCAB), bt, acc, max_tokens=40, fallback="retry",
-                           max_retries=30, seed=5)
+                           max_retries=30, public_backend=ToyBackend(small_vocab, VOCAB), seed=5)
     result = gen.generate(prompts(40))
     sizes = [s.num_teachers for s in result.steps]
     assert sizes[0] == 40
@@ -232,3 +261,81 @@ def test_public_candidate_needs_a_public_backend():
         PrivateGenerator(ToyBackend(agreeing(), VOCAB), bt, acc, candidate="public")
     with pytest.raises(ValueError, match="candidate"):
         PrivateGenerator(ToyBackend(agreeing(), VOCAB), bt, acc, candidate="model")
+
+
+def test_individual_charging_rate_uses_the_fixed_ensemble_size(monkeypatch):
+    """nu ~ U[1/n, 1] with n the ensemble size at the start, also after teachers were removed."""
+    import ensembles.generation as generation
+
+    calls = []
+    draws = generation.individual_charging_draws
+
+    def recording(rng, num_teachers, active):
+        nu, included = draws(rng, num_teachers, active)
+        calls.append((num_teachers, len(active), nu, included.size))
+        return nu, included
+
+    monkeypatch.setattr(generation, "individual_charging_draws", recording)
+    bt = BetweenThresholds(0.2, 5, 15)
+    acc = IndividualChargingAccountant(40, per_teacher_limit=2, epsilon0=0.2, q=bt.q)
+
+    def cat(teacher, context):
+        p = np.zeros(len(VOCAB))
+        p[W["cat"]] = 1.0
+        return p
+
+    gen = PrivateGenerator(ToyBackend(cat, VOCAB), bt, acc, max_tokens=40, fallback="retry", max_retries=30,
+                           public_backend=ToyBackend(cat, VOCAB), seed=10)
+    gen.generate(prompts(40))
+    assert calls and all(n == 40 for n, _, _, _ in calls)
+    assert any(active < 40 for _, active, _, _ in calls)  # some queries ran after removals
+    assert all(1 / 40 <= nu <= 1 for _, _, nu, _ in calls)
+    assert all(size == active for _, active, _, size in calls)  # removed teachers are never counted
+
+
+def test_individual_charging_draws_do_not_depend_on_removal():
+    """For every random stream, removing teacher i changes neither nu nor any other teacher's inclusion, so
+    the law of (nu, included set minus {i}) is the same with and without i (and i is never included)."""
+    from ensembles.generation import individual_charging_draws
+
+    n = 7
+    everyone = np.arange(n)
+    for seed in range(200):
+        nu, included = individual_charging_draws(np.random.default_rng(seed), n, everyone)
+        for i in range(n):
+            others = np.delete(everyone, i)
+            nu_without, included_without = individual_charging_draws(np.random.default_rng(seed), n, others)
+            assert nu_without == nu
+            assert np.array_equal(included_without, np.delete(included, i))
+        assert 1 / n <= nu < 1
+    with pytest.raises(ValueError, match="active teachers"):
+        individual_charging_draws(np.random.default_rng(0), 3, np.array([0, 3]))
+
+
+def test_individual_charging_non_hits_name_nobody():
+    bt = BetweenThresholds(0.5, 3, 8)
+    acc = IndividualChargingAccountant(60, per_teacher_limit=1000, epsilon0=0.5, q=bt.q)
+    recorded = []
+    original = acc.record
+    acc.record = lambda release: (original(release), recorded.append(release))
+    gen = PrivateGenerator(ToyBackend(agreeing(0.7), VOCAB), bt, acc, max_tokens=30, fallback="public",
+                           public_backend=ToyBackend(agreeing(1.0), VOCAB), seed=2)
+    result = gen.generate(prompts(60))
+    assert {r.target_hit for r in recorded} == {True, False}
+    for release, step in zip(recorded, result.steps):
+        if release.target_hit:
+            assert len(release.charged_teachers) == step.counted
+        else:
+            assert release.charged_teachers == frozenset()
+    assert acc.charges == sum(len(r.charged_teachers) for r in recorded)
+
+
+def test_between_thresholds_out_of_reach_refused_before_any_charge():
+    bt = BetweenThresholds(0.5, 12, 20)
+    ledger = Ledger.in_memory()
+    acc = IndividualChargingAccountant(10, per_teacher_limit=5, epsilon0=0.5, q=bt.q, ledger=ledger)
+    gen = PrivateGenerator(ToyBackend(agreeing(), VOCAB), bt, acc, max_tokens=5, seed=0)
+    with pytest.raises(ValueError, match=r"low=12 is out of reach of n=10 teachers") as caught:
+        gen.generate(prompts(10))
+    assert "\n" not in str(caught.value)
+    assert acc.queries == 0 and ledger.row_count == 0

@@ -93,7 +93,7 @@ def _audit(capsys, path, *extra):
 def _raw(path) -> sqlite3.Connection:
     """A plain sqlite3 connection with the append-only triggers dropped (what a tamperer would do)."""
     conn = sqlite3.connect(path, isolation_level=None)
-    for name in ("charges_append_only_update", "charges_append_only_delete", "meta_frozen_update", "meta_frozen_delete"):
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
     return conn
 
@@ -162,7 +162,7 @@ def test_round_trip_reopen_replays_the_same_spent(path, capsys):
         assert [r.id for r in rows] == list(range(1, 7))
         assert rows[0].count == 3 and rows[0].outcome is None
         assert [r.outcome for r in rows[1:4]] == ["token", "fail", "target"]
-        assert rows[1].charged_teachers == frozenset({0, 7})
+        assert all(r.charged_teachers == frozenset() and r.commitment is None for r in rows)  # basic keeps none
         assert rows[-1].spent == spent
         assert ledger.run_metadata == {"mechanism": {"epsilon": 0.05}, "seed": "OS entropy"}
         fresh.compose(EpsilonDeltaEvent(0.01))
@@ -324,9 +324,9 @@ def test_edited_count_is_named(filled, capsys):
     _assert_fails_at(capsys, filled, 2, "edited")
 
 
-def test_edited_outcome_or_teachers_is_named(filled, capsys):
+def test_edited_outcome_is_named(filled, capsys):
     conn = _raw(filled)
-    conn.execute("UPDATE charges SET charged_teachers = '[7]' WHERE id = 5")
+    conn.execute("UPDATE charges SET outcome = 'token' WHERE id = 5")
     conn.close()
     _assert_fails_at(capsys, filled, 5, "edited")
 
@@ -570,13 +570,18 @@ def test_run_metadata_is_json_and_frozen_after_the_first_row(path):
         metadata = {"mechanism": describe_mechanism(ThresholdWeightedSampling(threshold=3, gamma=2.0)),
                     "seed": describe_seed(1234)}
         assert metadata["mechanism"]["parameters"] == {"threshold": 3, "gamma": 2.0}
-        ledger.set_run_metadata({"seed": 1})
+        assert metadata["seed"] == "seeded"  # never the value
+        for bad in ({"seed": 1}, {"run": {"Seed": 7.0}}, {"seeds": [1, 2]}):  # seeds never reach the file
+            with pytest.raises(ValueError, match="never stores seeds") as caught:
+                ledger.set_run_metadata(bad)
+            assert "7" not in str(caught.value) and ": 1" not in str(caught.value)
+        ledger.set_run_metadata({"seeded": True})
         ledger.set_run_metadata(metadata)  # replaceable before the first row
         accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
         accountant.compose(EpsilonDeltaEvent(0.1))
         ledger.set_run_metadata(metadata)  # a joining process may repeat it
         with pytest.raises(ValueError, match="before the first charge"):
-            ledger.set_run_metadata({"seed": 99})
+            ledger.set_run_metadata({"seeded": False})
         assert ledger.run_metadata == metadata
     with pytest.raises(TypeError):
         describe_seed("42")
@@ -629,7 +634,7 @@ def _accountant_classes():
 #: Constructor arguments some accountants require, and events to try in turn (the first one accepted is used).
 REQUIRED_ARGUMENTS = {"num_teachers": 10}
 #: Per-kind constructor arguments and events (individual charging needs eps0 and q with a budget, and
-#: accounts only BetweenThresholds events at that eps0; values from spec 10).
+#: accounts only BetweenThresholds events at that eps0).
 _Q = -math.expm1(-0.02 * 151) / (1.0 + math.exp(0.02))  # BetweenThresholds' discrete q at eps0 0.02, gap 150
 KIND_SETUP = {"individual-charging": ({"epsilon0": 0.02, "gap": 150, "relation": "add-remove-one",
                                        "budget": (1.0, 1e-6)},
@@ -699,10 +704,10 @@ def test_unknown_kind_is_reported(path, capsys):
 class _Server:
     """tests/ledger_worker.py in ``serve`` mode: forks a charging child per ``run``, or racers (``race N``)."""
 
-    def __init__(self, path, budget, step, max_batch=10, pause=0.0):
+    def __init__(self, path, budget, step, max_batch=10, pause=0.0, extra=()):
         self.proc = subprocess.Popen(
             [sys.executable, str(WORKER), "serve", str(path), "--budget", str(budget), "--step", str(step),
-             "--max-batch", str(max_batch), "--pause", str(pause)],
+             "--max-batch", str(max_batch), "--pause", str(pause), *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env(),
         )
         assert self._line() == "ready"
@@ -785,9 +790,8 @@ def test_killed_writers_leave_a_ledger_that_verifies(path):
             accountant.compose(EpsilonDeltaEvent(step))
 
 
-def test_concurrent_writers_share_one_budget(path):
-    budget, step, workers = 1.5, 0.01, 3
-    server = _Server(path, budget, step, pause=0.001)
+def _race(server, workers: int) -> list:
+    """Start ``workers`` racing writers on ``server`` and return their JSON reports."""
     try:
         server.proc.stdin.write(f"race {workers}\n")
         server.proc.stdin.flush()
@@ -795,6 +799,12 @@ def test_concurrent_writers_share_one_budget(path):
         assert server._line() == "done"
     finally:
         server.close()
+    return reports
+
+
+def test_concurrent_writers_share_one_budget(path):
+    budget, step, workers = 1.5, 0.01, 3
+    reports = _race(_Server(path, budget, step, pause=0.001, extra=("--runs",)), workers)
     result = _verify(path)
     assert result.ok, result.message
     assert result.spent[0] <= budget + 1e-9
@@ -806,3 +816,143 @@ def test_concurrent_writers_share_one_budget(path):
         assert writers.count(report["writer"]) == report["charged"]
         assert report["spent"][0] == pytest.approx(result.spent[0])  # each saw everyone's charges at the end
     assert sum(1 for r in reports if r["charged"] > 0) >= 2  # they really raced
+    # Concurrent runs: each racer began its own run; every row names its writer's run, and the runs' rows
+    # add up to the one budget (no run has a budget of its own).
+    assert sorted(r["run"] for r in reports) == list(range(1, workers + 1))
+    assert len(result.runs) == workers
+    for report in reports:
+        run = result.runs[report["run"] - 1]
+        assert run["metadata"] == {"racer": run["metadata"]["racer"], "seeded": False}
+        assert run["rows"] == report["charged"]
+    with Ledger.open(path, read_only=True) as ledger:
+        by_writer = {report["writer"]: report["run"] for report in reports}
+        assert all(row.run == by_writer[row.writer] for row in ledger.rows())
+
+
+def test_concurrent_individual_charging_writers_never_overcharge_a_teacher(path):
+    """Three processes charge one individual-charging ledger (shareable + confidential files) at once:
+    no teacher is ever charged beyond its limit, the confidential file holds exactly the hit charges, both
+    parts verify, and each racer's hits are in the confidential rows."""
+    from pate_accountant.accountants import IndividualChargingAccountant
+
+    limit, workers = 5, 3
+    server = _Server(path, 1.0, 0.01, pause=0.002, extra=("--kind", "individual", "--limit", str(limit), "--runs"))
+    reports = _race(server, workers)
+    result = _verify(path)
+    assert result.ok, result.message
+    assert result.confidential == "verified" and result.rows == sum(r["charged"] for r in reports)
+    with Ledger.open(path, read_only=True) as ledger:
+        replayed = IndividualChargingAccountant(50, per_teacher_limit=limit, relation="add-remove-one", ledger=ledger)
+        assert int(replayed.counters.max()) <= limit
+        assert replayed.num_active == 0  # they charged until every teacher reached its limit
+        assert int(replayed.counters.sum()) == sum(len(t) for r in reports for t in r["hits"])
+        hit_rows = [row for row in ledger.rows() if row.outcome == "target"]
+        charged = sorted(sorted(row.charged_teachers) for row in hit_rows)
+    assert charged == sorted(t for r in reports for t in r["hits"])
+    conn = sqlite3.connect(ledger_module.confidential_path(path))
+    assert conn.execute("SELECT COUNT(*) FROM charges").fetchone()[0] == len(hit_rows)
+    conn.close()
+    assert sum(1 for r in reports if r["charged"] > 0) >= 2
+
+
+# -- data sets and runs ----------------------------------------------------------------------------------------
+
+
+def test_data_set_name_is_checked_and_frozen(path):
+    with Ledger.open(path) as ledger:
+        assert ledger.dataset is None
+        with pytest.raises(TypeError, match="dataset"):
+            ledger.set_dataset(7)
+        for bad in ("", "   ", "x" * 201, "two\nlines"):
+            with pytest.raises(ValueError, match="dataset"):
+                ledger.set_dataset(bad)
+        ledger.set_dataset("dolly-15k")
+        ledger.set_dataset("dolly-15k")  # the same name again is fine
+        with pytest.raises(ValueError, match="belongs to the data set 'dolly-15k', not 'other'"):
+            ledger.set_dataset("other")
+        BasicCompositionAccountant(budget=BUDGET, ledger=ledger).compose(EpsilonDeltaEvent(0.1))
+        assert ledger.dataset == "dolly-15k"
+    result = _verify(path)
+    assert result.ok and result.dataset == "dolly-15k"
+    conn = _raw(path)  # the name is covered by the genesis hash
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'dataset'", (json.dumps("renamed"),))
+    conn.close()
+    result = _verify(path)
+    assert not result.ok and result.first_bad_row == 1 and "metadata" in result.message
+
+
+def _two_runs(path):
+    with Ledger.open(path) as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        assert ledger.begin_run({"mechanism": "a", "seeded": False}) == 1
+        accountant.compose(EpsilonDeltaEvent(0.1))
+        accountant.compose(EpsilonDeltaEvent(0.1))
+    with Ledger.open(path) as ledger:  # a later run, another process: its own metadata, same budget
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        assert accountant.spent()[0] == pytest.approx(0.2)
+        assert ledger.begin_run({"mechanism": "b", "seeded": True}) == 2
+        assert ledger.current_run == 2
+        accountant.compose(EpsilonDeltaEvent(0.3))
+
+
+def test_runs_keep_their_own_metadata_and_rows(path, capsys):
+    _two_runs(path)
+    with Ledger.open(path, read_only=True) as ledger:
+        assert [(r["id"], r["first_row"], r["metadata"]["mechanism"]) for r in ledger.runs] == [(1, 0, "a"), (2, 2, "b")]
+        assert [row.run for row in ledger.rows()] == [1, 1, 2]
+    result = _verify(path)
+    assert result.ok, result.message
+    assert [(r["id"], r["rows"]) for r in result.runs] == [(1, 2), (2, 1)]
+    assert result.spent[0] == pytest.approx(0.5)
+    code, out, _ = _audit(capsys, path)
+    assert code == 0 and "runs        : 2" in out and '"mechanism": "b"' in out
+    with Ledger.open(path) as ledger:
+        with pytest.raises(ValueError, match="never stores seeds"):
+            ledger.begin_run({"seed": 12345})
+        with pytest.raises(TypeError):
+            ledger.begin_run(["not", "a", "dict"])
+        assert len(ledger.runs) == 2  # refused before anything was written
+
+
+def test_edited_dropped_or_forged_runs_are_caught(path):
+    _two_runs(path)
+    conn = _raw(path)
+    conn.execute("UPDATE runs SET metadata = ? WHERE id = 1", (json.dumps({"mechanism": "z", "seeded": False}),))
+    conn.close()
+    result = _verify(path)
+    assert not result.ok and "run 1's metadata was edited" in result.message
+
+    _two_runs(path.with_name("b.db"))
+    conn = _raw(path.with_name("b.db"))
+    conn.execute("DELETE FROM runs WHERE id = 2")
+    conn.close()
+    result = _verify(path.with_name("b.db"))
+    assert not result.ok and "runs" in result.message
+
+    _two_runs(path.with_name("c.db"))
+    conn = _raw(path.with_name("c.db"))
+    conn.execute("UPDATE charges SET run = 1 WHERE id = 3")
+    conn.close()
+    result = _verify(path.with_name("c.db"))
+    assert not result.ok and result.first_bad_row == 3 and "edited" in result.message
+
+    _two_runs(path.with_name("d.db"))
+    conn = _raw(path.with_name("d.db"))
+    conn.execute("UPDATE charges SET run = 9 WHERE id = 3")
+    _rehash(conn)
+    conn.close()
+    result = _verify(path.with_name("d.db"))
+    assert not result.ok and result.first_bad_row == 3 and "run 9" in result.message
+
+
+def test_a_ledger_of_an_older_schema_is_refused(path):
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("CREATE TABLE charges (id INTEGER PRIMARY KEY)")
+    conn.execute("CREATE TABLE head (id INTEGER PRIMARY KEY, row_count INTEGER, last_hash TEXT)")
+    conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    conn.commit()
+    conn.close()
+    for read_only in (False, True):
+        with pytest.raises(LedgerError, match="schema version 1 is not supported"):
+            Ledger.open(path, read_only=read_only)

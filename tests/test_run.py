@@ -88,8 +88,10 @@ def test_private_run_end_to_end(model_dir, tmp_path):
     with Ledger.open(str(ledger), read_only=True) as opened:
         check = opened.verify()
         assert check.ok
-        assert opened.run_metadata["seed"] == 0
-        assert opened.run_metadata["mechanism"]["parameters"]["epsilon"] == 8.0
+        (run,) = opened.runs
+        assert run["metadata"]["seeded"] is True and "seed" not in run["metadata"]
+        assert run["metadata"]["mechanism"]["parameters"]["epsilon"] == 8.0
+        assert opened.dataset == "records"
     # no prompt text anywhere in the ledger (WAL included) or the returned parameters
     for path in tmp_path.iterdir():
         assert MARKER.encode() not in path.read_bytes(), path
@@ -104,11 +106,20 @@ def test_equal_seeds_equal_records(model_dir, tmp_path):
     assert first["spent"] == second["spent"]
 
 
-def test_os_entropy_seed_is_recorded(model_dir, tmp_path):
+def test_unseeded_run_records_seeded_false_and_warns_nothing(model_dir, tmp_path, capsys):
     ledger = tmp_path / "c.sqlite"
-    _run(model_dir, ledger, seed=None, num_records=1, max_tokens=2)
+    result = _run(model_dir, ledger, seed=None, num_records=1, max_tokens=2)
+    assert result["parameters"]["seeded"] is False
+    assert "seeded" not in capsys.readouterr().err
     with Ledger.open(str(ledger), read_only=True) as opened:
-        assert opened.run_metadata["seed"] == "OS entropy"
+        assert opened.runs[0]["metadata"]["seeded"] is False
+
+
+def test_seeded_run_warns_on_stderr(model_dir, tmp_path, capsys):
+    result = _run(model_dir, tmp_path / "w.sqlite", seed=5, num_records=1, max_tokens=2)
+    assert result["parameters"]["seeded"] is True and "seed" not in result["parameters"]
+    err = capsys.readouterr().err
+    assert "warning" in err and "no privacy against anyone who knows the seed" in err
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -149,11 +160,16 @@ def test_tokenizer_without_pad_or_eos_refused_before_the_ledger(model_dir, tmp_p
     assert not ledger.exists()
 
 
-def test_existing_ledger_refused(model_dir, tmp_path):
+def test_existing_file_that_is_no_data_set_ledger_refused(model_dir, tmp_path):
     ledger = tmp_path / "exists.sqlite"
     ledger.write_bytes(b"")
-    with pytest.raises(RunInputError, match="already exists"):
+    with pytest.raises(RunInputError, match="names no data set"):
         _run(model_dir, ledger)
+    assert ledger.read_bytes() == b""
+    other = tmp_path / "garbage.sqlite"
+    other.write_bytes(b"not a database at all " * 50)
+    with pytest.raises(RunInputError, match="cannot open it as a ledger"):
+        _run(model_dir, other)
 
 
 def _generate_argv(model_dir, data, ledger, *extra):
@@ -170,7 +186,7 @@ def test_cli_generate_json(model_dir, tmp_path, capsys):
     assert main(_generate_argv(model_dir, data, ledger, "--json")) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["audit"]["ok"] and len(out["records"]) == 2
-    assert out["parameters"]["seed"] == 3
+    assert out["parameters"]["seeded"] is True and "seed" not in out["parameters"]
     assert MARKER.encode() not in ledger.read_bytes()
     assert main(["audit", str(ledger), "--json"]) == 0
 
@@ -183,7 +199,8 @@ def test_cli_generate_text(model_dir, tmp_path, capsys):
     assert "audit       : OK" in out and "record 1" in out and MARKER not in out
 
 
-@pytest.mark.parametrize("case", ["unknown-model", "empty-data", "too-many-teachers", "existing-ledger"])
+@pytest.mark.parametrize("case", ["unknown-model", "empty-data", "too-many-teachers", "existing-ledger",
+                                  "unreachable-threshold"])
 def test_cli_generate_bad_inputs_exit_2(model_dir, tmp_path, capsys, case):
     data = tmp_path / "data.jsonl"
     _write_jsonl(data, _records(3))
@@ -198,9 +215,15 @@ def test_cli_generate_bad_inputs_exit_2(model_dir, tmp_path, capsys, case):
     argv = _generate_argv(model, data, ledger)
     if case == "too-many-teachers":
         argv[argv.index("--teachers") + 1] = "9"
+    if case == "unreachable-threshold":  # DPArgMax(1, 1e-6, add/remove) has L = 14: 3 teachers never clear n/2 + L
+        argv[argv.index("--step-epsilon") + 1] = "1"
+        argv[argv.index("--step-delta") + 1] = "1e-6"
+        argv[argv.index("--teachers") + 1] = "3"
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "error" in err and MARKER not in err
+    if case == "unreachable-threshold":
+        assert "n=3" in err and "n/2 + L" in err and "2L = 28" in err
     if case != "existing-ledger":
         assert not ledger.exists()
     else:
@@ -218,3 +241,168 @@ def test_every_mechanism_name_builds_and_target_charging_takes_the_wrapped_ones(
         assert isinstance(mech, BoundaryWrapper) == name.startswith("boundary-")
         if name.startswith("boundary-"):
             assert build_accountant("target-charging", (1e4, 1e-3)).can_afford(mech.event)
+
+
+# -- seeds never reach a shareable artifact ------------------------------------------------------------------
+
+SEED = 987654321  # distinctive digits: they cannot appear by accident in the outputs checked below
+
+
+def _ledger_bytes(ledger) -> bytes:
+    """The ledger database with its WAL and shared-memory files (and a confidential file, if any)."""
+    return b"".join(p.read_bytes() for p in sorted(ledger.parent.glob(ledger.name + "*")))
+
+
+def _ledger_content(ledger) -> tuple:
+    """The database file and its write-ahead log (empty or absent when nothing is pending).  SQLite's
+    shared-memory index, which even a read-only reader may create, is not content."""
+    wal = ledger.with_name(ledger.name + "-wal")
+    return ledger.read_bytes(), wal.read_bytes() if wal.exists() else b""
+
+
+@pytest.mark.parametrize("json_output", [True, False], ids=["json", "text"])
+def test_cli_generate_seed_reaches_no_shareable_output(model_dir, tmp_path, capsys, json_output):
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger = tmp_path / "seeded.sqlite"
+    argv = _generate_argv(model_dir, data, ledger, *(["--json"] if json_output else ["--no-progress"]))
+    argv[argv.index("--seed") + 1] = str(SEED)
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert str(SEED) not in captured.out
+    assert str(SEED).encode() not in _ledger_bytes(ledger)
+    assert "warning" in captured.err and "no privacy against anyone who knows the seed" in captured.err
+    assert str(SEED) not in captured.err  # the warning does not repeat it either
+    if json_output:
+        assert json.loads(captured.out)["parameters"]["seeded"] is True
+    assert main(["audit", str(ledger)]) == 0
+    audit = capsys.readouterr().out
+    assert '"seeded": true' in audit and str(SEED) not in audit
+
+
+def test_cli_demo_seed_reaches_no_shareable_output(model_dir, tmp_path, capsys, monkeypatch):
+    import ensembles.run
+
+    monkeypatch.setattr(ensembles.run, "demo_model_path", lambda: model_dir)  # the tiny model, not SmolLM2
+    ledger = tmp_path / "demo.sqlite"
+    argv = ["demo", "--ledger", str(ledger), "--teachers", "64", "--records", "1", "--max-tokens", "3",
+            "--step-epsilon", "8", "--step-delta", "0.001", "--delta", "0.5", "--threads", "1", "--seed", str(SEED),
+            "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["parameters"]["seeded"] is True and result["ledger"]["dataset"] == "bundled-sample"
+    assert str(SEED) not in captured.out and str(SEED).encode() not in _ledger_bytes(ledger)
+    assert "no privacy against anyone who knows the seed" in captured.err
+
+
+# -- runs whose threshold is out of reach ---------------------------------------------------------------------
+
+
+def test_unreachable_threshold_refused_before_anything_is_written(model_dir, tmp_path):
+    # DPArgMax(1, 1e-6, add/remove) has L = 14: even 6 unanimous teachers never clear n/2 + L = 17 without noise
+    ledger = tmp_path / "unreachable.sqlite"
+    with pytest.raises(RunInputError, match=r"n/2 \+ L = 3 \+ 14 .* n=6 teachers") as caught:
+        _run(model_dir, ledger, step_epsilon=1.0, step_delta=1e-6)
+    assert "\n" not in str(caught.value)
+    assert not ledger.exists()
+    # on an existing ledger nothing changes either
+    _run(model_dir, ledger, num_records=1, max_tokens=1)
+    before = _ledger_content(ledger)
+    with pytest.raises(RunInputError, match="out of reach"):
+        _run(model_dir, ledger, step_epsilon=1.0, step_delta=1e-6)
+    assert _ledger_content(ledger) == before
+    # weighted sampling: counts below 2L need noise to survive
+    from ensembles.run import build_mechanism
+
+    bound = build_mechanism("dp-weighted-sampling", 1.0, 1e-6, "replace-one").error_bound
+    assert 2 * bound > 6
+    with pytest.raises(RunInputError, match=rf"2L = {2 * bound} .* n=6"):
+        _run(model_dir, tmp_path / "ws.sqlite", mechanism="dp-weighted-sampling", step_epsilon=1.0, step_delta=1e-6,
+             relation="replace-one")
+    assert not (tmp_path / "ws.sqlite").exists()
+
+
+def test_check_reachable_for_every_mechanism():
+    from ensembles.run import build_mechanism, check_reachable
+    from mechanisms import BetweenThresholds
+
+    for name in ("dp-argmax", "boundary-dp-argmax"):
+        mech = build_mechanism(name, 1.0, 1e-6, "add-remove-one")  # L = 14
+        with pytest.raises(RunInputError, match="n=28"):
+            check_reachable(mech, 28)
+        check_reachable(mech, 29)
+    check_reachable(BetweenThresholds(0.5, 5, 9), 5)
+    with pytest.raises(RunInputError, match="low=5 .* n=4"):
+        check_reachable(BetweenThresholds(0.5, 5, 9), 4)
+
+
+# -- a ledger belongs to a data set: runs append and share its budget ------------------------------------------
+
+
+def test_second_run_appends_and_spends_the_same_budget(model_dir, tmp_path, capsys):
+    ledger = tmp_path / "dataset.sqlite"
+    first = _run(model_dir, ledger, num_records=1, max_tokens=3, dataset="toy-records")
+    assert first["ledger"]["appended"] is False and first["ledger"]["run"] == 1
+    second = _run(model_dir, ledger, num_records=1, max_tokens=3, dataset="toy-records", seed=None)
+    assert second["ledger"]["appended"] is True and second["ledger"]["run"] == 2
+    assert second["spent_before"] == first["spent"]
+    rows = first["charged_runs"] + second["charged_runs"]
+    assert second["ledger"]["rows"] == rows and second["ledger"]["run_rows"] == second["charged_runs"]
+    assert second["spent"]["epsilon"] == pytest.approx(8.0 * rows)  # basic composition over both runs
+    assert second["audit"]["ok"]
+    with Ledger.open(str(ledger), read_only=True) as opened:
+        runs = opened.runs
+        assert [r["id"] for r in runs] == [1, 2]
+        assert [r["metadata"]["seeded"] for r in runs] == [True, False]
+        assert [r["first_row"] for r in runs] == [0, first["charged_runs"]]
+        assert [row.run for row in opened.rows()] == [1] * first["charged_runs"] + [2] * second["charged_runs"]
+    assert main(["audit", str(ledger), "--json"]) == 0
+    audit = json.loads(capsys.readouterr().out)
+    assert audit["dataset"] == "toy-records" and len(audit["runs"]) == 2
+    for run in audit["runs"]:
+        meta = run["metadata"]
+        assert {"mechanism", "accountant", "budget", "seeded", "software_version"} <= set(meta)
+        assert "seed" not in meta
+    assert main(["audit", str(ledger)]) == 0
+    text = capsys.readouterr().out
+    assert "run 1 (" in text and "run 2 (" in text and "data set    : toy-records" in text
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"dataset": "other-records"}, "belongs to the data set 'toy-records', not 'other-records'"),
+    ({"accountant": "pld"}, "another accountant or budget.*kind"),
+    ({"epsilon": 300.0}, "another accountant or budget.*budget"),
+])
+def test_other_data_set_or_accountant_refused_before_the_run(model_dir, tmp_path, change, message):
+    ledger = tmp_path / "dataset.sqlite"
+    _run(model_dir, ledger, num_records=1, max_tokens=2, dataset="toy-records")
+    before = _ledger_content(ledger)
+    with pytest.raises(RunInputError, match=message) as caught:
+        _run(model_dir, ledger, **{"num_records": 1, "max_tokens": 2, "dataset": "toy-records", **change})
+    assert "\n" not in str(caught.value)
+    assert _ledger_content(ledger) == before
+
+
+def test_spent_budget_refused_before_the_run(model_dir, tmp_path):
+    ledger = tmp_path / "small.sqlite"
+    first = _run(model_dir, ledger, epsilon=24.0, num_records=2, max_tokens=6)  # three steps of epsilon 8
+    assert first["records"][-1]["stop_reason"] == "budget" and first["spent"]["epsilon"] == pytest.approx(24.0)
+    before = _ledger_content(ledger)
+    with pytest.raises(RunInputError, match="cannot pay for another step"):
+        _run(model_dir, ledger, epsilon=24.0)
+    assert _ledger_content(ledger) == before
+
+
+def test_cli_generate_twice_on_one_ledger(model_dir, tmp_path, capsys):
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger = tmp_path / "twice.sqlite"
+    for expected_runs in (1, 2):
+        assert main(_generate_argv(model_dir, data, ledger, "--json")) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["ledger"]["runs"] == expected_runs and out["ledger"]["dataset"] == "data.jsonl"
+    argv = _generate_argv(model_dir, data, ledger, "--dataset", "another")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "belongs to the data set 'data.jsonl'" in err

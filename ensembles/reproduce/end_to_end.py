@@ -234,7 +234,8 @@ def generate_records(backend, public, mechanism, accountant, *, histograms: str,
     )
     results = []
     for index in range(num_records):
-        result = generator.generate(prompts, shared_prefix=shared_prefix, rng=rng)
+        # A seeded simulation: the mechanism noise comes from the same generator, so a seed reproduces the run.
+        result = generator.generate(prompts, shared_prefix=shared_prefix, rng=rng, mechanism_rng=rng)
         results.append(result)
         if on_record is not None:
             on_record()
@@ -255,15 +256,13 @@ def _accountant_state(accountant) -> dict:
     from pate_accountant.accountants import IndividualChargingAccountant
 
     if isinstance(accountant, IndividualChargingAccountant):
-        counters = list(accountant.counters)
+        # Only DP outputs and public parameters: the per-teacher counters, the largest charge and the
+        # removed teachers are functions of who voted for the candidates, so they stay out of the result.
         return {
             "kind": accountant.kind,
             "between_hits": int(accountant.hits),
             "queries": int(accountant.queries),
             "per_teacher_limit": accountant.per_teacher_limit,
-            "largest_charge": int(max(counters)) if counters else 0,
-            "teachers_charged": int(sum(1 for c in counters if c > 0)),
-            "teachers_removed": len(accountant.removed_teachers),
         }
     return {
         "kind": accountant.kind,
@@ -301,7 +300,12 @@ def summarize_run(results, accountant, budget, mechanism=None, *, num_records: i
     stops: dict = {}
     for result in results:
         stops[result.stop_reason] = stops.get(result.stop_reason, 0) + 1
-    spent_eps, spent_delta = (float(x) for x in accountant.spent())
+    if getattr(accountant, "confidential_charges", False):
+        # Individual charging: spent() is the worst teacher's loss, a function of the votes; the run's
+        # public guarantee is the budget, which the per-teacher limit enforces.
+        spent_eps, spent_delta = budget
+    else:
+        spent_eps, spent_delta = (float(x) for x in accountant.spent())
     within = spent_eps <= budget[0] * (1 + BUDGET_SLACK) and spent_delta <= budget[1] * (1 + BUDGET_SLACK)
     out = {
         "records": texts,
@@ -318,6 +322,7 @@ def summarize_run(results, accountant, budget, mechanism=None, *, num_records: i
         "fail_rate": _ratio(runs - len(private), runs),
         "distinct_private_tokens": len(set(private)),
         "spent": {"epsilon": _finite(spent_eps), "delta": spent_delta},
+        "spent_is": "guarantee" if getattr(accountant, "confidential_charges", False) else "accountant",
         "budget": {"epsilon": budget[0], "delta": budget[1]},
         "within_budget": bool(within),
         "records_per_epsilon": _ratio(len(completed), spent_eps) if math.isfinite(spent_eps) else None,
@@ -628,7 +633,7 @@ def run(*, quick: bool, seed: int, progress: bool, model=None, data=None, teache
         "experiment": NAME,
         "parameters": {
             "quick": bool(quick),
-            "seed": seed,
+            "seeded": True,  # the seed itself is never written (it would let anyone replay the noise)
             "parts": list(options["parts"]),
             "configurations": list(CONFIGURATIONS),
             "ensembles": [label for label, _ in ENSEMBLES],
@@ -677,7 +682,7 @@ def _fmt(value, spec: str = ".3g") -> str:
 
 
 def summary(result: dict) -> str:
-    lines = [f"end-to-end private generation (paper Framework 2), seed {result['parameters']['seed']}",
+    lines = [f"end-to-end private generation (paper Framework 2), seeded simulation (seed not recorded)",
              "  (rec: records produced, runs: charged runs, priv/fallbk: private/public tokens, fail: share of "
              "runs releasing nothing, hits: charged target outcomes (wrapper targets, BetweenThresholds 'between'), rec/eps and tok/eps: records and private tokens "
              "per epsilon spent, d-rec: distinct records, d-1/d-2: distinct-n ratios)"]
