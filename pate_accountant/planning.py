@@ -5,8 +5,9 @@ a frozen dataclass holding the numbers *and* the assumptions behind them; ``.as_
 JSON-able dict (``None`` for an infinite or undefined value).
 
 * :func:`target_hits`: how many target hits a budget ``(epsilon, delta)`` buys for ``q``-target queries at
-  level ``eps0`` (the TCT bound of spec 4.2, :func:`pate_accountant.tct.tct_max_hits`), next to the
-  number of plain ``eps0``-DP queries basic / DRV / KOV / exact optimal composition allows.
+  level ``eps0`` (the TCT bound of spec 4.2, split as :func:`pate_accountant.tct.target_charging_split`
+  splits it), next to the number of plain ``eps0``-DP queries basic / DRV / KOV / exact optimal
+  composition allows.
 * :func:`teachers_for`, :func:`c_delta`: the paper's ensemble size ``n = C_delta / eps0`` with
   ``C_delta = 2 ln(1/delta0)`` (Section "Privacy analysis considerations").
 * :func:`yields`: the expected number of yields (tokens) the budget buys, by the paper's relation
@@ -17,6 +18,13 @@ JSON-able dict (``None`` for an infinite or undefined value).
   target charging (TCT), individual (per-teacher) charging.
 * :func:`bassily_tt_teachers`, :func:`bassily_tt_tokens`: the BassilyTT margin condition
   ``eta n >= 32 sqrt(2)/eps ln(4m/delta) sqrt(ln(2/delta))`` of Appendix D (spec 7).
+
+``delta0`` (every target-charging function): the ``delta_A`` of a boundary-wrapped approximate-DP inner
+aggregator (``0``, the default and the paper's figure, for a pure inner).  Every query of such an inner, hit
+or not, pays the mixture weight ``w = 1 - (1 - delta0)^2`` in delta
+(:func:`pate_accountant.tct.wrapped_query_delta`; docs/tct_and_individual.md, section 1), so a share
+``query_delta_share`` of ``delta`` (default one half) is reserved for them and the budget also limits the
+number of queries (``max_queries``), exactly as a budgeted ``TargetChargingAccountant`` does.
 
 Neighbouring relation: the one the per-query level ``eps0`` is stated under (by default one teacher's
 vote changes, paper Observation 1); planning itself does not change it.  This module imports only the
@@ -35,11 +43,14 @@ from pate_accountant.composition import pure_optimal_delta, pure_optimal_epsilon
 from pate_accountant.tct import (
     COMPOSITIONS,
     SPLITS,
+    TargetChargingSplit,
     largest_fitting,
     private_draws_needed,
+    query_delta_epsilon,
+    target_charging_split,
     tct_details,
     tct_epsilon,
-    tct_max_hits,
+    wrapped_query_delta,
 )
 from pate_accountant.validation import check_int, check_real
 
@@ -70,11 +81,15 @@ PLAIN_METHODS = ("basic", "drv", "kov", "optimal")
 BTT_CONSTANT = 32.0 * math.sqrt(2.0)
 #: Default delta0 of the aggregator in the paper's ``C_delta = 2 ln(1/delta0)``.
 DEFAULT_AGGREGATOR_DELTA = 1e-6
+#: Default share of ``delta`` reserved for the per-query weights of an approximate inner (the same default as
+#: ``TargetChargingAccountant(query_delta_share=0.5)``).
+DEFAULT_QUERY_DELTA_SHARE = 0.5
 
 _TCT_ASSUMPTION = (
     "TCT bound (spec 4.2, [RECON]): the interaction stops at the tau-th target hit; each query is eps0-DP in "
-    "the part that depends on the data and has a q-target; the number of private draws for tau hits is "
-    "bounded by a negative-binomial tail, paid for in delta; the draws compose by {composition} composition."
+    "the part that depends on the data and has a q-target (after removing its per-query mixture weight w when "
+    "delta0 > 0); the number of private draws for tau hits is bounded by a negative-binomial tail, paid for in "
+    "delta; the draws compose by {composition} composition."
 )
 _EPS0_ASSUMPTION = (
     "eps0 is the privacy level of the target (the TCT level). A BoundaryWrapper around an eps_A-DP inner "
@@ -107,11 +122,17 @@ class _Result:
 class TargetHitsPlan(_Result):
     """What :func:`target_hits` returns.
 
-    ``hits`` is the largest number of target hits with ``epsilon_spent = tct_epsilon(hits) <= epsilon``
-    (``epsilon_next_hit`` is the epsilon of one hit more, ``> epsilon``); ``private_draws`` is the
-    truncation ``k`` of the TCT bound at ``hits``; ``paper_hits = (10 eps0)^-2`` is the paper's
-    Section 6 figure (meant for total epsilon 1 and ``eps0 <= 0.01``); ``plain_queries`` maps each plain
-    composition method to the largest number of ``eps0``-DP queries it allows for the same budget.
+    The budget is split as :func:`pate_accountant.tct.target_charging_split` (and a budgeted
+    ``TargetChargingAccountant``) splits it.  ``per_query_delta = w = 1 - (1 - delta0)^2`` is what every
+    query pays (``0`` for a pure inner, ``delta0 = 0``); ``reserved_delta`` is the share of ``delta`` reserved
+    for those weights; ``max_queries = floor(reserved_delta / w)`` is how many queries, hits or not, the
+    budget allows (``None`` for a pure inner: no limit).  ``hits`` is the split's hit limit; ``epsilon_spent
+    = tct_epsilon(hits, delta - reserved_delta) + ln(1/(1 - reserved_delta)) <= epsilon`` is the bound at
+    those hits with the reserve fully used (``0`` when no hit fits); ``epsilon_next_hit`` is the same for one
+    hit more (``> epsilon``).  ``private_draws`` is the truncation ``k`` of the TCT bound at ``hits``;
+    ``paper_hits = (10 eps0)^-2`` is the paper's Section 6 figure (meant for total epsilon 1 and
+    ``eps0 <= 0.01``); ``plain_queries`` maps each plain composition method to the largest number of
+    ``(eps0, delta0)``-DP queries it allows for the same budget.
     """
 
     epsilon: float
@@ -124,6 +145,9 @@ class TargetHitsPlan(_Result):
     epsilon_spent: float
     epsilon_next_hit: float
     private_draws: int
+    per_query_delta: float
+    reserved_delta: float
+    max_queries: int | None
     paper_hits: float
     plain_queries: dict
     assumptions: tuple
@@ -137,6 +161,8 @@ class YieldsPlan(_Result):
     ``paper_hits = (10 eps0)^-2`` times the same gives ``paper_yields``; ``paper_formula_yields`` is the
     paper's ``0.005 n^2 / C_delta`` (equal to ``paper_yields`` when ``n = C_delta / eps0``).
     ``min_teachers = C_delta / eps0`` (:func:`teachers_for`); ``num_teachers_needed`` is its ceiling.
+    ``max_queries`` (``None`` for a pure inner) is :func:`target_hits`'s query limit: each query yields at
+    most one token.
     """
 
     epsilon: float
@@ -152,6 +178,7 @@ class YieldsPlan(_Result):
     num_teachers_needed: int
     hits: int
     epsilon_spent: float
+    max_queries: int | None
     yields_per_hit: float
     yields: float
     paper_hits: float
@@ -169,7 +196,9 @@ class TokensPlan(_Result):
     (``num_teachers_exact`` unrounded); ``hits`` is the calibrated maximum at that ``eps0``
     (``epsilon_spent <= epsilon < epsilon_next_hit``) and ``expected_yields = hits eps0 num_teachers / 2
     >= tokens``.  ``paper_eps0 = sqrt(0.005 C_delta / tokens)`` and ``paper_num_teachers`` come from the
-    paper's "0.005 n^2 / C_delta yields" (``tau = (10 eps0)^-2``) for comparison.
+    paper's "0.005 n^2 / C_delta yields" (``tau = (10 eps0)^-2``) for comparison.  ``per_query_delta``,
+    ``reserved_delta`` and ``max_queries`` are those of :class:`TargetHitsPlan` (the budget split does not
+    depend on ``eps0``); ``epsilon_spent`` includes the reserve.
     """
 
     tokens: int
@@ -187,6 +216,9 @@ class TokensPlan(_Result):
     hits: int
     epsilon_spent: float
     epsilon_next_hit: float
+    per_query_delta: float
+    reserved_delta: float
+    max_queries: int | None
     expected_yields: float
     paper_eps0: float
     paper_num_teachers: float
@@ -198,10 +230,13 @@ class AccountingComparison(_Result):
     """What :func:`compare_accounting` returns.
 
     ``plain`` maps each plain composition method (and ``"best"``) to the epsilon of ``num_queries``
-    ``eps0``-DP steps; ``target_charging`` is the TCT epsilon of ``hits`` target hits;
-    ``individual_charging`` is the TCT epsilon of the worst teacher's ``charges_per_teacher``.  With a
+    ``(eps0, delta0)``-DP steps; ``target_charging`` is the TCT epsilon of ``hits`` target hits plus the
+    per-query deltas: with ``Delta = total_query_delta = num_queries * per_query_delta``,
+    ``tct_epsilon(hits, delta - Delta) + ln(1/(1 - Delta))`` (``inf`` when ``Delta >= delta``);
+    ``individual_charging`` is the same for the worst teacher's ``charges_per_teacher``.  With a
     ``budget_epsilon``, ``max_queries`` maps ``"plain"``, ``"target_charging"`` and
-    ``"individual_charging"`` to the number of queries of the same shape each accounting affords.
+    ``"individual_charging"`` to the number of queries of the same shape each accounting affords (the
+    charging ones under :func:`pate_accountant.tct.target_charging_split`'s limits; ``None`` = unlimited).
     """
 
     num_queries: int
@@ -216,6 +251,8 @@ class AccountingComparison(_Result):
     composition: str
     hits: int
     charges_per_teacher: int
+    per_query_delta: float
+    total_query_delta: float
     plain: dict
     target_charging: float
     individual_charging: float
@@ -269,10 +306,74 @@ def _check_q(name: str, q) -> float:
 
 
 def _check_delta0(delta0, delta) -> float:
+    """``delta0`` as a per-query delta of plain composition: ``0 <= delta0 < delta``."""
     delta0 = check_real("delta0", delta0, minimum=0.0, maximum=1.0, max_open=True)
     if delta0 >= delta:
         raise ValueError(f"delta0 must be < delta (the per-step delta adds up inside the total), got {delta0} >= {delta}")
     return delta0
+
+
+def _check_share(share) -> float:
+    return check_real("query_delta_share", share, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+
+
+def _check_inner_delta(delta0, delta, share) -> float:
+    """``delta0`` as the ``delta_A`` of a wrapped approximate inner: at least one query must fit the reserve."""
+    delta0 = _check_delta0(delta0, delta)
+    if delta0 > 0.0:
+        w = wrapped_query_delta(delta0)
+        if math.floor(share * delta / w) < 1:
+            raise ValueError(
+                f"delta0 = {delta0:g} leaves no query: every query of a wrapped (eps_A, delta_A = delta0) inner pays "
+                f"w = 1 - (1 - delta0)^2 = {w:.3g} in delta, more than the {share:g} share of delta = {delta:g} "
+                f"reserved for the per-query deltas ({share * delta:.3g}); choose delta0 <= about "
+                f"{share * delta / 2:.3g}"
+            )
+    return delta0
+
+
+def _split(epsilon: float, delta: float, eps0: float, q: float, delta0: float, share: float,
+           composition: str) -> tuple[TargetChargingSplit, float]:
+    """The budget split for a wrapped inner with ``delta_A = delta0`` and its per-query weight ``w``."""
+    w = wrapped_query_delta(delta0)
+    return target_charging_split(epsilon, delta, eps0, q, w, share=share, composition=composition), w
+
+
+def _query_limit(split: TargetChargingSplit, w: float) -> int | None:
+    """``max_queries`` as planning reports it: ``None`` for a pure inner (no limit)."""
+    return split.max_queries if w > 0.0 else None
+
+
+def _bound_at(hits: int, q: float, eps0: float, split: TargetChargingSplit, composition: str) -> float:
+    """The bound after ``hits`` hits with the reserve fully used (``0`` before any hit: no query runs)."""
+    if hits == 0:
+        return 0.0
+    return tct_epsilon(hits, q, eps0, split.delta_tct, composition=composition) + query_delta_epsilon(split.reserved)
+
+
+def _charging_assumptions(delta0: float, w: float, split: TargetChargingSplit, share: float) -> list[str]:
+    """What the per-query deltas cost (docs/tct_and_individual.md, section 1), in the plan's numbers."""
+    if delta0 == 0.0:
+        return [
+            "delta0 = 0 (a pure inner, the paper's figure): only target hits are charged; queries that do not hit "
+            "the target are free, however many (max_queries = None). With delta0 = delta_A > 0 (a boundary-wrapped "
+            "approximate inner) every query, hit or not, would pay w = 1-(1-delta0)^2 in delta and a share "
+            "query_delta_share of delta would be reserved for them (docs/tct_and_individual.md, section 1)."
+        ]
+    out = [
+        f"delta0 = {delta0:g} is the delta_A of a boundary-wrapped approximate inner: every query, hit or not, pays "
+        f"the mixture weight w = 1-(1-delta0)^2 = {w:.4g} in delta (docs/tct_and_individual.md, section 1). "
+        f"query_delta_share = {share:g} of delta, {split.reserved:.4g}, is reserved for them: at most "
+        f"max_queries = floor(reserved/w) = {split.max_queries} queries; the TCT part gets epsilon - "
+        f"ln(1/(1 - reserved)) = {split.epsilon_tct:.9g} and delta - reserved = {split.delta_tct:.4g}, the split "
+        "of a budgeted TargetChargingAccountant.",
+    ]
+    if split.max_queries < split.max_hits:
+        out.append(
+            f"WARNING: max_queries = {split.max_queries} < hits = {split.max_hits}: every hit is a query, so the query "
+            "limit binds first (choose a smaller delta0)."
+        )
+    return out
 
 
 def _check_composition(composition) -> str:
@@ -412,35 +513,45 @@ def target_hits(
     q: float = 1.0 / 3.0,
     delta0: float = 0.0,
     composition: str = "optimal",
+    *,
+    query_delta_share: float = DEFAULT_QUERY_DELTA_SHARE,
 ) -> TargetHitsPlan:
-    """How many target hits ``(epsilon, delta)`` buys for ``q``-target queries at level ``eps0``.
+    """How many target hits ``(epsilon, delta)`` buys for ``q``-target queries at level ``eps0``, and, for a
+    boundary-wrapped approximate inner (``delta0 = delta_A > 0``), how many queries.
 
-    ``hits = tct_max_hits(q, eps0, epsilon, delta, delta0=delta0, composition=composition)`` (spec 4.2;
-    spec 10's table: ``(1, 1e-6)``, ``q = 1/3``, optimal: ``eps0 = 0.01 -> 130``).  For comparison the
-    result lists the plain ``eps0``-DP queries each composition bound allows (:func:`plain_max_queries`)
-    and the paper's ``(10 eps0)^-2``.
+    The budget is split by :func:`pate_accountant.tct.target_charging_split` with the per-query weight
+    ``w = 1 - (1 - delta0)^2``, exactly as ``TargetChargingAccountant(budget=(epsilon, delta),
+    query_delta_share=query_delta_share)`` splits it for ``BoundaryWrapperEvent(EpsilonDeltaEvent(eps0/2,
+    delta0), eps0, q)``: ``hits`` is its ``max_hits_for`` and ``max_queries`` its ``max_queries``.  With
+    ``delta0 = 0`` there is no reserve: ``hits = tct_max_hits(q, eps0, epsilon, delta)`` (spec 4.2; spec 10's
+    table: ``(1, 1e-6)``, ``q = 1/3``, optimal: ``eps0 = 0.01 -> 130``) and ``max_queries = None``.  For
+    comparison the result lists the plain ``(eps0, delta0)``-DP queries each composition bound allows
+    (:func:`plain_max_queries`) and the paper's ``(10 eps0)^-2``.
     """
     epsilon, delta = _check_budget(epsilon, delta)
     eps0 = _check_eps0(eps0)
     q = _check_q("q", q)
-    delta0 = _check_delta0(delta0, delta)
+    share = _check_share(query_delta_share)
+    delta0 = _check_inner_delta(delta0, delta, share)
     composition = _check_composition(composition)
-    hits = tct_max_hits(q, eps0, epsilon, delta, delta0=delta0, composition=composition)
-    details = tct_details(hits, q, eps0, delta, delta0=delta0, composition=composition)
-    nxt = tct_epsilon(hits + 1, q, eps0, delta, delta0=delta0, composition=composition)
+    split, w = _split(epsilon, delta, eps0, q, delta0, share, composition)
+    hits = split.max_hits
+    details = tct_details(hits, q, eps0, split.delta_tct, composition=composition)
+    nxt = _bound_at(hits + 1, q, eps0, split, composition)
     plain = {m: plain_max_queries(eps0, epsilon, delta, delta0=delta0, method=m) for m in PLAIN_METHODS}
     assumptions = [
         *_tct_assumptions(composition),
-        "Only target hits are charged: queries that do not hit the target are free, however many.",
-        "plain_queries: the number of eps0-DP queries (every query charged) that basic, DRV, KOV and exact "
-        "optimal composition allow for the same (epsilon, delta).",
+        *_charging_assumptions(delta0, w, split, share),
+        "plain_queries: the number of (eps0, delta0)-DP queries (every query charged) that basic, DRV, KOV and "
+        "exact optimal composition allow for the same (epsilon, delta).",
         "paper_hits = (10 eps0)^-2 is the paper's Section 6 figure for total epsilon 1 and eps0 <= 0.01; "
         "a sanity check (spec 4.4: within a factor [0.7, 2.7] of our bound), not an equality.",
     ]
     return TargetHitsPlan(
         epsilon=epsilon, delta=delta, eps0=eps0, q=q, delta0=delta0, composition=composition,
-        hits=hits, epsilon_spent=details["epsilon"], epsilon_next_hit=nxt,
-        private_draws=details["private_draws"], paper_hits=paper_target_hits(eps0),
+        hits=hits, epsilon_spent=_bound_at(hits, q, eps0, split, composition), epsilon_next_hit=nxt,
+        private_draws=details["private_draws"], per_query_delta=w, reserved_delta=split.reserved,
+        max_queries=_query_limit(split, w), paper_hits=paper_target_hits(eps0),
         plain_queries=plain, assumptions=tuple(assumptions),
     )
 
@@ -454,6 +565,8 @@ def yields(
     delta0: float = 0.0,
     composition: str = "optimal",
     aggregator_delta: float = DEFAULT_AGGREGATOR_DELTA,
+    *,
+    query_delta_share: float = DEFAULT_QUERY_DELTA_SHARE,
 ) -> YieldsPlan:
     """Expected yields (released tokens) the budget buys, by the paper's relation.
 
@@ -464,9 +577,11 @@ def yields(
     ``n = 2763.1``, ``1381.6`` yields for ``epsilon = 1``).
 
     ``aggregator_delta`` is the ``delta0`` of the aggregator in ``C_delta = 2 ln(1/delta0)``; ``delta0`` is
-    the per-private-draw delta *inside the TCT bound* (default 0, as in the paper's figure).
+    the ``delta_A`` of a boundary-wrapped approximate inner, whose every query pays a per-query delta
+    (default 0, a pure inner, as in the paper's figure; see :func:`target_hits`).
     """
-    plan = target_hits(epsilon, delta, eps0, q=q, delta0=delta0, composition=composition)
+    plan = target_hits(epsilon, delta, eps0, q=q, delta0=delta0, composition=composition,
+                       query_delta_share=query_delta_share)
     aggregator_delta = check_real("aggregator_delta", aggregator_delta, minimum=0.0, maximum=1.0,
                                   min_open=True, max_open=True)
     cd = c_delta(aggregator_delta)
@@ -476,8 +591,10 @@ def yields(
     else:
         n = check_real("num_teachers", num_teachers, minimum=0.0, min_open=True)
     per_hit = plan.eps0 * n / 2.0
+    charging = [a for a in plan.assumptions if a.startswith(("delta0 ", "WARNING"))]
     assumptions = [
         *plan.assumptions[:2],
+        *charging,
         "Paper's approximation (Section 'Privacy analysis considerations'): in the regime alpha <= T/n the "
         "yield per target hit is about eps0 n / 2, the worst case over alpha; queries with alpha >> T/n "
         "yield more tokens per hit (they are nearly free). `plan figures` measures the real ratio for "
@@ -485,8 +602,6 @@ def yields(
         f"n = C_delta / eps0 with C_delta = 2 ln(1/delta0) = {cd:.4f} (delta0 = aggregator_delta = "
         f"{aggregator_delta:g}) unless num_teachers is given; this is n = 2L for the paper's "
         "L = ln(1/delta0)/eps0, the smallest n whose release threshold n/2 + L is at most n.",
-        "The aggregator's own delta0 per query is not charged inside the TCT bound unless delta0 is passed "
-        "(the paper's figure treats the queries as pure eps0-DP).",
         "paper_yields uses the paper's (10 eps0)^-2 hits; yields uses our bound's hits.",
     ]
     if n < min_teachers * (1 - 1e-12):
@@ -494,12 +609,19 @@ def yields(
             f"WARNING: num_teachers = {n:g} < C_delta/eps0 = {min_teachers:.1f}: with the paper's L the "
             "threshold n/2 + L exceeds n and the relation does not apply."
         )
+    if plan.max_queries is not None and plan.max_queries < plan.hits * plan.eps0 * n:
+        assumptions.append(
+            f"WARNING: max_queries = {plan.max_queries} < hits * eps0 n = {plan.hits * plan.eps0 * n:.0f}: in this "
+            "regime a target hit comes with about eps0 n queries (the paper's relation), so the per-query deltas "
+            f"run out first and at most {plan.max_queries} yields are possible (choose a smaller delta0)."
+        )
     paper = paper_target_hits(plan.eps0)
     return YieldsPlan(
         epsilon=plan.epsilon, delta=plan.delta, eps0=plan.eps0, q=plan.q, delta0=plan.delta0,
         composition=plan.composition, aggregator_delta=aggregator_delta, c_delta=cd,
         num_teachers=n, min_teachers=min_teachers, num_teachers_needed=math.ceil(min_teachers * (1 - 1e-12)),
-        hits=plan.hits, epsilon_spent=plan.epsilon_spent, yields_per_hit=per_hit, yields=plan.hits * per_hit,
+        hits=plan.hits, epsilon_spent=plan.epsilon_spent, max_queries=plan.max_queries, yields_per_hit=per_hit,
+        yields=plan.hits * per_hit,
         paper_hits=paper, paper_yields=paper * per_hit, paper_formula_yields=0.005 * n * n / cd,
         assumptions=tuple(assumptions),
     )
@@ -515,7 +637,7 @@ def _composed(k: int, eps0: float, slack: float, composition: str, epsilon: floa
     return eps0 * math.sqrt(2 * k * math.log(1 / slack)) + k * eps0 * math.expm1(eps0) <= epsilon
 
 
-def _max_eps0_for_hits(hits: int, q: float, epsilon: float, delta: float, delta0: float, composition: str) -> float:
+def _max_eps0_for_hits(hits: int, q: float, epsilon: float, delta: float, composition: str) -> float:
     """sup{eps0 : tct_epsilon(hits, q, eps0, delta) <= epsilon}, calibrated against ``tct_epsilon`` itself.
 
     ``tct_epsilon`` is the minimum over the tail splits of a composition bound that increases with ``eps0``
@@ -526,9 +648,7 @@ def _max_eps0_for_hits(hits: int, q: float, epsilon: float, delta: float, delta0
     for fraction in SPLITS:
         beta = fraction * delta
         k = private_draws_needed(hits, q, beta)
-        slack = delta - beta - k * delta0
-        if slack <= 0:
-            continue
+        slack = delta - beta
         lo = hi = epsilon / k
         if not _composed(k, lo, slack, composition, epsilon):
             while not _composed(k, lo, slack, composition, epsilon):
@@ -544,22 +664,10 @@ def _max_eps0_for_hits(hits: int, q: float, epsilon: float, delta: float, delta0
             else:
                 hi = mid
         best = max(best, lo)
-    if best == 0.0:
-        raise ValueError(
-            f"delta0 = {delta0} leaves no room in delta = {delta} for {hits} target hits "
-            "(the private draws' deltas exceed the budget)"
-        )
     # Calibrate against the function the plan is checked with (its own bisection rounds up by <= 1e-12).
-    while tct_epsilon(hits, q, best, delta, delta0=delta0, composition=composition) > epsilon:
+    while tct_epsilon(hits, q, best, delta, composition=composition) > epsilon:
         best *= 1.0 - 1e-10
     return best
-
-
-def _max_hits_from(start: int, q: float, eps0: float, epsilon: float, delta: float, delta0: float, composition: str) -> int:
-    """``tct_max_hits`` when ``start`` hits are known to fit: gallop upwards from ``start``."""
-    return largest_fitting(
-        lambda h: tct_epsilon(h, q, eps0, delta, delta0=delta0, composition=composition) <= epsilon, start
-    )
 
 
 def plan_for_tokens(
@@ -570,6 +678,8 @@ def plan_for_tokens(
     delta0: float = 0.0,
     composition: str = "optimal",
     aggregator_delta: float = DEFAULT_AGGREGATOR_DELTA,
+    *,
+    query_delta_share: float = DEFAULT_QUERY_DELTA_SHARE,
 ) -> TokensPlan:
     """The ``eps0`` and number of teachers ``n = C_delta / eps0`` that buy at least ``tokens`` yields.
 
@@ -578,26 +688,39 @@ def plan_for_tokens(
     larger ``eps0``, so the plan takes the *largest* ``eps0`` whose TCT bound affords ``hits_needed`` hits
     within ``epsilon`` (bisection, then checked with :func:`pate_accountant.tct.tct_epsilon`: the plan
     never overshoots), rounds the ensemble up to ``ceil(C_delta / eps0)`` teachers, and reports the
-    calibrated maximum number of hits at that ``eps0``.
+    calibrated maximum number of hits at that ``eps0``.  With ``delta0 = delta_A > 0`` (a boundary-wrapped
+    approximate inner) the budget is split first (:func:`target_hits`; the split does not depend on
+    ``eps0``), the hits are planned within the TCT part, and ``max_queries`` bounds the queries.
     """
     tokens = check_int("tokens", tokens, minimum=1)
     epsilon, delta = _check_budget(epsilon, delta)
     q = _check_q("q", q)
-    delta0 = _check_delta0(delta0, delta)
+    share = _check_share(query_delta_share)
+    delta0 = _check_inner_delta(delta0, delta, share)
     composition = _check_composition(composition)
     aggregator_delta = check_real("aggregator_delta", aggregator_delta, minimum=0.0, maximum=1.0,
                                   min_open=True, max_open=True)
     cd = c_delta(aggregator_delta)
     needed = math.ceil(2.0 * tokens / cd)
-    eps0 = _max_eps0_for_hits(needed, q, epsilon, delta, delta0, composition)
-    hits = _max_hits_from(needed, q, eps0, epsilon, delta, delta0, composition)
+    w = wrapped_query_delta(delta0)
+    reserved = share * delta if w > 0.0 else 0.0  # as target_charging_split reserves it, whatever eps0
+    if epsilon <= query_delta_epsilon(reserved):
+        raise ValueError(
+            f"epsilon = {epsilon:g} does not cover the per-query reserve's ln(1/(1 - {reserved:.3g})) "
+            f"(delta0 = {delta0:g})"
+        )
+    eps0 = _max_eps0_for_hits(needed, q, epsilon - query_delta_epsilon(reserved), delta - reserved, composition)
+    split, w = _split(epsilon, delta, eps0, q, delta0, share, composition)
+    hits = split.max_hits  # >= needed: eps0 is calibrated against the same (epsilon_tct, delta_tct)
     exact_n = cd / eps0
     n = math.ceil(exact_n * (1 - 1e-12))
-    spent = tct_epsilon(hits, q, eps0, delta, delta0=delta0, composition=composition)
-    nxt = tct_epsilon(hits + 1, q, eps0, delta, delta0=delta0, composition=composition)
+    spent = _bound_at(hits, q, eps0, split, composition)
+    nxt = _bound_at(hits + 1, q, eps0, split, composition)
     paper_eps0 = math.sqrt(0.005 * cd / tokens)
+    max_queries = _query_limit(split, w)
     assumptions = [
         *_tct_assumptions(composition),
+        *_charging_assumptions(delta0, w, split, share),
         "Paper's approximation: yields per target hit ~ eps0 n / 2 (regime alpha <= T/n, the worst case over "
         "alpha); with n = C_delta/eps0 that is C_delta/2 yields per hit whatever eps0.",
         f"C_delta = 2 ln(1/delta0) = {cd:.4f} with delta0 = aggregator_delta = {aggregator_delta:g}.",
@@ -606,10 +729,17 @@ def plan_for_tokens(
         "paper_eps0 = sqrt(0.005 C_delta / tokens) solves the paper's 0.005 n^2/C_delta = tokens with "
         "n = C_delta/eps0 (i.e. (10 eps0)^-2 hits); for comparison only.",
     ]
+    if max_queries is not None and max_queries < hits * eps0 * n:
+        assumptions.append(
+            f"WARNING: max_queries = {max_queries} < hits * eps0 n = {hits * eps0 * n:.0f}: a target hit comes with "
+            "about eps0 n queries (the paper's relation), so the per-query deltas run out first and at most "
+            f"{max_queries} yields are possible (choose a smaller delta0)."
+        )
     return TokensPlan(
         tokens=tokens, epsilon=epsilon, delta=delta, q=q, delta0=delta0, composition=composition,
         aggregator_delta=aggregator_delta, c_delta=cd, hits_needed=needed, eps0=eps0, num_teachers=n,
         num_teachers_exact=exact_n, hits=hits, epsilon_spent=spent, epsilon_next_hit=nxt,
+        per_query_delta=w, reserved_delta=split.reserved, max_queries=max_queries,
         expected_yields=hits * eps0 * n / 2.0, paper_eps0=paper_eps0, paper_num_teachers=cd / paper_eps0,
         assumptions=tuple(assumptions),
     )
@@ -626,6 +756,14 @@ def _hits(rate: float, num_queries: int) -> int:
 def _per_teacher(hits: int, charged_per_hit: int, num_teachers: int) -> int:
     """The worst teacher's charges when ``hits * charged_per_hit`` charges are spread evenly."""
     return min(hits, math.ceil(hits * charged_per_hit / num_teachers * (1 - 1e-12)))
+
+
+def _charged_epsilon(hits: int, q: float, eps0: float, delta: float, query_delta: float, composition: str) -> float:
+    """``tct_epsilon(hits, delta - Delta) + ln(1/(1 - Delta))`` with ``Delta = query_delta`` (``inf`` when
+    ``Delta >= delta``; docs/tct_and_individual.md, section 1)."""
+    if query_delta >= delta:
+        return math.inf
+    return tct_epsilon(hits, q, eps0, delta - query_delta, composition=composition) + query_delta_epsilon(query_delta)
 
 
 def _largest_fitting(estimate: float, fits) -> int:
@@ -651,21 +789,29 @@ def compare_accounting(
     composition: str = "optimal",
     aggregator_delta: float = DEFAULT_AGGREGATOR_DELTA,
     budget_epsilon: float | None = None,
+    *,
+    query_delta_share: float = DEFAULT_QUERY_DELTA_SHARE,
 ) -> AccountingComparison:
     """One run shape accounted three ways, all at total ``delta``.
 
     * **plain**: every one of the ``num_queries`` queries is an ``(eps0, delta0)``-DP step; basic, DRV,
       KOV and exact optimal composition (:func:`plain_epsilon`), and the best of them.
     * **target charging**: ``hits = ceil(target_rate * num_queries)`` target hits (the expected number,
-      rounded up) and :func:`pate_accountant.tct.tct_epsilon`.
+      rounded up) and :func:`pate_accountant.tct.tct_epsilon`.  With ``delta0 = delta_A > 0`` (a
+      boundary-wrapped approximate inner) every query pays ``w = 1 - (1 - delta0)^2``: with
+      ``Delta = num_queries * w`` the epsilon is ``tct_epsilon(hits, delta - Delta) + ln(1/(1 - Delta))``
+      (``inf`` when ``Delta >= delta``).
     * **individual charging**: each hit charges ``charged_per_hit`` teachers (default
       ``min(num_teachers, ceil(C_delta / eps0))``, the paper's "about 2L teachers" with
       ``L = ln(1/delta0)/eps0``); assuming the charges are spread evenly, the worst teacher carries
       ``ceil(hits * charged_per_hit / num_teachers)`` (at most ``hits``) and its TCT epsilon (with
-      ``individual_q``, default ``q``) is the per-teacher guarantee.
+      ``individual_q``, default ``q``) is the per-teacher guarantee; every query pays the same ``w`` for
+      every teacher, so the same ``Delta`` is added.
 
     ``budget_epsilon`` (optional) adds ``max_queries``: how many queries of this shape each accounting
-    affords within ``(budget_epsilon, delta)``.
+    affords within ``(budget_epsilon, delta)``; the charging ones split that budget as a budgeted accountant
+    does (:func:`pate_accountant.tct.target_charging_split`, ``query_delta_share`` of ``delta`` reserved for
+    the per-query weights) and take the smaller of its hit and query limits.
     """
     k = check_int("num_queries", num_queries, minimum=0)
     eps0 = _check_eps0(eps0)
@@ -675,6 +821,7 @@ def compare_accounting(
     q = _check_q("q", q)
     individual_q = q if individual_q is None else _check_q("individual_q", individual_q)
     delta0 = _check_delta0(delta0, delta)
+    share = _check_share(query_delta_share)
     composition = _check_composition(composition)
     aggregator_delta = check_real("aggregator_delta", aggregator_delta, minimum=0.0, maximum=1.0,
                                   min_open=True, max_open=True)
@@ -690,26 +837,35 @@ def compare_accounting(
     per_teacher = _per_teacher(hits, g, n)
     plain = {m: plain_epsilon(k, eps0, delta, delta0=delta0, method=m) for m in PLAIN_METHODS}
     plain["best"] = min(plain.values())
-    target = tct_epsilon(hits, q, eps0, delta, delta0=delta0, composition=composition)
-    individual = tct_epsilon(per_teacher, individual_q, eps0, delta, delta0=delta0, composition=composition)
+    w = wrapped_query_delta(delta0)
+    total_w = k * w  # Delta: every query pays w, hit or not
+    target = _charged_epsilon(hits, q, eps0, delta, total_w, composition)
+    individual = _charged_epsilon(per_teacher, individual_q, eps0, delta, total_w, composition)
 
     max_queries = None
     if budget_epsilon is not None:
         plain_k = max(plain_max_queries(eps0, budget_epsilon, delta, delta0=delta0, method=m) for m in PLAIN_METHODS)
-        tau = tct_max_hits(q, eps0, budget_epsilon, delta, delta0=delta0, composition=composition)
-        tau_ind = tct_max_hits(individual_q, eps0, budget_epsilon, delta, delta0=delta0, composition=composition)
+        split = target_charging_split(budget_epsilon, delta, eps0, q, w, share=share, composition=composition)
+        split_ind = target_charging_split(budget_epsilon, delta, eps0, individual_q, w, share=share,
+                                          composition=composition)
+        tau, tau_ind = split.max_hits, split_ind.max_hits
         if rate == 0.0:
-            target_k = individual_k = None  # no query is ever charged: unlimited
+            target_k = individual_k = None  # no query is ever charged for a hit: unlimited
         else:
             target_k = _largest_fitting(tau / rate, lambda K: _hits(rate, K) <= tau)
             individual_k = _largest_fitting(
                 tau_ind * n / (rate * g), lambda K: _per_teacher(_hits(rate, K), g, n) <= tau_ind
             )
+        if w > 0.0:  # ... but every query pays its weight: the split's query limit
+            target_k = split.max_queries if target_k is None else min(target_k, split.max_queries)
+            individual_k = split_ind.max_queries if individual_k is None else min(individual_k, split_ind.max_queries)
         max_queries = {"plain": plain_k, "target_charging": target_k, "individual_charging": individual_k}
 
     assumptions = [
         *_tct_assumptions(composition),
-        "plain: every query is charged as one (eps0, delta0)-DP step; 'best' is the smallest of the bounds.",
+        "plain: every query is charged as one (eps0, delta0)-DP step; 'best' is the smallest of the bounds. "
+        "(As a plain step, a boundary wrapper around an (eps_A, delta_A) inner is (2 eps_A, 2 delta_A)-DP: "
+        "pass that step's delta as delta0 for a like-for-like plain number.)",
         f"target charging: hits = ceil(target_rate * num_queries) = {hits}, the expected number of target "
         "hits rounded up (the realised number is random; the TCT accountant stops at the budgeted hit).",
         f"individual charging: each hit charges charged_per_hit = {g} teachers"
@@ -720,10 +876,25 @@ def compare_accounting(
         "individual charging is stated under add/remove-one-teacher (spec 5.2); under replace-one use eps0/2 "
         "per query or budget twice.",
     ]
+    if delta0 == 0.0:
+        assumptions.append(
+            "delta0 = 0 (a pure inner): target and individual charging charge only hits; queries that do not hit "
+            "are free."
+        )
+    else:
+        assumptions.append(
+            f"delta0 = {delta0:g} > 0 (the delta_A of a boundary-wrapped approximate inner): every query, hit or "
+            f"not, pays w = 1-(1-delta0)^2 = {w:.4g} in delta for target and individual charging alike "
+            f"(docs/tct_and_individual.md, section 1): Delta = num_queries * w = {total_w:.4g} adds "
+            "ln(1/(1 - Delta)) to epsilon, and the TCT part gets delta - Delta (inf when Delta >= delta)."
+            + (f" max_queries: query_delta_share = {share:g} of delta is reserved for the weights, as a budgeted "
+               "accountant does, which also limits the number of queries." if budget_epsilon is not None else "")
+        )
     return AccountingComparison(
         num_queries=k, eps0=eps0, delta=delta, num_teachers=n, target_rate=rate, charged_per_hit=g, q=q,
         individual_q=individual_q, delta0=delta0, composition=composition, hits=hits,
-        charges_per_teacher=per_teacher, plain=plain, target_charging=target, individual_charging=individual,
+        charges_per_teacher=per_teacher, per_query_delta=w, total_query_delta=total_w, plain=plain,
+        target_charging=target, individual_charging=individual,
         budget_epsilon=budget_epsilon, max_queries=max_queries, assumptions=tuple(assumptions),
     )
 

@@ -10,15 +10,18 @@ for ``tau`` hits satisfies ``P[K > k] <= P[Bin(k, q) <= tau - 1]`` (a negative-b
 at ``k`` private draws gives a ``k``-fold adaptive composition of ``eps0``-DP steps, at the price of the
 tail probability in delta:
 
-    eps'(tau) = min over beta of eps_comp(k_beta; eps0, delta - beta - k_beta delta0),
+    eps'(tau) = min over beta of eps_comp(k_beta; eps0, delta - beta),
     k_beta = min{k : P[Bin(k, q) <= tau - 1] <= beta},
 
 with ``eps_comp`` the exact optimal composition of pure steps (or DRV advanced composition), and ``beta``
-searched over a fixed set of fractions of ``delta``.  ``delta0`` is a per-private-draw delta; the
-accountants pass ``0`` and charge approximate-DP queries through a per-query mixture weight instead
-(:func:`wrapped_query_delta`, :func:`query_delta_epsilon`): a query that is a q-target query only after
-removing a mixture weight ``w_i`` costs ``w_i`` in delta on every run, hit or not, and the total
-``Delta = sum w_i`` adds ``(ln(1/(1 - Delta)), Delta)`` to the pure bound.  The derivation is in
+searched over a fixed set of fractions of ``delta``.  This is the bound for *pure* q-target queries only.
+Approximate-DP queries are charged through a per-query mixture weight (:func:`wrapped_query_delta`,
+:func:`query_delta_epsilon`): a query that is a q-target query only after removing a mixture weight
+``w_i`` costs ``w_i`` in delta on every run, hit or not, and the total ``Delta = sum w_i`` adds
+``(ln(1/(1 - Delta)), Delta)`` to the pure bound.  (Earlier versions charged a per-*private-draw* delta
+inside the bound instead; that under-counts, because every query of an approximate inner pays, not only
+the bounded number of private draws.)  :func:`target_charging_split` splits a budget between the two
+parts, once, for the accountant and for planning alike.  The derivation is in
 ``docs/tct_and_individual.md`` (section 1).  The bound is our own proof along the lines of the TCT paper;
 the paper's full text was not available to us, so its constants may be tighter than ours.
 """
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
+from typing import NamedTuple
 
 from scipy import stats
 
@@ -35,7 +40,10 @@ from pate_accountant.validation import check_int, check_real
 
 __all__ = [
     "MAX_EPSILON_FOR_ONE_THIRD",
+    "NO_LIMIT",
+    "QUERY_DELTA_ROUNDING",
     "SPLITS",
+    "TargetChargingSplit",
     "boundary_wrapper_q",
     "query_delta_epsilon",
     "largest_fitting",
@@ -44,6 +52,7 @@ __all__ = [
     "tct_details",
     "tct_epsilon",
     "tct_max_hits",
+    "target_charging_split",
     "wrapped_event_terms",
     "wrapped_query_delta",
 ]
@@ -51,6 +60,12 @@ __all__ = [
 #: Fractions of delta tried for the tail ``beta`` (the rest goes to the composition).
 SPLITS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 COMPOSITIONS = ("optimal", "drv")
+#: The query limit of a pure class (no per-query weight): no limit (a plain integer keeps the check one
+#: comparison in the accountant's fast path).
+NO_LIMIT = sys.maxsize
+#: The relative amount by which the accountant rounds the total per-query weight ``Delta`` up (float
+#: rounding of the sum); :func:`target_charging_split` keeps the rounded ``Delta`` within the reserve.
+QUERY_DELTA_ROUNDING = 1e-12
 
 
 #: The largest ``eps_A`` for which the boundary wrapper's target is a ``1/3``-target at level ``2 eps_A``:
@@ -143,16 +158,14 @@ def private_draws_needed(hits: int, q: float, beta: float) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _tct(hits: int, q: float, eps0: float, delta: float, delta0: float, composition: str) -> tuple[float, int, float]:
+def _tct(hits: int, q: float, eps0: float, delta: float, composition: str) -> tuple[float, int, float]:
     best = (math.inf, 0, 0.0)
     if hits == 0:
         return (0.0, 0, 0.0)
     for fraction in SPLITS:
         beta = fraction * delta
         k = private_draws_needed(hits, q, beta)
-        slack = delta - beta - k * delta0
-        if slack <= 0:
-            continue
+        slack = delta - beta
         if composition == "optimal":
             eps = pure_optimal_epsilon(k, eps0, slack)
         else:  # homogeneous DRV: eps0 sqrt(2k ln(1/delta')) + k eps0 (e^eps0 - 1)
@@ -162,33 +175,113 @@ def _tct(hits: int, q: float, eps0: float, delta: float, delta0: float, composit
     return best
 
 
-def tct_epsilon(
-    hits: int, q: float, eps0: float, delta: float, *, delta0: float = 0.0, composition: str = "optimal"
-) -> float:
-    """The epsilon (at total ``delta``) after ``hits`` target hits of ``q``-target queries at level ``eps0``."""
+def _check_tct(hits, q, eps0, delta, composition) -> tuple[int, float, float, float]:
     hits = check_int("hits", hits, minimum=0)
     q = check_real("q", q, minimum=0.0, maximum=1.0, min_open=True)
     eps0 = check_real("eps0", eps0, minimum=0.0, min_open=True)
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
-    delta0 = check_real("delta0", delta0, minimum=0.0, maximum=1.0)
     if composition not in COMPOSITIONS:
         raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}")
-    return _tct(hits, q, eps0, delta, delta0, composition)[0]
+    return hits, q, eps0, delta
 
 
-def tct_details(hits: int, q: float, eps0: float, delta: float, *, delta0: float = 0.0, composition: str = "optimal") -> dict:
+def tct_epsilon(hits: int, q: float, eps0: float, delta: float, *, composition: str = "optimal") -> float:
+    """The epsilon (at total ``delta``) after ``hits`` target hits of *pure* ``q``-target queries at level
+    ``eps0`` (no per-query delta: add :func:`query_delta_epsilon` for approximate-DP queries)."""
+    hits, q, eps0, delta = _check_tct(hits, q, eps0, delta, composition)
+    return _tct(hits, q, eps0, delta, composition)[0]
+
+
+def tct_details(hits: int, q: float, eps0: float, delta: float, *, composition: str = "optimal") -> dict:
     """:func:`tct_epsilon` with the truncation ``k`` and the delta split that achieved it."""
-    eps = tct_epsilon(hits, q, eps0, delta, delta0=delta0, composition=composition)
-    _, k, fraction = _tct(hits, q, eps0, delta, delta0, composition)
+    hits, q, eps0, delta = _check_tct(hits, q, eps0, delta, composition)
+    eps, k, fraction = _tct(hits, q, eps0, delta, composition)
     return {"epsilon": eps, "private_draws": k, "tail_fraction_of_delta": fraction}
 
 
-def tct_max_hits(
-    q: float, eps0: float, epsilon: float, delta: float, *, delta0: float = 0.0, composition: str = "optimal"
-) -> int:
+def tct_max_hits(q: float, eps0: float, epsilon: float, delta: float, *, composition: str = "optimal") -> int:
     """The largest number of target hits whose :func:`tct_epsilon` stays within ``epsilon``."""
     epsilon = check_real("epsilon", epsilon, minimum=0.0)
-    return largest_fitting(lambda h: tct_epsilon(h, q, eps0, delta, delta0=delta0, composition=composition) <= epsilon)
+    return largest_fitting(lambda h: tct_epsilon(h, q, eps0, delta, composition=composition) <= epsilon)
+
+
+def _max_queries(reserved: float, query_delta: float) -> int:
+    """``floor(reserved / w)``, less any query whose total ``Delta = m w``, rounded up as the accountant rounds
+    it (``(m w)(1 + QUERY_DELTA_ROUNDING)``), would exceed ``reserved``."""
+    m = int(math.floor(reserved / query_delta))
+    if m >= 2**50:  # more queries than any run makes, and beyond exact integer steps in floats: a margin
+        return min(NO_LIMIT, int(math.floor(reserved / (query_delta * (1.0 + 4.0 * QUERY_DELTA_ROUNDING)))))
+    while m > 0 and not m * query_delta * (1.0 + QUERY_DELTA_ROUNDING) <= reserved:
+        m -= 1
+    return m
+
+
+class TargetChargingSplit(NamedTuple):
+    """What :func:`target_charging_split` splits a budget into (docs/tct_and_individual.md, section 1).
+
+    ``max_hits``: the TCT hit limit at ``(epsilon_tct, delta_tct)``; ``max_queries``: how many queries, hits
+    or not, the reserve pays for (:data:`NO_LIMIT` for a pure class); ``epsilon_tct``, ``delta_tct``: the
+    budget of the pure TCT part; ``reserved``: ``Delta_max``, the delta reserved for the per-query weights
+    (``0`` for a pure class).
+    """
+
+    max_hits: int
+    max_queries: int
+    epsilon_tct: float
+    delta_tct: float
+    reserved: float
+
+
+def target_charging_split(
+    epsilon: float,
+    delta: float,
+    eps0: float,
+    q: float,
+    query_delta: float = 0.0,
+    *,
+    share: float = 0.5,
+    composition: str = "optimal",
+) -> TargetChargingSplit:
+    """Split a budget ``(epsilon, delta)`` once for ``q``-target queries at level ``eps0`` that each pay the
+    mixture weight ``query_delta = w`` (:func:`wrapped_query_delta`; ``0`` for pure queries).
+
+    * ``w > 0``: ``reserved = share * delta`` pays for ``max_queries = floor(reserved / w)`` queries, hit
+      or not (one fewer where the accountant's rounded-up ``Delta`` of that many would exceed ``reserved``);
+      the TCT part gets ``epsilon_tct = epsilon - ln(1/(1 - reserved))`` and ``delta_tct = delta - reserved``
+      (each an ulp lower where needed, so that the reported sums never round above the budget).
+    * ``w = 0``: no reserve, ``max_queries = NO_LIMIT``, the TCT part gets the whole budget.
+
+    ``max_hits = tct_max_hits(q, eps0, epsilon_tct, delta_tct)`` (``0`` when ``epsilon_tct <= 0``).  Any
+    transcript with at most ``max_hits`` hits and ``max_queries`` queries, halted at its last hit, is
+    ``(epsilon, delta)``-DP by the theorem of docs/tct_and_individual.md, section 1.  This is the split
+    :class:`~pate_accountant.accountants.target_charging.TargetChargingAccountant` makes at its first
+    query, and the one :mod:`pate_accountant.planning` plans with.
+    """
+    epsilon = check_real("epsilon", epsilon, minimum=0.0)
+    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    eps0 = check_real("eps0", eps0, minimum=0.0, min_open=True)
+    q = check_real("q", q, minimum=0.0, maximum=1.0, min_open=True)
+    query_delta = check_real("query_delta", query_delta, minimum=0.0, maximum=1.0)
+    share = check_real("share", share, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    if composition not in COMPOSITIONS:
+        raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}")
+    if query_delta > 0.0:
+        reserved = share * delta
+        max_queries = _max_queries(reserved, query_delta)
+        spare = query_delta_epsilon(reserved)
+        epsilon_tct = epsilon - spare
+        # Float safety: any bound tct <= epsilon_tct plus ln(1/(1 - Delta)) for Delta <= reserved must round to
+        # at most epsilon (fl(a + b) is monotone in a and b); step down by ulps where fl(epsilon_tct + spare)
+        # would round above epsilon.
+        while epsilon_tct > 0.0 and epsilon_tct + spare > epsilon:
+            epsilon_tct = math.nextafter(epsilon_tct, -math.inf)
+    else:
+        reserved, max_queries, epsilon_tct = 0.0, NO_LIMIT, epsilon
+    delta_tct = delta - reserved
+    while delta_tct + reserved > delta:  # the same for delta_tct + Delta (exact for share 1/2)
+        delta_tct = math.nextafter(delta_tct, 0.0)
+    max_hits = tct_max_hits(q, eps0, epsilon_tct, delta_tct, composition=composition) if epsilon_tct > 0.0 else 0
+    return TargetChargingSplit(max_hits, max_queries, epsilon_tct, delta_tct, reserved)
 
 
 def largest_fitting(fits, start: int = 0) -> int:

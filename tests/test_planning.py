@@ -13,10 +13,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pate_accountant import planning
+from pate_accountant import (
+    BoundaryWrapperEvent,
+    BudgetExhaustedError,
+    EpsilonDeltaEvent,
+    Release,
+    planning,
+)
+from pate_accountant.accountants.target_charging import TargetChargingAccountant, target_class
 from pate_accountant.cli import main
 from pate_accountant.composition import kov
-from pate_accountant.tct import tct_epsilon, tct_max_hits
+from pate_accountant.tct import (
+    NO_LIMIT,
+    query_delta_epsilon,
+    target_charging_split,
+    tct_epsilon,
+    tct_max_hits,
+    wrapped_query_delta,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FAST = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -47,6 +61,10 @@ def test_target_hits_result_fields_and_plain_composition():
     plan = planning.target_hits(1.0, 1e-6, 0.01)
     d = plan.as_dict()
     assert d["hits"] == 130 and d["composition"] == "optimal" and d["q"] == pytest.approx(1 / 3)
+    # delta0 = 0 (a pure inner): no per-query delta, no reserve, no query limit, the pure bound itself
+    assert d["max_queries"] is None and d["per_query_delta"] == 0.0 and d["reserved_delta"] == 0.0
+    assert plan.epsilon_spent == tct_epsilon(130, 1 / 3, 0.01, 1e-6)
+    assert plan.epsilon_next_hit == tct_epsilon(131, 1 / 3, 0.01, 1e-6)
     # spec 10: k_max for total (1, 1e-6) under exact optimal composition: eps0 = 0.01 -> 562
     assert d["plain_queries"]["optimal"] == 562
     assert d["plain_queries"]["basic"] == 100
@@ -230,6 +248,174 @@ def test_compare_accounting_long_runs_do_not_warn():
     assert r.target_charging < r.plain["best"]
 
 
+# -- delta0: the delta_A of a boundary-wrapped approximate inner (every query pays) --------------------------
+
+
+def wrapped(eps_a: float, delta_a: float, q: float = 1 / 3) -> BoundaryWrapperEvent:
+    """A boundary-wrapper event at level ``2 eps_A`` around an ``(eps_A, delta_A)`` inner step."""
+    return BoundaryWrapperEvent(EpsilonDeltaEvent(eps_a, delta_a), epsilon=2 * eps_a, q=q)
+
+
+#: (epsilon, delta, eps_A, delta_A, composition); 1e-12 and 1e-13 put floor(reserve / w) at the edge of the
+#: accountant's rounding of Delta (see test_budgeted_transcript_of_non_hits_stays_within_budget).
+WRAPPED_CASES = [
+    (1.0, 1e-6, 0.01, 1e-10, "optimal"),
+    (1.0, 1e-6, 0.005, 1e-11, "optimal"),
+    (2.0, 1e-5, 0.01, 1e-9, "optimal"),
+    (1.0, 1e-6, 0.005, 1e-12, "drv"),
+    (1.0, 1e-6, 0.01, 1e-13, "optimal"),
+    (0.5, 1e-6, 0.002, 2.5e-10, "optimal"),
+]
+
+
+@pytest.mark.parametrize("epsilon, delta, eps_a, delta_a, composition", WRAPPED_CASES)
+def test_target_hits_of_wrapped_approximate_inner_match_the_budgeted_accountant(
+    epsilon, delta, eps_a, delta_a, composition
+):
+    """planning.target_hits and a budgeted TargetChargingAccountant split the budget the same way (one
+    function, target_charging_split): the same hit limit and the same query limit."""
+    plan = planning.target_hits(epsilon, delta, 2 * eps_a, q=1 / 3, delta0=delta_a, composition=composition)
+    event = wrapped(eps_a, delta_a)
+    acc = TargetChargingAccountant(budget=(epsilon, delta), composition=composition)
+    assert plan.hits == acc.max_hits_for(event)
+    acc.compose(event)  # the first query fixes the class; now max_queries is known
+    assert plan.max_queries == acc.max_queries
+    w = wrapped_query_delta(delta_a)
+    assert plan.per_query_delta == w == target_class(event).query_delta == pytest.approx(2 * delta_a, rel=1e-9)
+    assert plan.reserved_delta == delta / 2
+    assert plan.max_queries in (math.floor(delta / 2 / w), math.floor(delta / 2 / w) - 1)
+    # the bound at those hits with the reserve fully used stays within the budget; one more hit does not
+    assert plan.epsilon_spent == (
+        tct_epsilon(plan.hits, 1 / 3, 2 * eps_a, delta / 2, composition=composition) - math.log1p(-delta / 2)
+    )
+    assert plan.epsilon_spent <= epsilon < plan.epsilon_next_hit
+    # the reserve costs hits: never more than the pure inner's
+    pure = planning.target_hits(epsilon, delta, 2 * eps_a, q=1 / 3, composition=composition)
+    assert plan.hits <= pure.hits and pure.max_queries is None
+    assert any("every query, hit or not, pays" in a for a in plan.assumptions)
+    json.dumps(plan.as_dict(), allow_nan=False)
+
+
+@pytest.mark.parametrize("epsilon, delta, eps_a, delta_a, composition", WRAPPED_CASES)
+def test_budgeted_transcript_of_non_hits_stays_within_budget(epsilon, delta, eps_a, delta_a, composition):
+    """An explicit transcript: max_queries queries that never hit run, the next one is refused, and what was
+    spent is within the budget (the per-query deltas included, float rounding included)."""
+    plan = planning.target_hits(epsilon, delta, 2 * eps_a, q=1 / 3, delta0=delta_a, composition=composition)
+    event = wrapped(eps_a, delta_a)
+    acc = TargetChargingAccountant(budget=(epsilon, delta), composition=composition)
+    acc.record_outcomes(event, np.zeros(plan.max_queries, dtype=bool))
+    assert acc.queries == plan.max_queries == acc.max_queries and acc.hits == 0
+    assert not acc.can_afford(event)
+    with pytest.raises(BudgetExhaustedError):
+        acc.record(Release(None, event, target_hit=False))
+    with pytest.raises(BudgetExhaustedError):
+        acc.compose(event)
+    eps, spent_delta = acc.spent()
+    assert eps <= epsilon and spent_delta <= delta
+    assert acc.query_delta <= plan.reserved_delta
+    # every query paid: Delta is max_queries * w, and tau = 1 (queries ran after the last, absent, hit)
+    assert acc.query_delta == pytest.approx(plan.max_queries * plan.per_query_delta, rel=1e-9)
+    assert eps == pytest.approx(
+        tct_epsilon(1, 1 / 3, 2 * eps_a, delta / 2, composition=composition) + query_delta_epsilon(acc.query_delta)
+    )
+
+
+def test_budgeted_transcript_of_hits_stops_at_the_planned_hits():
+    epsilon, delta, eps_a, delta_a = 1.0, 1e-6, 0.01, 1e-11
+    plan = planning.target_hits(epsilon, delta, 2 * eps_a, delta0=delta_a)
+    assert 0 < plan.hits < plan.max_queries
+    event = wrapped(eps_a, delta_a)
+    acc = TargetChargingAccountant(budget=(epsilon, delta))
+    acc.record_outcomes(event, np.arange(3 * plan.hits) % 3 == 2)  # hit every third query, last one a hit
+    assert acc.hits == plan.hits and acc.queries == 3 * plan.hits
+    assert not acc.can_afford(event)
+    with pytest.raises(BudgetExhaustedError):
+        acc.record(Release(None, event, target_hit=False))
+    eps, spent_delta = acc.spent()
+    assert eps <= plan.epsilon_spent <= epsilon and spent_delta <= delta
+
+
+def test_target_charging_split_is_the_accountants_split():
+    w = wrapped_query_delta(1e-10)
+    split = target_charging_split(1.0, 1e-6, 0.02, 1 / 3, w)
+    assert split.reserved == 5e-7 and split.delta_tct == 5e-7 and split.max_queries == 2500
+    assert split.epsilon_tct == pytest.approx(1.0 + math.log1p(-5e-7), rel=1e-15)
+    assert split.max_hits == tct_max_hits(1 / 3, 0.02, split.epsilon_tct, 5e-7)
+    pure = target_charging_split(1.0, 1e-6, 0.01, 1 / 3)
+    assert pure == (130, NO_LIMIT, 1.0, 1e-6, 0.0)
+    custom = target_charging_split(1.0, 1e-6, 0.02, 1 / 3, w, share=0.2)
+    acc = TargetChargingAccountant(budget=(1.0, 1e-6), query_delta_share=0.2)
+    acc.compose(wrapped(0.01, 1e-10))
+    assert (custom.max_hits, custom.max_queries) == (acc.max_hits, acc.max_queries) == (custom.max_hits, 1000)
+    assert planning.target_hits(1.0, 1e-6, 0.02, delta0=1e-10, query_delta_share=0.2).max_queries == 1000
+
+
+def test_tct_bound_has_no_per_draw_delta_any_more():
+    """The per-private-draw delta0 of earlier versions under-counted approximate inners (every query pays, not
+    only the private draws); the TCT functions now state only the pure bound."""
+    with pytest.raises(TypeError):
+        tct_epsilon(10, 1 / 3, 0.01, 1e-6, delta0=1e-10)
+    with pytest.raises(TypeError):
+        tct_max_hits(1 / 3, 0.01, 1.0, 1e-6, delta0=1e-10)
+
+
+def test_delta0_too_large_for_one_query_is_refused():
+    # w = 1 - (1 - 4e-7)^2 ~ 8e-7 > the reserve 5e-7: no query at all fits
+    with pytest.raises(ValueError, match=r"^delta0 = 4e-07 leaves no query"):
+        planning.target_hits(1.0, 1e-6, 0.01, delta0=4e-7)
+    with pytest.raises(ValueError, match=r"^delta0\b"):
+        planning.plan_for_tokens(100, 1.0, 1e-6, delta0=4e-7)
+    # 2.5e-7 is still one query (w is a hair below 5e-7)
+    assert planning.target_hits(1.0, 1e-6, 0.01, delta0=2.5e-7).max_queries == 1
+
+
+def test_yields_and_plan_for_tokens_with_wrapped_approximate_inner():
+    y = planning.yields(1.0, 1e-6, 0.01, delta0=1e-10)
+    th = planning.target_hits(1.0, 1e-6, 0.01, delta0=1e-10)
+    assert (y.hits, y.max_queries, y.epsilon_spent) == (th.hits, 2500, th.epsilon_spent)
+    assert y.hits < planning.yields(1.0, 1e-6, 0.01).hits == 130
+    # about eps0 n = C_delta = 27.6 queries per hit: 119 hits need ~3300 queries > 2500, and the plan says so
+    assert any(a.startswith("WARNING: max_queries = 2500") for a in y.assumptions)
+    assert planning.yields(1.0, 1e-6, 0.01).max_queries is None
+    assert not any(a.startswith("WARNING") for a in planning.yields(1.0, 1e-6, 0.01, delta0=1e-12).assumptions)
+
+    t = planning.plan_for_tokens(1000, 1.0, 1e-6, delta0=1e-10)
+    assert t.hits >= t.hits_needed and t.expected_yields >= 1000
+    assert t.epsilon_spent <= 1.0 < t.epsilon_next_hit
+    again = planning.target_hits(1.0, 1e-6, t.eps0, delta0=1e-10)
+    assert (t.hits, t.max_queries, t.epsilon_spent) == (again.hits, again.max_queries, again.epsilon_spent)
+    # the reserve costs epsilon and delta: a smaller eps0 (more teachers) than for a pure inner
+    assert t.eps0 < planning.plan_for_tokens(1000, 1.0, 1e-6).eps0
+    # eps0 is maximal for the TCT part of the split
+    split = target_charging_split(1.0, 1e-6, t.eps0, 1 / 3, wrapped_query_delta(1e-10))
+    assert tct_epsilon(t.hits_needed, 1 / 3, t.eps0 * (1 + 1e-6), split.delta_tct) > split.epsilon_tct
+
+
+def test_compare_accounting_charges_every_query_of_an_approximate_inner():
+    w = wrapped_query_delta(1e-10)
+    r = planning.compare_accounting(1000, 0.01, 1e-6, 20000, target_rate=0.01, delta0=1e-10, budget_epsilon=1.0)
+    assert r.hits == 10 and r.per_query_delta == w and r.total_query_delta == 1000 * w
+    assert r.target_charging == tct_epsilon(10, 1 / 3, 0.01, 1e-6 - 1000 * w) - math.log1p(-1000 * w)
+    assert r.individual_charging == tct_epsilon(r.charges_per_teacher, 1 / 3, 0.01, 1e-6 - 1000 * w) - math.log1p(
+        -1000 * w
+    )
+    pure = planning.compare_accounting(1000, 0.01, 1e-6, 20000, target_rate=0.01, budget_epsilon=1.0)
+    assert r.target_charging > pure.target_charging and pure.total_query_delta == 0.0
+    # plain composition keeps its (eps0, delta0)-per-query meaning
+    assert r.plain["optimal"] == planning.plain_epsilon(1000, 0.01, 1e-6, delta0=1e-10)
+    # the budget: the hit limit would allow 13000 queries at rate 0.01, the query limit only 2500
+    assert pure.max_queries["target_charging"] == 13000
+    assert r.max_queries["target_charging"] == r.max_queries["individual_charging"] == 2500
+    # Delta >= delta: no guarantee at all
+    big = planning.compare_accounting(10000, 0.01, 1e-6, 20000, target_rate=0.01, delta0=1e-10)
+    assert big.target_charging == math.inf and big.individual_charging == math.inf
+    assert big.as_dict()["target_charging"] is None
+    # no hits, but every query still pays
+    zero = planning.compare_accounting(1000, 0.01, 1e-6, 100, target_rate=0.0, delta0=1e-10, budget_epsilon=1.0)
+    assert zero.target_charging == -math.log1p(-1000 * w) > 0.0
+    assert zero.max_queries["target_charging"] == 2500
+
+
 # -- BassilyTT ---------------------------------------------------------------------------------------------
 
 
@@ -276,6 +462,8 @@ def test_bassily_tt_functions_are_inverse(n, eta, eps):
         (lambda: planning.target_hits(1.0, 1e-6, -0.01), "eps0"),
         (lambda: planning.target_hits(1.0, 1e-6, 0.01, q=0.0), "q"),
         (lambda: planning.target_hits(1.0, 1e-6, 0.01, delta0=1e-6), "delta0"),
+        (lambda: planning.target_hits(1.0, 1e-6, 0.01, delta0=4e-7), "delta0"),
+        (lambda: planning.target_hits(1.0, 1e-6, 0.01, query_delta_share=1.0), "query_delta_share"),
         (lambda: planning.target_hits(1.0, 1e-6, 0.01, composition="rdp"), "composition"),
         (lambda: planning.yields(1.0, 1e-6, 0.01, num_teachers=0), "num_teachers"),
         (lambda: planning.yields(1.0, 1e-6, 0.01, aggregator_delta=0.0), "aggregator_delta"),
@@ -385,6 +573,27 @@ def test_cli_subcommands_json(capsys):
     assert d["n_required"] == pytest.approx(13837.89, abs=0.005)
 
 
+def test_cli_delta0_is_the_wrapped_inner_delta(capsys):
+    d = run_json(capsys, "hits", "--eps0", "0.02", "--delta0", "1e-10")
+    assert d["max_queries"] == 2500 and d["hits"] == planning.target_hits(1.0, 1e-6, 0.02, delta0=1e-10).hits
+    assert d["per_query_delta"] == pytest.approx(2e-10)
+    assert run_json(capsys, "hits", "--eps0", "0.02")["max_queries"] is None
+    d = run_json(capsys, "yields", "--eps0", "0.01", "--delta0", "1e-10")
+    assert d["max_queries"] == 2500
+    d = run_json(capsys, "for-tokens", "--tokens", "1000", "--delta0", "1e-10")
+    assert d["max_queries"] == 2500 and d["epsilon_spent"] <= 1.0
+    d = run_json(capsys, "compare", "--queries", "1000", "--target-rate", "0.01", "--eps0", "0.01", "--teachers",
+                 "20000", "--budget-epsilon", "1", "--delta0", "1e-10")
+    assert d["max_queries"]["target_charging"] == 2500 and d["total_query_delta"] == pytest.approx(2e-7)
+    assert main(["plan", "hits", "--eps0", "0.02", "--delta0", "1e-10"]) == 0
+    out = capsys.readouterr().out
+    assert "queries, hit or not  : at most 2500" in out and "every query, hit or not, pays" in out
+    assert main(["plan", "hits", "--eps0", "0.02"]) == 0
+    assert "queries, hit or not" not in capsys.readouterr().out
+    assert main(["plan", "hits", "--help"]) == 0
+    assert "delta_A of a boundary-wrapped" in " ".join(capsys.readouterr().out.split())
+
+
 def test_cli_text_output(capsys):
     assert main(["plan", "hits", "--eps0", "0.01"]) == 0
     out = capsys.readouterr().out
@@ -436,6 +645,7 @@ def test_cli_figures_without_plot_writes_nothing(tmp_path, capsys, tiny_figures)
         (["plan", "hits", "--eps0", "0.01", "--q", "1.5"], "--q"),
         (["plan", "hits", "--eps0", "0.01", "--delta", "1"], "--delta"),
         (["plan", "hits", "--eps0", "0.01", "--delta0", "2e-6"], "--delta0"),
+        (["plan", "hits", "--eps0", "0.01", "--delta0", "4e-7"], "--delta0"),  # w > the reserve: no query fits
         (["plan", "hits", "--eps0", "0.01", "--composition", "rdp"], "--composition"),
         (["plan", "yields", "--eps0", "0.01", "--teachers", "0"], "--teachers"),
         (["plan", "for-tokens"], "--tokens"),

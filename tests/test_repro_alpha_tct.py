@@ -190,7 +190,7 @@ def test_alpha_sweep_is_deterministic_and_json():
     ("options", "name"),
     [
         ({"teachers": 1}, "--teachers"),
-        ({"teachers": 60}, "--teachers"),  # the release threshold n/2 + L + 1 exceeds n
+        ({"teachers": 50}, "--teachers"),  # the release threshold n/2 + L + 1 = 51 exceeds n (L = 25 at 0.5, 1e-6)
         ({"samples": 1}, "--samples"),
         ({"alphas": "0,0.5"}, "--alphas"),
         ({"alphas": "0.5,1.5"}, "--alphas"),

@@ -243,9 +243,9 @@ def _yields_rows(eps0_values, budget_epsilon, budget_delta, delta, progress) -> 
             "epsilon_spent": plan.epsilon_spent, "yields_per_hit": plan.yields_per_hit, "yields": plan.yields,
             "paper_hits": plan.paper_hits, "paper_yields": plan.paper_formula_yields,
         }
-        # The count law at this n with the paper's reading: a NoisyArgMax with per-count epsilon eps0
-        # (DPArgMax total 2 eps0 under replace-one).
-        wrapper = BoundaryWrapper(DPArgMax(2.0 * eps0, delta))
+        # The count law at this n with the paper's reading: per-count epsilon eps0, which is DPArgMax's
+        # total budget (it noises its one deciding count at the whole budget under either relation).
+        wrapper = BoundaryWrapper(DPArgMax(eps0, delta))
         L = wrapper.inner.error_bound
         threshold = n // 2 + L + 1
         row.update({"error_bound": L, "threshold_fraction": threshold / n})

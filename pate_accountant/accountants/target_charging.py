@@ -46,7 +46,6 @@ whole vectors of outcomes at once.
 from __future__ import annotations
 
 import math
-import sys
 from typing import NamedTuple
 
 import dp_accounting
@@ -65,18 +64,21 @@ from pate_accountant.events import (
 from pate_accountant.release import FAIL, TARGET, TOKEN, Release
 from pate_accountant.tct import (
     COMPOSITIONS,
+    NO_LIMIT,
+    QUERY_DELTA_ROUNDING,
+    TargetChargingSplit,
     boundary_wrapper_q,
     query_delta_epsilon,
+    target_charging_split,
     tct_epsilon,
-    tct_max_hits,
     wrapped_query_delta,
 )
 from pate_accountant.validation import check_real
 
 __all__ = ["TargetChargingAccountant", "TargetClass", "combine_classes", "target_class"]
 
-#: The "no limit" value of the hit and query limits when no budget is given (keeps the check one comparison).
-NO_LIMIT = sys.maxsize
+# NO_LIMIT (imported from pate_accountant.tct, re-exported for individual.py): the "no limit" value of the hit
+# and query limits when no budget is given, and the query limit of a pure class (keeps the check one comparison).
 #: Relative slack by which a wrapper event's claimed level may fall short of ``2 eps_A`` (float rounding only).
 _ROUNDING = 1e-12
 
@@ -216,14 +218,9 @@ def _check_share(share) -> float:
     return check_real("query_delta_share", share, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
 
 
-class _Plan(NamedTuple):
-    """What the accountant splits a budget into for its anchor class (module docstring)."""
-
-    max_hits: int
-    max_queries: int
-    tct_epsilon: float  # the epsilon the TCT part may spend
-    tct_delta: float  # the delta of the TCT part
-    query_delta_max: float  # Delta_max, the delta reserved for the per-query weights
+#: What the accountant splits a budget into for its anchor class (module docstring): max_hits, max_queries,
+#: epsilon_tct, delta_tct and reserved (``Delta_max``), from :func:`pate_accountant.tct.target_charging_split`.
+_Plan = TargetChargingSplit
 
 
 class TargetChargingAccountant(Accountant):
@@ -302,18 +299,10 @@ class TargetChargingAccountant(Accountant):
         plan = self._plans.get(key)
         if plan is None:
             epsilon, delta = self._budget
-            eps0, q, w = anchor.epsilon0, anchor.q, anchor.query_delta
-            if w > 0.0:
-                reserved = self._share * delta
-                max_queries = int(math.floor(reserved / w))
-                eps_tct = epsilon - query_delta_epsilon(reserved)
-            else:
-                reserved, max_queries, eps_tct = 0.0, NO_LIMIT, epsilon
-            delta_tct = delta - reserved
-            max_hits = (
-                tct_max_hits(q, eps0, eps_tct, delta_tct, composition=self._composition) if eps_tct > 0.0 else 0
+            plan = self._plans[key] = target_charging_split(
+                epsilon, delta, anchor.epsilon0, anchor.q, anchor.query_delta,
+                share=self._share, composition=self._composition,
             )
-            plan = self._plans[key] = _Plan(max_hits, max_queries, eps_tct, delta_tct, reserved)
         return plan
 
     # -- reporting ---------------------------------------------------------------------------------------
@@ -334,7 +323,7 @@ class TargetChargingAccountant(Accountant):
 
     def _query_delta(self, slots) -> float:
         total = math.fsum(slot[0] * self._class_list[cid].query_delta for cid, slot in slots.items())
-        return min(1.0, total * (1.0 + 1e-12)) if total > 0.0 else 0.0
+        return min(1.0, total * (1.0 + QUERY_DELTA_ROUNDING)) if total > 0.0 else 0.0
 
     @property
     def max_hits(self) -> int | None:
@@ -372,7 +361,7 @@ class TargetChargingAccountant(Accountant):
         without a budget."""
         plan = self._plan_for(self._anchor)
         if plan is not None:
-            return plan.tct_delta
+            return plan.delta_tct
         return self._budget[1] if self._budget is not None else self._target_delta
 
     @property
@@ -441,13 +430,13 @@ class TargetChargingAccountant(Accountant):
             slots = {k: list(v) for k, v in self._slots.items()}
             slots.setdefault(cid, [0, 0])[0] += count
             delta_q = self._query_delta(slots)
-            eps = self._bound(need, delta_q, plan.tct_delta, anchor)
+            eps = self._bound(need, delta_q, plan.delta_tct, anchor)
             what = f"{count} target hit(s)" if hit else "a query after the last hit"
             self._refuse(
                 f"charging {what} of {charge.event!r} (hits so far {self._hits} of at most {plan.max_hits}, "
                 f"queries so far {self._queries} of at most {plan.max_queries})",
                 eps,
-                plan.tct_delta + delta_q,
+                plan.delta_tct + delta_q,
             )
         return (cid, count, hit, combo, relation, anchor)
 
