@@ -31,8 +31,6 @@ import numpy as np
 from pate_accountant import __version__
 
 __all__ = [
-    "ACCOUNTANTS",
-    "MECHANISMS",
     "RunInputError",
     "build_accountant",
     "build_mechanism",
@@ -43,8 +41,6 @@ __all__ = [
     "private_run",
 ]
 
-MECHANISMS = ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling", "boundary-dp-weighted-sampling")
-ACCOUNTANTS = ("basic", "advanced", "pld", "target-charging")
 RELATIONS = ("replace-one", "add-remove-one")
 
 
@@ -53,44 +49,31 @@ class RunInputError(ValueError):
 
 
 def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "replace-one"):
-    """The per-step mechanism ``name`` (one of :data:`MECHANISMS`) with per-step ``(epsilon, delta)``."""
-    from mechanisms import BoundaryWrapper, DPArgMax, DPWeightedSampling
+    """The per-step mechanism registered as ``name`` (:mod:`mechanisms.registry`, one a run may use) with
+    per-step ``(epsilon, delta)`` under ``relation``."""
+    from mechanisms import registry
 
-    if name not in MECHANISMS:
-        raise RunInputError(f"mechanism must be one of {MECHANISMS}, got {name!r}")
+    names = registry.run_mechanism_names()
+    if name not in names:
+        raise RunInputError(f"mechanism must be one of {names}, got {name!r}")
     if relation not in RELATIONS:
         raise RunInputError(f"relation must be one of {RELATIONS}, got {relation!r}")
     try:
-        if name == "dp-argmax":
-            return DPArgMax(epsilon, delta, relation=relation)
-        if name == "boundary-dp-argmax":
-            return BoundaryWrapper(DPArgMax(epsilon, delta, relation=relation))
-        if name == "boundary-dp-weighted-sampling":
-            return BoundaryWrapper(DPWeightedSampling(epsilon, delta, relation=relation))
-        return DPWeightedSampling(epsilon, delta, relation=relation)
+        return registry.build_mechanism(name, epsilon, delta, relation)
     except (TypeError, ValueError) as exc:
         raise RunInputError(f"mechanism {name}: {exc}") from None
 
 
 def build_accountant(name: str, budget, ledger=None):
-    """The accountant ``name`` (one of :data:`ACCOUNTANTS`) with ``budget=(epsilon, delta)``."""
-    from pate_accountant.accountants import (
-        AdvancedCompositionAccountant,
-        BasicCompositionAccountant,
-        PldAccountant,
-        TargetChargingAccountant,
-    )
+    """The accountant registered as ``name`` (:mod:`pate_accountant.registry`, one a run may use) with
+    ``budget=(epsilon, delta)``."""
+    from pate_accountant import registry
 
-    classes = {
-        "basic": BasicCompositionAccountant,
-        "advanced": AdvancedCompositionAccountant,
-        "pld": PldAccountant,
-        "target-charging": TargetChargingAccountant,
-    }
-    if name not in classes:
-        raise RunInputError(f"accountant must be one of {ACCOUNTANTS}, got {name!r}")
+    names = registry.run_accountant_names()
+    if name not in names:
+        raise RunInputError(f"accountant must be one of {names}, got {name!r}")
     try:
-        return classes[name](budget=budget, ledger=ledger)
+        return registry.accountant_class(name)(budget=budget, ledger=ledger)
     except (TypeError, ValueError) as exc:
         raise RunInputError(f"accountant {name}: {exc}") from None
 

@@ -36,10 +36,14 @@ from mechanisms.histogram import HistogramBatch, as_histogram
 from pate_accountant.validation import check_generator, check_int, check_real
 
 __all__ = [
-    "AUDIT_CASES",
     "AuditCase",
     "AuditResult",
     "audit_case",
+    "between_thresholds_case",
+    "boundary_wrapper_case",
+    "dp_argmax_case",
+    "noisy_argmax_case",
+    "weighted_sampling_case",
     "audit_pair",
     "clopper_pearson",
     "exact_pair_delta",
@@ -353,18 +357,25 @@ def _pair(counts: dict, neighbour: dict, n: int, n_neighbour: int | None = None)
 
 
 def audit_case(name: str, epsilon: float | None = None, delta: float | None = None, noise_scale: float = 1.0) -> AuditCase:
-    """Build the named audit case (``AUDIT_CASES``).
+    """Build the audit case of the mechanism registered as ``name`` (:mod:`mechanisms.registry`; see
+    ``registry.audit_names()``).
 
     ``noise_scale < 1`` runs a deliberately broken variant whose noise is scaled down by that factor (its
     epsilon divided by ``noise_scale``) while the claim stays the honest mechanism's: an audit must catch it.
     """
-    if name not in AUDIT_CASES:
-        raise ValueError(f"unknown mechanism {name!r}; choose one of {sorted(AUDIT_CASES)}")
+    from mechanisms import registry  # the registry imports this module for its case builders
+
+    try:
+        entry = registry.mechanism_entry(name)
+    except KeyError:
+        entry = None
+    if entry is None or entry.audit is None:
+        raise ValueError(f"unknown mechanism {name!r}; choose one of {list(registry.audit_names())}")
     noise_scale = check_real("noise_scale", noise_scale, minimum=0.0, maximum=1.0, min_open=True)
-    return AUDIT_CASES[name](epsilon, delta, noise_scale)
+    return entry.audit(epsilon, delta, noise_scale)
 
 
-def _between_thresholds(epsilon, delta, scale):
+def between_thresholds_case(epsilon, delta, scale):
     from mechanisms.between_thresholds import BetweenThresholds
 
     epsilon = 1.0 if epsilon is None else epsilon
@@ -377,7 +388,7 @@ def _between_thresholds(epsilon, delta, scale):
     )
 
 
-def _noisy_argmax(epsilon, delta, scale):
+def noisy_argmax_case(epsilon, delta, scale):
     from mechanisms.noisy_argmax import TruncatedGeometricNoisyArgMax
 
     epsilon = 2.0 if epsilon is None else epsilon
@@ -392,7 +403,7 @@ def _noisy_argmax(epsilon, delta, scale):
     )
 
 
-def _dp_argmax(epsilon, delta, scale):
+def dp_argmax_case(epsilon, delta, scale):
     from mechanisms.noisy_argmax import DPArgMax
 
     epsilon = 1.0 if epsilon is None else epsilon
@@ -409,7 +420,7 @@ def _dp_argmax(epsilon, delta, scale):
     )
 
 
-def _weighted_sampling(epsilon, delta, scale):
+def weighted_sampling_case(epsilon, delta, scale):
     from mechanisms.weighted_sampling import DPWeightedSampling
 
     epsilon = 2.0 if epsilon is None else epsilon  # per count (1, 1e-6)
@@ -426,31 +437,24 @@ def _weighted_sampling(epsilon, delta, scale):
     h, h2 = _pair({0: c}, {0: c - 1}, n)
     eps_c, delta_c = honest.per_count
     return AuditCase(
-        "weighted-sampling", run, eps_c, delta_c, h, h2,
+        "dp-weighted-sampling", run, eps_c, delta_c, h, h2,
         f"replace-one, a vote moved to the tail: a lone token's count {c} vs {c - 1} (n = {n}), where pi* grows "
         "by e^eps_c; one count changes, so the claim is the per-count budget (epsilon/2, delta/2)",
     )
 
 
-def _boundary_wrapper(epsilon, delta, scale):
+def boundary_wrapper_case(epsilon, delta, scale):
     from mechanisms.boundary_wrapper import BoundaryWrapper
 
-    inner = _dp_argmax(epsilon, delta, scale)
+    inner = dp_argmax_case(epsilon, delta, scale)
     honest = BoundaryWrapper(audit_case("dp-argmax", epsilon, delta).mechanism)
     return AuditCase(
-        "boundary-wrapper", BoundaryWrapper(inner.mechanism), honest.event.epsilon, inner.claimed_delta,
+        "boundary-dp-argmax", BoundaryWrapper(inner.mechanism), honest.event.epsilon, inner.claimed_delta,
         inner.histogram, inner.neighbour,
         "the dp-argmax pair, wrapped; the claim is the target's privacy level 2 eps_A",
     )
 
 
-AUDIT_CASES = {
-    "between-thresholds": _between_thresholds,
-    "noisy-argmax": _noisy_argmax,
-    "dp-argmax": _dp_argmax,
-    "weighted-sampling": _weighted_sampling,
-    "boundary-wrapper": _boundary_wrapper,
-}
 
 
 def run_audit_case(case: AuditCase, num_runs: int, rng: np.random.Generator, confidence: float = 0.95) -> AuditResult:

@@ -225,8 +225,14 @@ def _positive_float(text: str) -> float:
     return value
 
 
-#: Mechanisms ``audit-mechanism`` knows (kept in step with ``mechanisms.audit.AUDIT_CASES``; a test checks).
-AUDIT_MECHANISMS = ("between-thresholds", "boundary-wrapper", "dp-argmax", "noisy-argmax", "weighted-sampling")
+def _audit_mechanism_name(value: str) -> str:
+    """A mechanism with an audit case in :mod:`mechanisms.registry` (earlier names accepted), canonical name."""
+    from mechanisms import registry  # the one mechanism registry, read by runs and the auditor alike
+
+    name = registry.ALIASES.get(value, value)
+    if name not in registry.audit_names():
+        raise argparse.ArgumentTypeError(f"unknown mechanism {value!r}; choose one of {', '.join(registry.audit_names())}")
+    return name
 
 
 def _add_audit_mechanism_command(commands) -> None:
@@ -239,7 +245,10 @@ def _add_audit_mechanism_command(commands) -> None:
             "Exit status 1 when the bound exceeds the claimed epsilon."
         ),
     )
-    p.add_argument("name", choices=AUDIT_MECHANISMS, metavar="NAME", help="one of: " + ", ".join(AUDIT_MECHANISMS))
+    from mechanisms import registry
+
+    p.add_argument("name", type=_audit_mechanism_name, metavar="NAME",
+                   help="one of: " + ", ".join(registry.audit_names()))
     p.add_argument("--epsilon", type=_positive_float, default=None, help="claimed total epsilon (default: per mechanism)")
     p.add_argument("--delta", type=_probability, default=None, help="claimed total delta (default 1e-6 where used)")
     p.add_argument("--runs", type=_positive_int, default=200_000, help="runs on each histogram (default 200000)")
@@ -797,8 +806,6 @@ DEMO_DEFAULTS = {
     "step_epsilon": 2.0, "step_delta": 1e-6, "relation": "replace-one", "epsilon": 150.0, "delta": 1e-4,
     "temperature": 0.7, "top_p": 0.9,
 }
-RUN_MECHANISMS = ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling", "boundary-dp-weighted-sampling")
-RUN_ACCOUNTANTS = ("basic", "advanced", "pld", "target-charging")
 
 
 def _run_options(p, *, demo: bool) -> None:
@@ -864,8 +871,13 @@ def _add_generate_command(commands) -> None:
     )
     p.add_argument("--model", metavar="PATH", required=True, help="local model folder, .gguf file, or folder with one")
     p.add_argument("--data", metavar="FILE", required=True, help="Dolly-format JSON lines (records with a context are skipped)")
-    p.add_argument("--mechanism", choices=RUN_MECHANISMS, required=True, help="per-step aggregation mechanism")
-    p.add_argument("--accountant", choices=RUN_ACCOUNTANTS, required=True, help="privacy accountant")
+    from mechanisms import registry as mechanisms_registry
+    from pate_accountant import registry as accountants_registry
+
+    p.add_argument("--mechanism", choices=mechanisms_registry.run_mechanism_names(), required=True,
+                   help="per-step aggregation mechanism (mechanisms.registry)")
+    p.add_argument("--accountant", choices=accountants_registry.run_accountant_names(), required=True,
+                   help="privacy accountant (pate_accountant.registry)")
     p.add_argument("--epsilon", type=_positive_float, required=True, help="total budget epsilon")
     p.add_argument("--delta", type=_probability, required=True, help="total budget delta")
     p.add_argument("--ledger", metavar="FILE", required=True,

@@ -47,11 +47,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import importlib
 import json
 import math
 import os
-import pkgutil
 import sqlite3
 import time
 import uuid
@@ -61,7 +59,7 @@ from typing import Any
 
 import attr
 
-from pate_accountant import __version__
+from pate_accountant import __version__, registry
 from pate_accountant.errors import BudgetExhaustedError, PateAccountantError
 from pate_accountant.release import OUTCOMES, TARGET
 from pate_accountant.serialization import canonical_json, event_from_data, event_to_data
@@ -536,44 +534,13 @@ def _check_confidential_row(raw, expected_id: int, prev_hash: str, share_row: in
 # -- the accountant registry ------------------------------------------------------------------------------
 
 
-def _all_subclasses(cls):
-    seen, stack = [], list(cls.__subclasses__())
-    while stack:
-        sub = stack.pop(0)
-        if sub not in seen:
-            seen.append(sub)
-            stack.extend(sub.__subclasses__())
-    return seen
-
-
-def _find_kind(kind: str):
-    from pate_accountant.accountants.base import Accountant
-
-    candidates = [c for c in _all_subclasses(Accountant) if c.__dict__.get("kind") == kind and not getattr(c, "__abstractmethods__", None)]
-    candidates.sort(key=lambda c: (not c.__module__.startswith("pate_accountant."), c.__module__, c.__qualname__))
-    return candidates[0] if candidates else None
-
-
 def accountant_class(kind: str):
-    """The accountant class whose ``kind`` is ``kind`` (looked up among every ``Accountant`` subclass,
-    after importing ``pate_accountant.accountants`` and, if needed, each of its modules)."""
-    if not isinstance(kind, str) or not kind:
-        raise ValueError(f"accountant kind must be a non-empty string, got {kind!r}")
-    import pate_accountant.accountants as package
-
-    cls = _find_kind(kind)
-    failures = []
-    if cls is None:
-        for module in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
-            try:
-                importlib.import_module(module.name)
-            except Exception as exc:  # a broken module must not hide the others; reported below
-                failures.append(f"{module.name}: {type(exc).__name__}: {exc}")
-        cls = _find_kind(kind)
-    if cls is None:
-        extra = f" (modules that failed to import: {'; '.join(failures)})" if failures else ""
-        raise LedgerError(f"unknown accountant kind {kind!r}{extra}")
-    return cls
+    """The accountant class registered under ``kind`` (:mod:`pate_accountant.registry`); a
+    ``LedgerError`` for a kind nobody registered."""
+    try:
+        return registry.accountant_class(kind)
+    except KeyError as exc:
+        raise LedgerError(exc.args[0]) from None
 
 
 def accountant_from_config(config: dict):

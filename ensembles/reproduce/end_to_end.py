@@ -189,11 +189,10 @@ def build_configuration(configuration: str, setting: dict, num_teachers: int, re
     """``(mechanism, accountant, budget)`` of one configuration (a fresh accountant).
 
     Target charging goes through :func:`ensembles.run.build_mechanism` / :func:`~ensembles.run.build_accountant`
-    (``boundary-dp-argmax``; the wrapped weighted sampler is built here, ``run.MECHANISMS`` has no name for
-    it) and, with ``records``, :func:`~ensembles.run.check_inputs`.  Raises ``ValueError`` when the budget
+    (the registered ``boundary-dp-argmax`` and ``boundary-dp-weighted-sampling``) and, with ``records``, :func:`~ensembles.run.check_inputs`.  Raises ``ValueError`` when the budget
     cannot pay for a single step."""
     from ensembles.run import build_accountant, build_mechanism, check_inputs
-    from mechanisms import BetweenThresholds, BoundaryWrapper, DPWeightedSampling
+    from mechanisms import BetweenThresholds
     from pate_accountant.accountants import IndividualChargingAccountant
 
     if configuration not in CONFIGURATIONS:
@@ -202,10 +201,8 @@ def build_configuration(configuration: str, setting: dict, num_teachers: int, re
     if configuration.startswith("target-"):
         params = setting["target"]
         budget = tuple(float(x) for x in params["budget"])
-        if configuration == "target-dp-argmax":
-            mechanism = build_mechanism("boundary-dp-argmax", params["epsilon0"], params["delta0"], relation)
-        else:
-            mechanism = BoundaryWrapper(DPWeightedSampling(params["epsilon0"], params["delta0"], relation=relation))
+        name = "boundary-dp-argmax" if configuration == "target-dp-argmax" else "boundary-dp-weighted-sampling"
+        mechanism = build_mechanism(name, params["epsilon0"], params["delta0"], relation)
         if records is not None:
             check_inputs(records, num_teachers, mechanism, "target-charging", budget)
         accountant = build_accountant("target-charging", budget)

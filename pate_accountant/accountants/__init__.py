@@ -7,6 +7,20 @@ from pate_accountant.accountants.individual import IndividualChargingAccountant
 from pate_accountant.accountants.pld import PldAccountant
 from pate_accountant.accountants.rdp import RdpAccountant
 from pate_accountant.accountants.target_charging import TargetChargingAccountant
+from pate_accountant.registry import register_accountant
+
+# The built-in accountants, in the one registry (pate_accountant.registry).  ``runs``: offered by
+# ``generate``/``demo`` (buildable from a budget alone; RDP and individual charging need more than that).
+for _cls, _runs in (
+    (BasicCompositionAccountant, True),
+    (AdvancedCompositionAccountant, True),
+    (PldAccountant, True),
+    (TargetChargingAccountant, True),
+    (RdpAccountant, False),
+    (IndividualChargingAccountant, False),
+):
+    register_accountant(_cls, runs=_runs)
+del _cls, _runs
 
 __all__ = [
     "Accountant",
