@@ -22,6 +22,10 @@ SECRET = "ZEBRAPASSWORD"
 PROMPTS = [f"{SECRET} {i} the" for i in range(8)]
 
 
+#: Tests seed the mechanism noise (mechanism_rng) so that their outcomes are reproducible; a private run
+#: leaves it None (the OS generator), which test_mechanism_noise_never_comes_from_the_sampling_seed checks.
+MECHANISM_SEED = 20261123
+
 def agreeing(top=0.97):
     def f(teacher, context):
         p = np.full(len(VOCAB), (1 - top) / (len(VOCAB) - 1))
@@ -45,7 +49,7 @@ def test_basic_composition_runs_until_budget():
     mech = DPArgMax(1.0, 1e-5)
     acc = BasicCompositionAccountant(budget=(5.0, 1e-3), ledger=Ledger.in_memory())
     gen = PrivateGenerator(ToyBackend(agreeing(), VOCAB), mech, acc, max_tokens=100, seed=1)
-    result = gen.generate(prompts(60))
+    result = gen.generate(prompts(60), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     assert isinstance(result, GenerationResult)
     assert result.stop_reason == "budget"
     assert len(result.steps) == 5  # five runs of epsilon 1 fit into epsilon 5
@@ -61,7 +65,7 @@ def test_target_charging_with_boundary_wrapper_and_ledger(tmp_path):
     ledger = Ledger.open(path)
     acc = TargetChargingAccountant(budget=(4.0, 1e-4), ledger=ledger)
     gen = PrivateGenerator(ToyBackend(agreeing(0.99), VOCAB), mech, acc, max_tokens=12, seed=3)
-    result = gen.generate(prompts(4000), shared_prefix=f"{SECRET} header")
+    result = gen.generate(prompts(4000), shared_prefix=f"{SECRET} header", mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     assert result.stop_reason in ("max_tokens", "budget")
     assert result.spent[0] <= 4.0 + 1e-9 and result.spent[1] <= 1e-4
     assert ledger.verify().ok
@@ -84,7 +88,7 @@ def test_target_counts_as_fail_and_is_retried():
     table[:top, W["cat"]] = 1.0
     table[top:, W["dog"]] = 1.0
     gen = PrivateGenerator(ToyBackend(table, VOCAB), mech, acc, max_tokens=3, max_retries=5, seed=0)
-    result = gen.generate(prompts(4000))
+    result = gen.generate(prompts(4000), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     outcomes = {s.outcome for s in result.steps}
     assert "target" in outcomes or "fail" in outcomes
     for s in result.steps:
@@ -137,7 +141,7 @@ def test_fallback_public_when_teachers_disagree():
     public = ToyBackend(agreeing(1.0), VOCAB)
     gen = PrivateGenerator(ToyBackend(disagreeing, VOCAB), DPArgMax(1.0, 1e-5), acc, fallback="public",
                            public_backend=public, public_prompt="the", max_tokens=4, seed=0)
-    result = gen.generate(prompts(64))
+    result = gen.generate(prompts(64), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     assert [s.outcome for s in result.steps] == ["fallback"] * 4
     assert result.text == "cat sat on the"  # the public model's chain after "the"
     assert acc.spent()[0] == pytest.approx(4.0)  # each private attempt is charged; the fallback is free
@@ -148,7 +152,7 @@ def test_fallback_retry_and_stop_when_teachers_disagree():
     acc = BasicCompositionAccountant()
     gen = PrivateGenerator(ToyBackend(disagreeing, VOCAB), DPArgMax(1.0, 1e-5), acc, fallback="retry",
                            max_retries=3, seed=0)
-    result = gen.generate(prompts(64))
+    result = gen.generate(prompts(64), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     assert result.stop_reason == "fail"
     assert [s.retries for s in result.steps] == [0, 1, 2, 3]
     assert all(s.outcome == "fail" for s in result.steps)
@@ -156,7 +160,7 @@ def test_fallback_retry_and_stop_when_teachers_disagree():
 
     acc = BasicCompositionAccountant()
     gen = PrivateGenerator(ToyBackend(disagreeing, VOCAB), DPArgMax(1.0, 1e-5), acc, fallback="stop", seed=0)
-    result = gen.generate(prompts(64))
+    result = gen.generate(prompts(64), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     assert result.stop_reason == "fail" and len(result.steps) == 1 and result.text == ""
 
 
@@ -167,12 +171,12 @@ def test_eos_and_stop_strings():
         return p
 
     gen = PrivateGenerator(ToyBackend(to_eos, VOCAB), DPArgMax(1.0, 1e-5), BasicCompositionAccountant(), seed=0)
-    result = gen.generate(prompts(64))
+    result = gen.generate(prompts(64), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     assert result.stop_reason == "eos" and result.text == "dog dog" and W["<eos>"] not in result.token_ids
 
     gen = PrivateGenerator(ToyBackend(agreeing(1.0), VOCAB), DPArgMax(1.0, 1e-5), BasicCompositionAccountant(),
                            stop_strings=("on",), seed=0)
-    result = gen.generate(prompts(64))
+    result = gen.generate(prompts(64), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     assert result.stop_reason == "stop_string" and result.text == "cat sat "
 
 
@@ -180,7 +184,7 @@ def test_temperature_and_top_p_and_independent_histograms():
     acc = BasicCompositionAccountant()
     gen = PrivateGenerator(ToyBackend(agreeing(0.7), VOCAB), DPArgMax(1.0, 1e-5), acc, histograms="independent",
                            temperature=0.5, top_p=0.9, max_tokens=4, seed=0)
-    result = gen.generate(prompts(100))
+    result = gen.generate(prompts(100), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     assert result.text == "cat sat on the"
 
 
@@ -196,7 +200,7 @@ def test_individual_charging_removes_teachers():
     # The public model proposes "cat", the teachers' word, so hits (and removals) come on most positions.
     gen = PrivateGenerator(ToyBackend(small_vocab, VOCAB), bt, acc, max_tokens=40, fallback="retry",
                            max_retries=30, public_backend=ToyBackend(small_vocab, VOCAB), seed=5)
-    result = gen.generate(prompts(40))
+    result = gen.generate(prompts(40), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     sizes = [s.num_teachers for s in result.steps]
     assert sizes[0] == 40
     assert sizes == sorted(sizes, reverse=True)
@@ -216,7 +220,7 @@ def test_individual_charging_needs_between_thresholds():
 def test_budget_exhausted_before_first_step():
     acc = BasicCompositionAccountant(budget=(0.5, 1e-3))
     gen = PrivateGenerator(ToyBackend(agreeing(), VOCAB), DPArgMax(1.0, 1e-5), acc, seed=0)
-    result = gen.generate(prompts(60))
+    result = gen.generate(prompts(60), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     assert result.stop_reason == "budget" and result.steps == () and result.spent == (0.0, 0.0)
 
 
@@ -241,8 +245,8 @@ def test_individual_charging_candidate_from_public_backend():
         return PrivateGenerator(ToyBackend(agreeing(1.0), VOCAB), bt, acc, max_tokens=20, fallback="public",
                                 public_backend=public, candidate=candidate, seed=3)
 
-    public_run = make(None).generate(prompts(60))  # default with a public backend: "public"
-    uniform_run = make("uniform").generate(prompts(60))
+    public_run = make(None).generate(prompts(60), mechanism_rng=np.random.default_rng(MECHANISM_SEED))  # default with a public backend: "public"
+    uniform_run = make("uniform").generate(prompts(60), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     released_public = public_run.outcome_counts().get("token", 0)
     released_uniform = uniform_run.outcome_counts().get("token", 0)
     # Public candidate = the chain word every teacher votes for; the count of included voters is
@@ -286,7 +290,7 @@ def test_individual_charging_rate_uses_the_fixed_ensemble_size(monkeypatch):
 
     gen = PrivateGenerator(ToyBackend(cat, VOCAB), bt, acc, max_tokens=40, fallback="retry", max_retries=30,
                            public_backend=ToyBackend(cat, VOCAB), seed=10)
-    gen.generate(prompts(40))
+    gen.generate(prompts(40), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     assert calls and all(n == 40 for n, _, _, _ in calls)
     assert any(active < 40 for _, active, _, _ in calls)  # some queries ran after removals
     assert all(1 / 40 <= nu <= 1 for _, _, nu, _ in calls)
@@ -320,7 +324,7 @@ def test_individual_charging_non_hits_name_nobody():
     acc.record = lambda release: (original(release), recorded.append(release))
     gen = PrivateGenerator(ToyBackend(agreeing(0.7), VOCAB), bt, acc, max_tokens=30, fallback="public",
                            public_backend=ToyBackend(agreeing(1.0), VOCAB), seed=2)
-    result = gen.generate(prompts(60))
+    result = gen.generate(prompts(60), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
     assert {r.target_hit for r in recorded} == {True, False}
     for release, step in zip(recorded, result.steps):
         if release.target_hit:
