@@ -32,6 +32,17 @@ from pate_accountant.validation import check_int, check_real
 #: Rows (kept probabilities plus tail) must sum to 1 within this absolute tolerance; they are then
 #: renormalised exactly.  float32 softmax outputs over a 128k vocabulary sum to 1 within about 1e-5.
 SUM_TOLERANCE = 1e-4
+#: Top-p keeps a token while the mass before it is below ``p - TOP_P_TOLERANCE`` (forgives the rounding of
+#: the running sum).
+TOP_P_TOLERANCE = 1e-9
+
+
+def top_p_keep(sorted_probs, mass_before, p: float):
+    """The top-p rule, written once for the host (:meth:`TeacherDistributions.top_p`, numpy) and the device
+    (the transformers backend, torch): in a row sorted by decreasing probability, a token is kept while the
+    mass before it is below ``p`` (less :data:`TOP_P_TOLERANCE`) and its probability is positive.  Works
+    elementwise on numpy arrays and torch tensors alike."""
+    return (mass_before < p - TOP_P_TOLERANCE) & (sorted_probs > 0)
 
 
 class TeacherDistributions:
@@ -289,7 +300,7 @@ class TeacherDistributions:
         sizes = self.support_sizes
         csum = np.cumsum(sorted_probs)
         before = csum - sorted_probs - np.repeat(np.concatenate(([0.0], csum))[self._indptr[:-1]], sizes)
-        keep_sorted = before < p - 1e-9
+        keep_sorted = top_p_keep(sorted_probs, before, p)
         keep = np.empty_like(keep_sorted)
         keep[order] = keep_sorted
         return self._truncate(keep, renormalize)

@@ -371,11 +371,7 @@ def demo_model_path() -> Path:
     from ensembles.backends import transformers_backend as tb
 
     gguf = tb.smollm2_path()
-    stat = gguf.stat()
-    import hashlib
-
-    key = hashlib.sha256(f"{gguf.name}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:16]
-    cached = tb.default_cache_dir() / "gguf" / f"{gguf.stem}-{key}"
+    cached = tb.converted_gguf_path(gguf)
     if not (cached / "config.json").is_file():
         print("pate-accountant: converting the embedded SmolLM2 model once (about 20 s; cached in "
               f"{tb.default_cache_dir()})", file=sys.stderr, flush=True)

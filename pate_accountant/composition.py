@@ -1,12 +1,19 @@
 """Composition bounds for (epsilon, delta)-DP steps.
 
+This module is the one home of these formulas: the accountants (:mod:`pate_accountant.accountants.advanced`),
+the TCT bound (:mod:`pate_accountant.tct`) and planning (:mod:`pate_accountant.planning`) call it.
+
 * :func:`basic`: ``(sum eps_i, sum delta_i)``.
 * :func:`drv`: heterogeneous advanced composition (Dwork, Rothblum, Vadhan 2010; Dwork-Roth Thm 3.20 and
   its heterogeneous form): for any ``delta' > 0`` the composition is ``(eps', sum delta_i + delta')``-DP with
-  ``eps' = sqrt(2 ln(1/delta') sum eps_i^2) + sum eps_i (e^{eps_i} - 1)``.
+  ``eps' = sqrt(2 ln(1/delta') sum eps_i^2) + sum eps_i (e^{eps_i} - 1)``; :func:`drv_epsilon` is the same
+  for ``k`` identical ``eps0`` steps (``eps0 sqrt(2k ln(1/delta')) + k eps0 (e^eps0 - 1)``) and
+  :func:`drv_from_sums` for running sums (:func:`drv_terms`).
 * :func:`kov`: the optimal bound for ``k`` identical ``(eps0, delta0)`` steps (Kairouz, Oh, Viswanath 2015,
-  Thm 3.3), taken from ``dp_accounting.pld.accountant.advanced_composition``; its values lie on a grid
-  of step ``2 eps0``.
+  Thm 3.3) on its grid ``eps0 (k - 2i)``: the smallest grid point whose exact optimal delta (KOV's
+  ``delta_i``, equal to :func:`pure_optimal_delta` there) fits the pure part's delta :func:`pure_part_delta`.
+  It agrees with ``dp_accounting.pld.accountant.advanced_composition`` (tested), which computes
+  ``(1 + e^eps0)^k`` as a float and overflows beyond ``k ~ 1000``; this one works at every ``k``.
 * :func:`pure_optimal_delta` / :func:`pure_optimal_epsilon`: the exact optimal composition of ``k`` pure
   ``eps0``-DP steps with a continuous ``eps'`` (the worst pair is binary randomized response, so the
   privacy loss is ``eps0 (k - 2I)``, ``I ~ Bin(k, 1/(1 + e^{eps0}))``); equals KOV at its grid points.
@@ -37,6 +44,9 @@ __all__ = [
     "DELTA_SAFETY",
     "basic",
     "drv",
+    "drv_epsilon",
+    "drv_from_sums",
+    "drv_terms",
     "kov",
     "optimal_epsilon",
     "pure_optimal_delta",
@@ -55,36 +65,92 @@ def basic(epsilons, deltas) -> tuple[float, float]:
     return float(np.sum(epsilons)), float(min(1.0, np.sum(deltas)))
 
 
+def _drv(root_factor: float, squares: float, drift: float, delta_prime: float) -> float:
+    """The DRV formula, written once: ``root_factor sqrt(2 squares ln(1/delta')) + drift`` with
+    ``root_factor^2 squares = sum eps_i^2`` and ``drift = sum eps_i (e^{eps_i} - 1)`` (identical steps keep
+    ``eps0`` outside the root, ``eps0 sqrt(2k ln(1/delta'))``, as the bound is usually written)."""
+    return root_factor * math.sqrt(2.0 * squares * math.log(1.0 / delta_prime)) + drift
+
+
+def drv_terms(epsilon0: float, count: int = 1) -> tuple[float, float]:
+    """What ``count`` steps of ``epsilon0`` add to DRV's two sums: ``(count eps0^2, count eps0 (e^eps0 - 1))``
+    (no argument checks: the streaming accountant's fast path)."""
+    return count * epsilon0 * epsilon0, count * epsilon0 * math.expm1(epsilon0)
+
+
+def drv_from_sums(sum_squares: float, sum_drift: float, delta_prime: float) -> float:
+    """DRV epsilon from running sums ``sum eps_i^2`` and ``sum eps_i (e^{eps_i} - 1)`` (:func:`drv_terms`) at
+    slack ``0 < delta_prime < 1`` (no argument checks: the streaming accountant's fast path)."""
+    return _drv(1.0, sum_squares, sum_drift, delta_prime)
+
+
 def drv(epsilons, delta_prime: float) -> float:
     """Heterogeneous advanced composition epsilon for slack ``delta_prime`` (the steps' deltas add on top)."""
     delta_prime = check_real("delta_prime", delta_prime, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
     eps = np.asarray(epsilons, dtype=np.float64)
-    return float(math.sqrt(2.0 * math.log(1.0 / delta_prime) * float(np.sum(eps**2))) + float(np.sum(eps * np.expm1(eps))))
+    return float(drv_from_sums(float(np.sum(eps**2)), float(np.sum(eps * np.expm1(eps))), delta_prime))
 
 
-def kov(epsilon0: float, delta0: float, k: int, total_delta: float) -> float:
-    """Optimal epsilon for ``k`` identical ``(epsilon0, delta0)`` steps at total delta (KOV Thm 3.3).
+def drv_epsilon(k: int, epsilon0: float, delta_prime: float) -> float:
+    """DRV epsilon of ``k`` identical ``epsilon0``-DP steps at slack ``delta_prime``:
+    ``eps0 sqrt(2k ln(1/delta')) + k eps0 (e^eps0 - 1)`` (the steps' deltas add on top)."""
+    k = check_int("k", k, minimum=0)
+    epsilon0 = check_real("epsilon0", epsilon0, minimum=0.0)
+    delta_prime = check_real("delta_prime", delta_prime, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    return _drv(epsilon0, k, drv_terms(epsilon0, k)[1], delta_prime)
 
-    Returns ``inf`` when no epsilon on the grid reaches ``total_delta`` (for example ``total_delta <= k delta0``).
+
+def kov(epsilon0: float, delta0: float, k: int, total_delta: float, *, cache: bool = True) -> float:
+    """Optimal epsilon for ``k`` identical ``(epsilon0, delta0)`` steps at total delta on KOV's grid (Thm 3.3):
+    the smallest ``eps0 (k - 2i)`` whose exact optimal delta fits :func:`pure_part_delta`.
+
+    Returns ``inf`` when no epsilon reaches ``total_delta`` (``total_delta`` below ``1 - (1 - delta0)^k``).
+    ``cache``: as in :func:`optimal_epsilon`.  A grid point's delta is compared with the target without the
+    ``DELTA_SAFETY`` margin (dp-accounting's test has none either): only where that delta lies within rounding of the
+    target can the value be one grid step low, which the advanced accountant guards against (it drops a KOV
+    value below its safely rounded optimum).
     """
-    from dp_accounting.pld import accountant as pld_accountant
-    from dp_accounting.pld.common import DifferentialPrivacyParameters
-
     epsilon0 = check_real("epsilon0", epsilon0, minimum=0.0)
     delta0 = check_real("delta0", delta0, minimum=0.0, maximum=1.0)
     k = check_int("k", k, minimum=0)
     total_delta = check_real("total_delta", total_delta, minimum=0.0, maximum=1.0)
     if k == 0:
         return 0.0
-    result = pld_accountant.advanced_composition(DifferentialPrivacyParameters(epsilon0, delta0), k, total_delta)
-    return math.inf if result is None else float(result)
+    target = pure_part_delta(k, delta0, total_delta)
+    if target < 0.0:
+        return math.inf
+    if epsilon0 == 0.0:
+        return 0.0
+    weights, losses = _law(k, epsilon0, cache)
+
+    def fits(i: int) -> bool:  # grid point i reaches the target (KOV's delta_i is the exact delta there)
+        return _delta_from_law(weights, losses, epsilon0 * (k - 2 * i)) <= target
+
+    # Start at the grid point just above the continuous optimum, then step to the exact smallest one.
+    exact = _bisect_epsilon(weights, losses, k * epsilon0, target)
+    i = max(0, min(k // 2, math.floor((k - exact / epsilon0) / 2.0 + 1e-9)))
+    while i > 0 and not fits(i):
+        i -= 1
+    while i < k // 2 and fits(i + 1):
+        i += 1
+    return epsilon0 * (k - 2 * i)
 
 
-@functools.lru_cache(maxsize=256)
 def _loss_law(k: int, epsilon0: float) -> tuple[np.ndarray, np.ndarray]:
+    """The privacy loss law of ``k`` binary randomized-response steps: ``(weights, losses)`` with
+    ``losses = eps0 (k - 2i)``, ``i ~ Bin(k, 1/(1 + e^eps0))``; outcomes whose weight underflows to zero
+    (they contribute nothing) are left out, which keeps the arrays short for large ``k``."""
     i = np.arange(k + 1)
     weights = stats.binom.pmf(i, k, 1.0 / (1.0 + math.exp(epsilon0)))
-    return weights, epsilon0 * (k - 2 * i)
+    keep = weights > 0.0
+    return weights[keep], epsilon0 * (k - 2 * i[keep])
+
+
+_cached_loss_law = functools.lru_cache(maxsize=256)(_loss_law)
+
+
+def _law(k: int, epsilon0: float, cache: bool) -> tuple[np.ndarray, np.ndarray]:
+    return _cached_loss_law(k, epsilon0) if cache else _loss_law(k, epsilon0)
 
 
 def pure_optimal_delta(k: int, epsilon0: float, epsilon: float) -> float:
@@ -94,20 +160,15 @@ def pure_optimal_delta(k: int, epsilon0: float, epsilon: float) -> float:
     epsilon = check_real("epsilon", epsilon, minimum=0.0)
     if k == 0 or epsilon0 == 0.0:
         return 0.0
-    weights, losses = _loss_law(k, epsilon0)
+    weights, losses = _law(k, epsilon0, True)
     return _delta_from_law(weights, losses, epsilon)
 
 
 def pure_optimal_epsilon(k: int, epsilon0: float, delta: float) -> float:
     """Smallest epsilon (bisection to 1e-12, from above) with :func:`pure_optimal_delta` at most ``delta``;
-    a candidate is accepted only when its delta, enlarged by ``DELTA_SAFETY``, is at most ``delta``."""
-    k = check_int("k", k, minimum=0)
-    epsilon0 = check_real("epsilon0", epsilon0, minimum=0.0)
-    delta = check_real("delta", delta, minimum=0.0, maximum=1.0)
-    if k == 0 or epsilon0 == 0.0:
-        return 0.0
-    weights, losses = _loss_law(k, epsilon0)
-    return _bisect_epsilon(weights, losses, k * epsilon0, delta)
+    a candidate is accepted only when its delta, enlarged by ``DELTA_SAFETY``, is at most ``delta``
+    (:func:`optimal_epsilon` with ``delta0 = 0``)."""
+    return optimal_epsilon(k, epsilon0, 0.0, delta)
 
 
 def _delta_from_law(weights: np.ndarray, losses: np.ndarray, epsilon: float) -> float:
@@ -162,9 +223,13 @@ def pure_part_delta(k: int, delta0: float, delta: float) -> float:
     return min(1.0, -math.expm1(x) * (1.0 - 2.0 * _ULP))
 
 
-def optimal_epsilon(k: int, epsilon0: float, delta0: float, delta: float) -> float:
+def optimal_epsilon(k: int, epsilon0: float, delta0: float, delta: float, *, cache: bool = True) -> float:
     """Optimal epsilon of ``k`` identical ``(epsilon0, delta0)`` steps at total ``delta`` (continuous, never
-    below the exact value; ``inf`` when ``delta`` does not even cover ``1 - (1 - delta0)^k``)."""
+    below the exact value; ``inf`` when ``delta`` does not even cover ``1 - (1 - delta0)^k``).
+
+    ``cache=False`` does not keep the ``k + 1`` binomial weights in the module's small LRU cache (for a caller
+    that asks for a new ``k`` every time, like a budgeted accountant); the value is the same.
+    """
     k = check_int("k", k, minimum=0)
     epsilon0 = check_real("epsilon0", epsilon0, minimum=0.0)
     delta0 = check_real("delta0", delta0, minimum=0.0, maximum=1.0)
@@ -174,5 +239,5 @@ def optimal_epsilon(k: int, epsilon0: float, delta0: float, delta: float) -> flo
         return math.inf
     if k == 0 or epsilon0 == 0.0:
         return 0.0
-    weights, losses = _loss_law(k, epsilon0)
+    weights, losses = _law(k, epsilon0, cache)
     return _bisect_epsilon(weights, losses, k * epsilon0, target)

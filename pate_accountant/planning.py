@@ -39,17 +39,16 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from pate_accountant.composition import pure_optimal_delta, pure_optimal_epsilon
+from pate_accountant.composition import drv_epsilon, kov, optimal_epsilon, pure_optimal_delta, pure_part_delta
 from pate_accountant.tct import (
-    COMPOSITIONS,
-    SPLITS,
     TargetChargingSplit,
+    check_composition,
     largest_fitting,
-    private_draws_needed,
     query_delta_epsilon,
     target_charging_split,
     tct_details,
     tct_epsilon,
+    tct_splits,
     wrapped_query_delta,
 )
 from pate_accountant.validation import check_int, check_real
@@ -376,12 +375,6 @@ def _charging_assumptions(delta0: float, w: float, split: TargetChargingSplit, s
     return out
 
 
-def _check_composition(composition) -> str:
-    if composition not in COMPOSITIONS:
-        raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}")
-    return composition
-
-
 def _tct_assumptions(composition: str) -> list[str]:
     return [_TCT_ASSUMPTION.format(composition="exact optimal" if composition == "optimal" else "DRV advanced"),
             _EPS0_ASSUMPTION]
@@ -415,33 +408,14 @@ def paper_target_hits(eps0: float) -> float:
 # -- plain composition -----------------------------------------------------------------------------------
 
 
-def _optimal_delta_target(k: int, delta: float, delta0: float) -> float:
-    """The delta left for the pure part of ``k`` ``(eps0, delta0)`` steps: ``1 - (1 - delta)/(1 - delta0)^k``
-    (spec 6.2/6.3); exactly ``delta`` when ``delta0 = 0``."""
-    if delta0 == 0.0:
-        return delta
-    return -math.expm1(math.log1p(-delta) - k * math.log1p(-delta0))
-
-
-def _kov_grid_epsilon(k: int, eps0: float, target: float) -> float:
-    """KOV Thm 3.3: the smallest grid point ``eps0 (k - 2i)`` whose exact optimal delta is ``<= target``
-    (KOV's delta_i equals the exact optimal delta at its grid points, spec 6.3)."""
-    exact = pure_optimal_epsilon(k, eps0, target)
-    i = max(0, min(k // 2, math.floor((k - exact / eps0) / 2.0 + 1e-9)))
-    while i > 0 and pure_optimal_delta(k, eps0, eps0 * (k - 2 * i)) > target:
-        i -= 1
-    while i < k // 2 and pure_optimal_delta(k, eps0, eps0 * (k - 2 * (i + 1))) <= target:
-        i += 1
-    return eps0 * (k - 2 * i)
-
-
 def plain_epsilon(num_queries: int, eps0: float, delta: float, *, delta0: float = 0.0, method: str = "optimal") -> float:
     """The epsilon (at total ``delta``) of ``num_queries`` adaptive ``(eps0, delta0)``-DP queries (spec 6).
 
     ``method``: ``"basic"`` (``k eps0``, needs ``k delta0 <= delta``), ``"drv"`` (``eps0 sqrt(2k ln(1/d'))
-    + k eps0 (e^eps0 - 1)`` with ``d' = delta - k delta0``), ``"kov"`` (KOV Thm 3.3, grid of step
-    ``2 eps0``), ``"optimal"`` (exact optimal composition, continuous).  ``inf`` when ``delta`` cannot
-    cover the per-step deltas.
+    + k eps0 (e^eps0 - 1)`` with ``d' = delta - k delta0``, :func:`pate_accountant.composition.drv_epsilon`),
+    ``"kov"`` (KOV Thm 3.3, grid of step ``2 eps0``, :func:`pate_accountant.composition.kov`), ``"optimal"``
+    (exact optimal composition, continuous, :func:`pate_accountant.composition.optimal_epsilon`).  ``inf``
+    when ``delta`` cannot cover the per-step deltas.
     """
     k = check_int("num_queries", num_queries, minimum=0)
     eps0 = _check_eps0(eps0)
@@ -457,13 +431,10 @@ def plain_epsilon(num_queries: int, eps0: float, delta: float, *, delta0: float 
         slack = delta - k * delta0
         if slack <= 0:
             return math.inf
-        return eps0 * math.sqrt(2.0 * k * math.log(1.0 / slack)) + k * eps0 * math.expm1(eps0)
-    target = _optimal_delta_target(k, delta, delta0)
-    if target <= 0:
-        return math.inf
+        return drv_epsilon(k, eps0, slack)
     if method == "optimal":
-        return pure_optimal_epsilon(k, eps0, target)
-    return _kov_grid_epsilon(k, eps0, target)
+        return optimal_epsilon(k, eps0, delta0, delta)
+    return kov(eps0, delta0, k, delta)
 
 
 def _plain_fits(k: int, eps0: float, epsilon: float, delta: float, delta0: float, method: str) -> bool:
@@ -471,7 +442,7 @@ def _plain_fits(k: int, eps0: float, epsilon: float, delta: float, delta0: float
         return True
     if method in ("basic", "drv"):
         return plain_epsilon(k, eps0, delta, delta0=delta0, method=method) <= epsilon
-    target = _optimal_delta_target(k, delta, delta0)
+    target = pure_part_delta(k, delta0, delta)
     if target <= 0:
         return False
     if method == "optimal":
@@ -493,13 +464,6 @@ def plain_max_queries(eps0: float, epsilon: float, delta: float, *, delta0: floa
     delta0 = check_real("delta0", delta0, minimum=0.0, maximum=1.0, max_open=True)
     if method not in PLAIN_METHODS:
         raise ValueError(f"method must be one of {PLAIN_METHODS}, got {method!r}")
-    if method == "basic":
-        k = math.floor(epsilon / eps0 * (1 + 1e-12))
-        if delta0 > 0:
-            k = min(k, math.floor(delta / delta0))
-        while k > 0 and not _plain_fits(k, eps0, epsilon, delta, delta0, method):
-            k -= 1
-        return k
     return largest_fitting(lambda k: _plain_fits(k, eps0, epsilon, delta, delta0, method))
 
 
@@ -533,7 +497,7 @@ def target_hits(
     q = _check_q("q", q)
     share = _check_share(query_delta_share)
     delta0 = _check_inner_delta(delta0, delta, share)
-    composition = _check_composition(composition)
+    composition = check_composition(composition)
     split, w = _split(epsilon, delta, eps0, q, delta0, share, composition)
     hits = split.max_hits
     details = tct_details(hits, q, eps0, split.delta_tct, composition=composition)
@@ -634,7 +598,7 @@ def _composed(k: int, eps0: float, slack: float, composition: str, epsilon: floa
     """Whether ``k`` ``eps0``-DP steps compose to ``<= epsilon`` at delta ``slack``."""
     if composition == "optimal":
         return pure_optimal_delta(k, eps0, epsilon) <= slack
-    return eps0 * math.sqrt(2 * k * math.log(1 / slack)) + k * eps0 * math.expm1(eps0) <= epsilon
+    return drv_epsilon(k, eps0, slack) <= epsilon
 
 
 def _max_eps0_for_hits(hits: int, q: float, epsilon: float, delta: float, composition: str) -> float:
@@ -645,10 +609,7 @@ def _max_eps0_for_hits(hits: int, q: float, epsilon: float, delta: float, compos
     suprema, each found by bisection on ``eps0``.
     """
     best = 0.0
-    for fraction in SPLITS:
-        beta = fraction * delta
-        k = private_draws_needed(hits, q, beta)
-        slack = delta - beta
+    for _, k, slack in tct_splits(hits, q, delta):
         lo = hi = epsilon / k
         if not _composed(k, lo, slack, composition, epsilon):
             while not _composed(k, lo, slack, composition, epsilon):
@@ -697,7 +658,7 @@ def plan_for_tokens(
     q = _check_q("q", q)
     share = _check_share(query_delta_share)
     delta0 = _check_inner_delta(delta0, delta, share)
-    composition = _check_composition(composition)
+    composition = check_composition(composition)
     aggregator_delta = check_real("aggregator_delta", aggregator_delta, minimum=0.0, maximum=1.0,
                                   min_open=True, max_open=True)
     cd = c_delta(aggregator_delta)
@@ -766,16 +727,6 @@ def _charged_epsilon(hits: int, q: float, eps0: float, delta: float, query_delta
     return tct_epsilon(hits, q, eps0, delta - query_delta, composition=composition) + query_delta_epsilon(query_delta)
 
 
-def _largest_fitting(estimate: float, fits) -> int:
-    """The largest ``K >= 0`` with ``fits(K)`` (monotone), starting from ``floor(estimate)``."""
-    k = max(0, math.floor(estimate))
-    while k > 0 and not fits(k):
-        k -= 1
-    while fits(k + 1):
-        k += 1
-    return k
-
-
 def compare_accounting(
     num_queries: int,
     eps0: float,
@@ -822,7 +773,7 @@ def compare_accounting(
     individual_q = q if individual_q is None else _check_q("individual_q", individual_q)
     delta0 = _check_delta0(delta0, delta)
     share = _check_share(query_delta_share)
-    composition = _check_composition(composition)
+    composition = check_composition(composition)
     aggregator_delta = check_real("aggregator_delta", aggregator_delta, minimum=0.0, maximum=1.0,
                                   min_open=True, max_open=True)
     cd = c_delta(aggregator_delta)
@@ -852,10 +803,9 @@ def compare_accounting(
         if rate == 0.0:
             target_k = individual_k = None  # no query is ever charged for a hit: unlimited
         else:
-            target_k = _largest_fitting(tau / rate, lambda K: _hits(rate, K) <= tau)
-            individual_k = _largest_fitting(
-                tau_ind * n / (rate * g), lambda K: _per_teacher(_hits(rate, K), g, n) <= tau_ind
-            )
+            # Both predicates hold at K = 0 (no query, no hit) and are monotone in K.
+            target_k = largest_fitting(lambda K: _hits(rate, K) <= tau)
+            individual_k = largest_fitting(lambda K: _per_teacher(_hits(rate, K), g, n) <= tau_ind)
         if w > 0.0:  # ... but every query pays its weight: the split's query limit
             target_k = split.max_queries if target_k is None else min(target_k, split.max_queries)
             individual_k = split_ind.max_queries if individual_k is None else min(individual_k, split_ind.max_queries)

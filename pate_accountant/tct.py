@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from scipy import stats
 
-from pate_accountant.composition import pure_optimal_epsilon
+from pate_accountant.composition import drv_epsilon, pure_optimal_epsilon
 from pate_accountant.validation import check_int, check_real
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "SPLITS",
     "TargetChargingSplit",
     "boundary_wrapper_q",
+    "check_composition",
     "query_delta_epsilon",
     "largest_fitting",
     "negative_binomial_tail",
@@ -53,6 +54,7 @@ __all__ = [
     "tct_epsilon",
     "tct_max_hits",
     "target_charging_split",
+    "tct_splits",
     "wrapped_event_terms",
     "wrapped_query_delta",
 ]
@@ -142,19 +144,21 @@ def private_draws_needed(hits: int, q: float, beta: float) -> int:
     beta = check_real("beta", beta, minimum=0.0, maximum=1.0, min_open=True)
     if hits == 0:
         return 0
-    lo = hits
-    if negative_binomial_tail(hits, q, lo) <= beta:
-        return lo
-    hi = max(lo + 1, int(2 * hits / q) + 10)
-    while negative_binomial_tail(hits, q, hi) > beta:
-        hi *= 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if negative_binomial_tail(hits, q, mid) <= beta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    if negative_binomial_tail(hits, q, hits) <= beta:
+        return hits
+    # One more than the largest k whose tail still exceeds beta; the first probe is at 2 hits / q + 10 (about
+    # twice the mean number of draws), so that the search usually bisects below it at once.
+    first_step = max(1, int(2 * hits / q) + 10 - hits)
+    return largest_fitting(lambda k: negative_binomial_tail(hits, q, k) > beta, start=hits, step=first_step) + 1
+
+
+def tct_splits(hits: int, q: float, delta: float):
+    """The delta splits the TCT bound tries: ``(fraction, k, slack)`` for each ``fraction`` of :data:`SPLITS`,
+    with the tail ``beta = fraction * delta``, the truncation ``k = private_draws_needed(hits, q, beta)`` and
+    the composition's share ``slack = delta - beta``."""
+    for fraction in SPLITS:
+        beta = fraction * delta
+        yield fraction, private_draws_needed(hits, q, beta), delta - beta
 
 
 @functools.lru_cache(maxsize=4096)
@@ -162,17 +166,21 @@ def _tct(hits: int, q: float, eps0: float, delta: float, composition: str) -> tu
     best = (math.inf, 0, 0.0)
     if hits == 0:
         return (0.0, 0, 0.0)
-    for fraction in SPLITS:
-        beta = fraction * delta
-        k = private_draws_needed(hits, q, beta)
-        slack = delta - beta
+    for fraction, k, slack in tct_splits(hits, q, delta):
         if composition == "optimal":
             eps = pure_optimal_epsilon(k, eps0, slack)
-        else:  # homogeneous DRV: eps0 sqrt(2k ln(1/delta')) + k eps0 (e^eps0 - 1)
-            eps = eps0 * math.sqrt(2 * k * math.log(1 / slack)) + k * eps0 * math.expm1(eps0)
+        else:
+            eps = drv_epsilon(k, eps0, slack)
         if eps < best[0]:
             best = (eps, k, fraction)
     return best
+
+
+def check_composition(composition) -> str:
+    """``composition`` if it is one of :data:`COMPOSITIONS` (``ValueError`` otherwise)."""
+    if composition not in COMPOSITIONS:
+        raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}")
+    return composition
 
 
 def _check_tct(hits, q, eps0, delta, composition) -> tuple[int, float, float, float]:
@@ -180,8 +188,7 @@ def _check_tct(hits, q, eps0, delta, composition) -> tuple[int, float, float, fl
     q = check_real("q", q, minimum=0.0, maximum=1.0, min_open=True)
     eps0 = check_real("eps0", eps0, minimum=0.0, min_open=True)
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
-    if composition not in COMPOSITIONS:
-        raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}")
+    check_composition(composition)
     return hits, q, eps0, delta
 
 
@@ -263,8 +270,7 @@ def target_charging_split(
     q = check_real("q", q, minimum=0.0, maximum=1.0, min_open=True)
     query_delta = check_real("query_delta", query_delta, minimum=0.0, maximum=1.0)
     share = check_real("share", share, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
-    if composition not in COMPOSITIONS:
-        raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}")
+    check_composition(composition)
     if query_delta > 0.0:
         reserved = share * delta
         max_queries = _max_queries(reserved, query_delta)
@@ -284,10 +290,13 @@ def target_charging_split(
     return TargetChargingSplit(max_hits, max_queries, epsilon_tct, delta_tct, reserved)
 
 
-def largest_fitting(fits, start: int = 0) -> int:
+def largest_fitting(fits, start: int = 0, step: int = 1) -> int:
     """The largest integer ``k >= start`` with ``fits(k)``, for a predicate that holds up to some point and
-    fails after it; ``fits(start)`` is taken to hold.  Gallops up from ``start``, then bisects."""
-    lo, step = start, 1
+    fails after it; ``fits(start)`` is taken to hold.  Gallops up from ``start`` (first probe at
+    ``start + step``, the step doubling), then bisects.  The one integer search of the package: the TCT hit
+    limit, the truncation ``k`` of :func:`private_draws_needed` and planning's query limits use it."""
+    step = check_int("step", step, minimum=1)
+    lo = start
     while fits(lo + step):
         lo, step = lo + step, step * 2
     hi = lo + step

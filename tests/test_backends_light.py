@@ -176,3 +176,35 @@ def test_dolly_loader_keeps_instructions_shorter_than_256_characters(tmp_path):
     rows = [{"instruction": "a" * k, "context": "", "response": "r", "category": "open_qa"} for k in (255, 256)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     assert [len(r["instruction"]) for r in load_dolly_jsonl(path)] == [255]
+
+
+def test_gguf_cache_folder_is_computed_in_one_place(tmp_path):
+    """``convert_gguf`` converts into ``converted_gguf_path`` (the one cache key: name, size, mtime) and reuses a
+    finished conversion there without importing torch."""
+    from ensembles.backends import transformers_backend as tb
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    folder = tb.converted_gguf_path(gguf, tmp_path / "cache")
+    assert folder.parent == tmp_path / "cache" / "gguf" and folder.name.startswith("model-")
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    assert tb.convert_gguf(gguf, tmp_path / "cache") == folder
+    gguf.write_bytes(b"GGUF, changed")  # another size: another key
+    assert tb.converted_gguf_path(gguf, tmp_path / "cache") != folder
+    with pytest.raises(ValueError, match="does not exist"):
+        tb.converted_gguf_path(tmp_path / "missing.gguf")
+
+
+def test_top_p_rule_is_shared_by_host_and_device():
+    from ensembles import distributions
+    from ensembles.backends import transformers_backend as tb
+
+    assert tb.top_p_keep is distributions.top_p_keep
+    sorted_probs = np.array([0.5, 0.3, 0.2, 0.0])
+    before = np.cumsum(sorted_probs) - sorted_probs
+    assert distributions.top_p_keep(sorted_probs, before, 0.8).tolist() == [True, True, False, False]
+    assert distributions.top_p_keep(sorted_probs, before, 0.8 + 1e-12).tolist() == [True, True, False, False]
+    assert distributions.top_p_keep(sorted_probs, before, 1.0).tolist() == [True, True, True, False]
+    teachers = distributions.TeacherDistributions.from_dense(np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]])).top_p(0.8)
+    assert teachers.support_sizes.tolist() == [2, 1]

@@ -686,3 +686,43 @@ def test_the_relation_survives_a_ledger_replay():
         with pytest.raises(UnsupportedEventError, match="'replace-one'.*'add-remove-one'"):
             again.compose(BetweenThresholdsEvent(0.1, 0.3))
         assert ledger.verify().ok
+
+
+# -- one home per formula: the accountant's bounds are pate_accountant.composition's ---------------------------------
+def test_advanced_bounds_are_the_composition_functions():
+    from pate_accountant import composition
+
+    acc = AdvancedCompositionAccountant()
+    acc.compose(EpsilonDeltaEvent(0.1, 1e-9), count=100)
+    bounds = acc.bounds(1e-5)
+    assert bounds["optimal"] == composition.optimal_epsilon(100, 0.1, 1e-9, 1e-5)
+    assert bounds["kov"] == composition.kov(0.1, 1e-9, 100, 1e-5)
+    # DRV from the running sums: the homogeneous and heterogeneous forms of the one formula agree.
+    s_eps, s_delta, s_sq, s_drift, s_error = acc._sums  # noqa: SLF001
+    slack = (1e-5 - s_delta) - s_error - 2.0**-52 * 1e-5
+    assert bounds["drv"] == composition.drv_from_sums(s_sq, s_drift, slack)
+    assert bounds["drv"] == pytest.approx(composition.drv_epsilon(100, 0.1, slack), rel=1e-14)
+    assert bounds["drv"] == pytest.approx(composition.drv([0.1] * 100, slack), rel=1e-14)
+    # Without the cache of binomial weights the values are the same.
+    assert composition.optimal_epsilon(100, 0.1, 1e-9, 1e-5, cache=False) == bounds["optimal"]
+    assert composition.kov(0.1, 1e-9, 100, 1e-5, cache=False) == bounds["kov"]
+
+
+@pytest.mark.parametrize("k, eps0, delta0, delta", [(7, 0.3, 0.0, 1e-3), (40, 0.1, 1e-7, 1e-5), (200, 0.05, 0.0, 1e-6),
+                                                    (100, 0.1, 1e-8, 1e-5), (300, 0.05, 1e-9, 1e-6), (1, 1.0, 0.0, 0.1)])
+def test_kov_is_the_grid_of_dp_accountings_kov(k, eps0, delta0, delta):
+    from pate_accountant import composition
+
+    expected = pld_accountant.advanced_composition(DifferentialPrivacyParameters(eps0, delta0), k, delta)
+    assert composition.kov(eps0, delta0, k, delta) == pytest.approx(expected, rel=1e-12)
+
+
+def test_kov_beyond_dp_accountings_overflow():
+    """dp-accounting's KOV overflows near k = 1000; composition.kov does not (spec 10: k = 10^4, eps0 = 0.01)."""
+    from pate_accountant import composition
+
+    value = composition.kov(0.01, 0.0, 10_000, 1e-6)
+    optimal = pure_optimal_epsilon(10_000, 0.01, 1e-6)
+    assert value == pytest.approx(4.9, abs=1e-9) and optimal <= value < optimal + 0.02
+    assert composition.kov(0.1, 1e-8, 100, 0.9e-6) == math.inf  # delta does not cover 1 - (1 - delta0)^100
+    assert composition.kov(0.0, 0.0, 5, 1e-6) == 0.0 and composition.kov(0.5, 0.0, 0, 1e-6) == 0.0

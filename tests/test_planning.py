@@ -664,3 +664,50 @@ def test_cli_bad_arguments_exit_2_naming_the_option(capsys, argv, option):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert option in err, err
+
+
+# -- one home per formula: planning and the TCT bound call pate_accountant.composition -------------------------------
+
+
+@pytest.mark.parametrize("k, eps0, delta0, delta", [(100, 0.1, 0.0, 1e-6), (1000, 0.01, 1e-10, 1e-6), (40, 0.3, 1e-8, 1e-5)])
+def test_plain_epsilon_is_the_composition_functions(k, eps0, delta0, delta):
+    from pate_accountant import composition
+
+    assert planning.plain_epsilon(k, eps0, delta, delta0=delta0, method="drv") == composition.drv_epsilon(
+        k, eps0, delta - k * delta0
+    )
+    assert planning.plain_epsilon(k, eps0, delta, delta0=delta0, method="optimal") == composition.optimal_epsilon(
+        k, eps0, delta0, delta
+    )
+    assert planning.plain_epsilon(k, eps0, delta, delta0=delta0, method="kov") == composition.kov(eps0, delta0, k, delta)
+
+
+@pytest.mark.parametrize("composition_name", ["optimal", "drv"])
+def test_tct_epsilon_is_the_best_split_of_the_composition_functions(composition_name):
+    from pate_accountant import composition
+    from pate_accountant.tct import tct_splits
+
+    hits, q, eps0, delta = 130, 1 / 3, 0.01, 1e-6
+    one = composition.pure_optimal_epsilon if composition_name == "optimal" else composition.drv_epsilon
+    expected = min(one(k, eps0, slack) for _, k, slack in tct_splits(hits, q, delta))
+    assert tct_epsilon(hits, q, eps0, delta, composition=composition_name) == expected
+
+
+@pytest.mark.parametrize("hits, q, beta", [(1, 1 / 3, 1e-6), (5, 0.1, 1e-3), (40, 0.5, 1e-8), (130, 1 / 3, 0.5)])
+def test_private_draws_needed_is_the_smallest_k(hits, q, beta):
+    from pate_accountant.tct import negative_binomial_tail, private_draws_needed
+
+    k = private_draws_needed(hits, q, beta)
+    assert negative_binomial_tail(hits, q, k) <= beta
+    assert k == hits or negative_binomial_tail(hits, q, k - 1) > beta
+
+
+def test_largest_fitting_gallops_from_any_step():
+    from pate_accountant.tct import largest_fitting
+
+    for step in (1, 2, 7, 1000):
+        assert largest_fitting(lambda k: k <= 37, step=step) == 37
+        assert largest_fitting(lambda k: k <= 37, start=37, step=step) == 37
+    assert largest_fitting(lambda k: k * 0.1 <= 10.0) == 100
+    with pytest.raises(ValueError, match="step"):
+        largest_fitting(lambda k: True, step=0)

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ensembles.distributions import TeacherDistributions
+from ensembles.distributions import TeacherDistributions, top_p_keep
 from mechanisms.histogram import TAIL_VOTE
 
-__all__ = ["TransformersBackend", "convert_gguf", "default_cache_dir", "smollm2_path"]
+__all__ = ["TransformersBackend", "convert_gguf", "converted_gguf_path", "default_cache_dir", "smollm2_path"]
 
 #: Default number of teachers per forward pass.
 DEFAULT_BATCH_SIZE = 32
@@ -57,19 +57,28 @@ def smollm2_path() -> Path:
     return files[0]
 
 
-def convert_gguf(gguf_file, cache_dir=None) -> Path:
-    """Dequantize a GGUF model once into a cached safetensors folder and return that folder.
-
-    The cache key is the file name, size and modification time; a half-written conversion is never
-    used (the folder is written under a temporary name and renamed when complete).
-    """
+def converted_gguf_path(gguf_file, cache_dir=None) -> Path:
+    """The folder :func:`convert_gguf` converts ``gguf_file`` into (the conversion is complete once it holds a
+    ``config.json``): ``<cache_dir>/gguf/<stem>-<key>``, the key a hash of the file's name, size and
+    modification time; ``cache_dir`` defaults to :func:`default_cache_dir`."""
     gguf_file = Path(gguf_file).expanduser()
     if not gguf_file.is_file():
         raise ValueError(f"GGUF file {str(gguf_file)!r} does not exist")
     stat = gguf_file.stat()
     key = hashlib.sha256(f"{gguf_file.name}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:16]
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    target = root / "gguf" / f"{gguf_file.stem}-{key}"
+    return root / "gguf" / f"{gguf_file.stem}-{key}"
+
+
+def convert_gguf(gguf_file, cache_dir=None) -> Path:
+    """Dequantize a GGUF model once into a cached safetensors folder and return that folder.
+
+    The cache folder is :func:`converted_gguf_path` (keyed by the file name, size and modification time); a
+    half-written conversion is never used (the folder is written under a temporary name and renamed when
+    complete).
+    """
+    target = converted_gguf_path(gguf_file, cache_dir)
+    gguf_file = Path(gguf_file).expanduser()
     if (target / "config.json").is_file():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -366,6 +375,11 @@ class TransformersBackend:
     def _probs(self, logits):
         """Temperature, softmax (float64) and the optional top-p cut on the device.
 
+        The same transforms as :meth:`TeacherDistributions.with_temperature` (``p ∝ p^(1/T)``, that is
+        ``softmax(logits / T)``) and :meth:`TeacherDistributions.top_p` (the one rule :func:`top_p_keep`), done
+        where the probabilities live so that only the kept ``(token, prob)`` pairs leave the device (host
+        copies of the dense ``(n, V)`` rows would cost far more); a test compares the two.
+
         Returns ``(probs, tail)``: ``probs`` is ``(B, V)`` with dropped tokens zeroed; ``tail`` is ``(B,)``
         (``None`` without top-p).
         """
@@ -376,7 +390,7 @@ class TransformersBackend:
             return probs, None
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
         before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-        keep_sorted = (before < self.top_p - 1e-9) & (sorted_probs > 0)
+        keep_sorted = top_p_keep(sorted_probs, before, self.top_p)
         keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
         kept = torch.where(keep, probs, torch.zeros_like(probs))
         tail = torch.clamp(1.0 - kept.sum(dim=-1), min=0.0)

@@ -7,15 +7,19 @@ smallest of the bounds that apply:
 
 * ``"basic"``: ``sum epsilon_i`` when ``delta >= sum delta_i`` (Dwork-Roth Thm 3.16);
 * ``"drv"``: heterogeneous Dwork-Rothblum-Vadhan with slack ``delta' = delta - sum delta_i > 0``
-  (:func:`pate_accountant.composition.drv`);
+  (:func:`pate_accountant.composition.drv_from_sums` on running sums);
 * ``"kov"``: Kairouz-Oh-Viswanath Thm 3.3, the optimal bound on the grid ``eps0 (k - 2i)`` for ``k``
-  identical ``(eps0, delta0)`` steps (:func:`pate_accountant.composition.kov`, computed only where
-  dp-accounting's loop cannot overflow: ``k ln(1 + e^eps0) <= 700``);
+  identical ``(eps0, delta0)`` steps (:func:`pate_accountant.composition.kov`; listed where
+  ``k ln(1 + e^eps0) <= 700``);
 * ``"optimal-pure"`` (identical pure steps) and ``"optimal"`` (identical ``(eps0, delta0 > 0)`` steps): the
   exact optimal composition with a continuous ``eps'``: the worst ``(eps0, delta0)`` mechanism
   leaks with probability ``delta0`` and otherwise is binary randomized response, so
   ``delta(eps') = 1 - (1 - delta0)^k (1 - delta_RR(eps'))`` with ``delta_RR`` of
-  :func:`pate_accountant.composition.pure_optimal_delta`.  It equals KOV at KOV's grid points.
+  :func:`pate_accountant.composition.pure_optimal_delta` (:func:`pate_accountant.composition.optimal_epsilon`).
+  It equals KOV at KOV's grid points.
+
+Every formula is :mod:`pate_accountant.composition`'s; this module only keeps running sums for DRV and
+caches the values per ``(eps0, delta0, k, delta)``.
 
 ``bound_name(delta)`` (and ``last_bound``, set by every ``get_epsilon``) says which bound won;
 ``bounds(delta)`` gives all of them.  ``spent()`` is ``(get_epsilon(d), d)`` with ``d`` the budget's delta, or
@@ -27,7 +31,8 @@ Rounding stays on the safe side (no bound is reported below its exact value): th
 part gets ``1 - (1 - delta) / (1 - delta0)^k`` from ``log1p`` / ``expm1``, rounded down
 (:func:`pate_accountant.composition.pure_part_delta`), and a candidate epsilon must meet it with a relative
 margin; DRV's slack is reduced by a bound on the rounding of the summed deltas; a KOV value below the
-safely rounded optimum (only possible through dp-accounting's plain-float test) is dropped.
+safely rounded optimum (only possible where a grid point's delta lies within rounding of the target: KOV's
+grid test has no safety margin) is dropped.
 
 Neighbouring relation: one for everything charged (``neighboring_relation``, or fixed by the first charge;
 see :mod:`pate_accountant.accountants.event_checks`); dp-accounting's Laplace events only under
@@ -38,10 +43,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
-
-import numpy as np
-from scipy import stats
 
 from pate_accountant import composition
 from pate_accountant.accountants.base import Accountant, Charge
@@ -54,47 +55,30 @@ __all__ = ["AdvancedCompositionAccountant", "BOUND_NAMES"]
 #: The bounds the accountant compares, in the order used to break ties.
 BOUND_NAMES = ("optimal-pure", "optimal", "kov", "drv", "basic")
 
-#: dp-accounting's KOV loop computes ``(1 + e^eps0)^k`` as a float: only call it below this exponent.
+#: ``"kov"`` is listed only where ``k ln(1 + e^eps0)`` is at most this: the range of dp-accounting's KOV (it
+#: computes ``(1 + e^eps0)^k`` as a float), which this accountant used to call.  Kept so that ``bounds()``
+#: lists what it always listed; :func:`pate_accountant.composition.kov` itself has no such limit, and the
+#: optimal bound (never above KOV, so KOV is never the one reported) is computed at every ``k``.
 _KOV_MAX_LOG = 700.0
 #: Unit roundoff bound for the error bounds on running sums (twice the double-precision unit roundoff).
 _ULP = 2.0**-52
 
 
+# Both are cached per (eps0, delta0, k, delta); composition's own per-k cache of the k + 1 binomial weights is
+# bypassed (cache=False): a budgeted accountant asks for a new k at every charge.
 @functools.lru_cache(maxsize=4096)
 def _kov(epsilon0: float, delta0: float, k: int, delta: float) -> float:
-    """KOV Thm 3.3 (cached; ``inf`` where it does not apply or would overflow)."""
+    """KOV Thm 3.3 (``inf`` where it does not apply or is not reported, see ``_KOV_MAX_LOG``)."""
     if k * math.log1p(math.exp(epsilon0)) > _KOV_MAX_LOG:
         return math.inf
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        try:
-            value = composition.kov(epsilon0, delta0, k, delta)
-        except (OverflowError, ValueError):
-            return math.inf
-    return value if math.isfinite(value) else math.inf
+    return composition.kov(epsilon0, delta0, k, delta, cache=False)
 
 
 @functools.lru_cache(maxsize=4096)
 def _optimal(epsilon0: float, delta0: float, k: int, delta: float) -> float:
     """Optimal composition of ``k`` identical ``(epsilon0, delta0)`` steps at total ``delta`` (never below the
-    exact value): the pure part may spend ``1 - (1 - delta) / (1 - delta0)^k``, computed with ``log1p`` /
-    ``expm1`` and rounded down (:func:`pate_accountant.composition.pure_part_delta`)."""
-    target = composition.pure_part_delta(k, delta0, delta)
-    if target < 0.0:
-        return math.inf
-    return _pure_optimal_epsilon(k, epsilon0, target)
-
-
-def _pure_optimal_epsilon(k: int, epsilon0: float, delta: float) -> float:
-    """:func:`pate_accountant.composition.pure_optimal_epsilon` (same law, same safe bisection), without
-    its per-``k`` cache of ``k + 1``-long arrays (a budgeted accountant asks for a new ``k`` at every charge)
-    and keeping only the outcomes whose probability does not underflow to zero."""
-    if k == 0 or epsilon0 == 0.0:
-        return 0.0
-    i = np.arange(k + 1)
-    weights = stats.binom.pmf(i, k, 1.0 / (1.0 + math.exp(epsilon0)))
-    keep = weights > 0.0
-    return composition._bisect_epsilon(weights[keep], epsilon0 * (k - 2 * i[keep]), k * epsilon0, delta)  # noqa: SLF001
+    exact value; :func:`pate_accountant.composition.optimal_epsilon`)."""
+    return composition.optimal_epsilon(k, epsilon0, delta0, delta, cache=False)
 
 
 class AdvancedCompositionAccountant(Accountant):
@@ -113,7 +97,8 @@ class AdvancedCompositionAccountant(Accountant):
         self._target_delta = check_real("target_delta", target_delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
         self._classes: dict[tuple[float, float], int] = {}
         # Running sums: (sum eps, sum delta, sum eps^2, sum eps (e^eps - 1), a bound on the rounding error of
-        # the sum of deltas).
+        # the sum of deltas).  The streaming state of DRV (the charge check must not walk the whole history):
+        # the bound itself is composition.drv_from_sums on these sums.
         self._sums = (0.0, 0.0, 0.0, 0.0, 0.0)
         # With a budget: a valid epsilon at the budget's delta for everything charged (so that a pure step can
         # often be accepted by basic composition without re-running the optimal bound).
@@ -148,10 +133,11 @@ class AdvancedCompositionAccountant(Accountant):
         check_native_relation(charge.event, relation, who=type(self).__name__)
         s_eps, s_delta, s_sq, s_drift, s_error = self._sums
         for (eps, delta), n in new.items():
+            sq, drift = composition.drv_terms(eps, n)
             s_eps += n * eps
             s_delta += n * delta
-            s_sq += n * eps * eps
-            s_drift += n * eps * math.expm1(eps)
+            s_sq += sq
+            s_drift += drift
             s_error += 2.0 * _ULP * s_delta  # the product and the addition round once each
         sums = (s_eps, s_delta, s_sq, s_drift, s_error)
         certified = None
@@ -215,7 +201,7 @@ def _cheap_bounds(sums, delta: float) -> dict[str, float]:
     # difference are taken off, so that a slack near zero is never overstated (ln(1/delta') would be too small).
     slack = (delta - s_delta) - s_error - _ULP * delta
     if 0.0 < slack < 1.0:
-        out["drv"] = math.sqrt(2.0 * math.log(1.0 / slack) * s_sq) + s_drift
+        out["drv"] = composition.drv_from_sums(s_sq, s_drift, slack)
     return out
 
 

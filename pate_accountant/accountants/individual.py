@@ -57,11 +57,11 @@ import math
 import numpy as np
 
 from pate_accountant.accountants.base import Accountant, Charge, _check_budget
-from pate_accountant.accountants.target_charging import NO_LIMIT, EventMemo, _check_composition, _check_target_delta
+from pate_accountant.accountants.target_charging import NO_LIMIT, EventMemo, _check_target_delta
 from pate_accountant.errors import BudgetExhaustedError, UnsupportedEventError
 from pate_accountant.events import ADD_REMOVE_ONE, NEIGHBOURING_RELATIONS, REPLACE_ONE, BetweenThresholdsEvent
 from pate_accountant.release import FAIL, TARGET, TOKEN, Release
-from pate_accountant.tct import tct_epsilon, tct_max_hits
+from pate_accountant.tct import check_composition, tct_epsilon, tct_max_hits
 from pate_accountant.validation import check_int, check_real
 
 __all__ = [
@@ -115,7 +115,7 @@ def individual_limit(
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
     if relation == REPLACE_ONE:
         epsilon, delta = epsilon / 2.0, delta / (1.0 + math.exp(epsilon / 2.0))
-    return tct_max_hits(q, epsilon0, epsilon, delta, composition=_check_composition(composition))
+    return tct_max_hits(q, epsilon0, epsilon, delta, composition=check_composition(composition))
 
 
 def individual_epsilon(
@@ -129,7 +129,7 @@ def individual_epsilon(
     at most ``(2 x, delta)``."""
     relation = _check_relation(relation)
     tau = check_int("tau", tau, minimum=0)
-    composition = _check_composition(composition)
+    composition = check_composition(composition)
     if tau == 0:
         return 0.0
     if relation == ADD_REMOVE_ONE:
@@ -214,7 +214,7 @@ class IndividualChargingAccountant(Accountant):
     ):
         self._n = check_int("num_teachers", num_teachers, minimum=1)
         self._relation = _check_relation(relation)
-        self._composition = _check_composition(composition)
+        self._composition = check_composition(composition)
         self._target_delta = _check_target_delta(target_delta)
         if per_teacher_limit is not None:
             per_teacher_limit = check_int("per_teacher_limit", per_teacher_limit, minimum=1)

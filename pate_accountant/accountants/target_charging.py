@@ -64,6 +64,7 @@ from pate_accountant.events import (
 from pate_accountant.release import FAIL, TARGET, TOKEN, Release
 from pate_accountant.tct import (
     COMPOSITIONS,
+    check_composition,
     NO_LIMIT,
     QUERY_DELTA_ROUNDING,
     TargetChargingSplit,
@@ -204,12 +205,6 @@ class EventMemo:
         return value
 
 
-def _check_composition(composition) -> str:
-    if composition not in COMPOSITIONS:
-        raise ValueError(f"composition must be one of {COMPOSITIONS}, got {composition!r}")
-    return composition
-
-
 def _check_target_delta(target_delta) -> float:
     return check_real("target_delta", target_delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
 
@@ -252,7 +247,7 @@ class TargetChargingAccountant(Accountant):
 
     def __init__(self, *, budget=None, ledger=None, target_delta=1e-6, composition="optimal", query_delta_share=0.5):
         self._target_delta = _check_target_delta(target_delta)
-        self._composition = _check_composition(composition)
+        self._composition = check_composition(composition)
         self._share = _check_share(query_delta_share)
         budget = _check_budget(budget)
         if budget is not None and budget[1] == 0.0:
