@@ -66,6 +66,7 @@ well, and fast: one ``uint64`` per draw and a binary search.
 
 from __future__ import annotations
 
+import abc
 import bisect
 import math
 import numbers
@@ -140,7 +141,7 @@ def _probability(name: str, value) -> tuple[int, int]:
 
 
 # -- bit sources --------------------------------------------------------------------------------------
-class RandomBits:
+class RandomBits(abc.ABC):
     """A source of independent fair random bits, and exact samplers built on them (see the module
     docstring for why each sampler is exact).
 
@@ -160,8 +161,9 @@ class RandomBits:
         self._pool = 0
         self._size = 0
 
-    def _fresh(self, num_bytes: int) -> bytes:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _fresh(self, num_bytes: int) -> bytes:
+        """``num_bytes`` fresh random bytes."""
 
     # -- raw bits ----------------------------------------------------------------------------------------
     def bits(self, k: int) -> int:
@@ -383,7 +385,7 @@ def exp_bounds(x, bits: int) -> tuple[int, int]:
 
 
 # -- finite laws sampled by exact inverse distribution function ---------------------------------------------
-class FiniteLaw:
+class FiniteLaw(abc.ABC):
     """A law on ``{0, ..., size - 1}`` given by its cumulative boundaries ``F_i = P[outcome <= i]``
     (``i < size - 1``), each computable to any number of bits; sampled exactly (module docstring).
 
@@ -395,8 +397,9 @@ class FiniteLaw:
         self._cache: dict[int, list[int]] = {}
         self._thresholds: np.ndarray | None = None
 
-    def _prefix(self, bits: int) -> list[int]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _prefix(self, bits: int) -> list[int]:
+        """``floor(2^bits F_i)`` for every boundary ``i``, exactly."""
 
     def prefix(self, level: int) -> list[int]:
         """``floor(2^{64 level} F_i)`` for every boundary, exactly (cached)."""

@@ -193,6 +193,9 @@ def test_extreme_outcome_is_reached_by_the_real_bit_sampler():
             super().__init__()
             self.script = list(script)
 
+        def _fresh(self, num_bytes):  # every bit comes from the script through bits()
+            raise AssertionError("a scripted source has no raw bytes")
+
         def bits(self, n):
             expected, value = self.script.pop(0)
             assert n == expected
@@ -245,6 +248,9 @@ class ScriptedWords(RandomBits):
     def __init__(self, words, chunks=()):
         super().__init__()
         self.script_words, self.chunks = list(words), list(chunks)
+
+    def _fresh(self, num_bytes):  # every bit comes from the script through words() and bits()
+        raise AssertionError("a scripted source has no raw bytes")
 
     def words(self, size):
         out, self.script_words = self.script_words[:size], self.script_words[size:]
