@@ -58,6 +58,9 @@ class Branching(RandomBits):
 class BitBranching(Branching):
     """Fair bits, one binary choice per bit (the exact law of anything built on ``bits``)."""
 
+    def _fresh(self, num_bytes):  # every draw is a branch point taken through bits() and friends
+        raise AssertionError("a branching source has no raw bytes")
+
     def bits(self, k):
         value = 0
         for i in range(k):
