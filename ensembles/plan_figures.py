@@ -118,11 +118,11 @@ def target_hits_curve(eps0_values=None, *, epsilon: float = 1.0, delta: float = 
         "paper": paper,
         "ratio_to_paper": [h / p for h, p in zip(tct["optimal q=1/3"], paper)],
         "notes": [
-            "tct: our reconstructed TCT bound (spec 4.2): negative-binomial tail plus exact optimal or DRV "
+            "tct: our TCT bound (docs/tct_and_individual.md, section 1): negative-binomial tail plus exact optimal or DRV "
             "composition of the private draws; q=1/3 is the charge a BoundaryWrapper event carries, "
             "q=wrapper the certified (E+1)/(2E^2+E+2), E = e^(eps0/2), for a target at level eps0 = 2 eps_A.",
-            "paper: (10 eps0)^-2, the paper's reading of its figure for eps0 <= 0.01 (spec 4.4: a sanity "
-            "check within a factor [0.7, 2.7] of 'optimal q=1/3', not an equality).",
+            "paper: (10 eps0)^-2, the paper's reading of its figure for eps0 <= 0.01 (our own sanity "
+            "check: within a factor [0.7, 2.7] of 'optimal q=1/3', not an equality).",
             "plain: eps0-DP queries allowed when every query is charged (no target charging).",
         ],
     }

@@ -1,16 +1,16 @@
-"""The TCT boundary wrapper (spec 4.3; paper, "Privacy analysis considerations").
+"""The TCT boundary wrapper (paper, "Privacy analysis considerations"; docs/mechanisms/boundary_wrapper.md).
 
 ``BoundaryWrapper(inner)`` runs on the *exact* output distribution of ``inner`` on the given histogram
 (for a coordinated ensemble: conditioned on the shared randomness, which is public).  With
 ``pi = max_y P[inner = y]`` (the fail outcome counts as an outcome) it returns the special outcome
 ``target`` with probability
 
-    P[target] = (1 - pi') / (2 - pi'),      pi' = max(pi, 1/2)          [RECON formula, OURS clip]
+    P[target] = (1 - pi') / (2 - pi'),      pi' = max(pi, 1/2)          [the paper's formula; the clip is ours]
 
 and otherwise a sample of ``inner``'s distribution.  ``P[target] <= 1/3`` always, it decreases as the
 inner mechanism agrees with itself, and ``P[target] <= 1 - pi`` vanishes as one outcome's probability
 tends to one.  For every inner with ``pi >= 1/2`` (all binary inners, e.g. LArgMax conditioned on the
-histogram, spec 1.3) this is exactly spec 4.3's ``(1 - pi) / (2 - pi)``; the clip only acts when no
+histogram) this is exactly the paper's ``(1 - pi) / (2 - pi)``; the clip only acts when no
 outcome has probability ``1/2``, where the unclipped formula would exceed the paper's bound of ``1/3``
 (it tends to ``1/2`` for a spread-out inner).
 
@@ -26,10 +26,10 @@ teacher's vote changes, paper Observation 1).  For a pure ``eps_A``-DP inner:
   moves by at most ``e^{eps_A}``; numerically the worst ratio is about ``1.33 eps_A``);
 * ``target`` is a ``q``-target at level ``2 eps_A`` with ``q = (E + 1) / (2 E^2 + E + 2)``, ``E = e^{eps_A}``
   [OURS]: the infimum of the certifier over eps_A-DP pairs (found numerically, checked in the tests),
-  approached as one outcome's probability tends to one.  This is ``0.3980`` at ``eps_A = 0.01`` and ``0.3794`` at ``0.1`` (spec 10).
+  approached as one outcome's probability tends to one.  This is ``0.3980`` at ``eps_A = 0.01`` and ``0.3794`` at ``0.1``.
 
 :attr:`BoundaryWrapper.event` is ``BoundaryWrapperEvent(inner.event, epsilon=2 eps_A, q)`` with
-``q = min(1/3, (E + 1) / (2 E^2 + E + 2))``: the spec's default charge ``q = 1/3`` (Decisions 3) as long as
+``q = min(1/3, (E + 1) / (2 E^2 + E + 2))``: the paper's charge ``q = 1/3`` as long as
 it is valid, which is for ``eps_A <= ln((1 + sqrt 3) / 2) = 0.3119``; above that the default would
 under-count, so the certified value is used.  For an ``(eps_A, delta_A)`` inner the wrapper is
 ``(2 eps_A, 2 delta_A)``-DP as a plain step, and a target-charging accountant pays a mixture weight

@@ -1,6 +1,6 @@
-"""The exact q-target certifier for finite output distributions (spec 4.1, [OURS]).
+"""The exact q-target certifier for finite output distributions (ours).
 
-Definition (spec 4.1, reconstructed from the TCT paper): an outcome ``t`` is a *q-target* of a mechanism
+Definition (our reading of the Target-Charging paper, Cohen and Lyu 2023): an outcome ``t`` is a *q-target* of a mechanism
 at privacy level ``eps_B`` if for every neighbouring pair ``(D0, D1)`` the two output distributions split
 as ``P_b = p C + (1 - p) B_b`` (``b = 0, 1``; ``C`` a shared part that costs nothing) where ``B_0`` and
 ``B_1`` are ``eps_B``-indistinguishable and ``min_b B_b(t) >= q``.

@@ -5,7 +5,7 @@ a frozen dataclass holding the numbers *and* the assumptions behind them; ``.as_
 JSON-able dict (``None`` for an infinite or undefined value).
 
 * :func:`target_hits`: how many target hits a budget ``(epsilon, delta)`` buys for ``q``-target queries at
-  level ``eps0`` (the TCT bound of spec 4.2, split as :func:`pate_accountant.tct.target_charging_split`
+  level ``eps0`` (the TCT bound of docs/tct_and_individual.md section 1, split as :func:`pate_accountant.tct.target_charging_split`
   splits it), next to the number of plain ``eps0``-DP queries basic / DRV / KOV / exact optimal
   composition allows.
 * :func:`teachers_for`, :func:`c_delta`: the paper's ensemble size ``n = C_delta / eps0`` with
@@ -85,15 +85,15 @@ DEFAULT_AGGREGATOR_DELTA = 1e-6
 DEFAULT_QUERY_DELTA_SHARE = 0.5
 
 _TCT_ASSUMPTION = (
-    "TCT bound (spec 4.2, [RECON]): the interaction stops at the tau-th target hit; each query is eps0-DP in "
+    "TCT bound (ours, docs/tct_and_individual.md section 1): the interaction stops at the tau-th target hit; each query is eps0-DP in "
     "the part that depends on the data and has a q-target (after removing its per-query mixture weight w when "
     "delta0 > 0); the number of private draws for tau hits is bounded by a negative-binomial tail, paid for in "
     "delta; the draws compose by {composition} composition."
 )
 _EPS0_ASSUMPTION = (
     "eps0 is the privacy level of the target (the TCT level). A BoundaryWrapper around an eps_A-DP inner "
-    "aggregator is charged at eps0 = 2 eps_A with q = min(1/3, (E+1)/(2E^2+E+2)), E = e^eps_A (spec 4.3, "
-    "Decisions 3)."
+    "aggregator is charged at eps0 = 2 eps_A with q = min(1/3, (E+1)/(2E^2+E+2)), E = e^eps_A (docs/mechanisms/"
+    "boundary_wrapper.md)."
 )
 
 
@@ -487,8 +487,8 @@ def target_hits(
     ``w = 1 - (1 - delta0)^2``, exactly as ``TargetChargingAccountant(budget=(epsilon, delta),
     query_delta_share=query_delta_share)`` splits it for ``BoundaryWrapperEvent(EpsilonDeltaEvent(eps0/2,
     delta0), eps0, q)``: ``hits`` is its ``max_hits_for`` and ``max_queries`` its ``max_queries``.  With
-    ``delta0 = 0`` there is no reserve: ``hits = tct_max_hits(q, eps0, epsilon, delta)`` (spec 4.2; spec 10's
-    table: ``(1, 1e-6)``, ``q = 1/3``, optimal: ``eps0 = 0.01 -> 130``) and ``max_queries = None``.  For
+    ``delta0 = 0`` there is no reserve: ``hits = tct_max_hits(q, eps0, epsilon, delta)`` (reference
+    value: ``(1, 1e-6)``, ``q = 1/3``, optimal: ``eps0 = 0.01 -> 130``) and ``max_queries = None``.  For
     comparison the result lists the plain ``(eps0, delta0)``-DP queries each composition bound allows
     (:func:`plain_max_queries`) and the paper's ``(10 eps0)^-2``.
     """
@@ -509,7 +509,7 @@ def target_hits(
         "plain_queries: the number of (eps0, delta0)-DP queries (every query charged) that basic, DRV, KOV and "
         "exact optimal composition allow for the same (epsilon, delta).",
         "paper_hits = (10 eps0)^-2 is the paper's Section 6 figure for total epsilon 1 and eps0 <= 0.01; "
-        "a sanity check (spec 4.4: within a factor [0.7, 2.7] of our bound), not an equality.",
+        "a sanity check (our own check: within a factor [0.7, 2.7] of our bound), not an equality.",
     ]
     return TargetHitsPlan(
         epsilon=epsilon, delta=delta, eps0=eps0, q=q, delta0=delta0, composition=composition,
@@ -823,7 +823,7 @@ def compare_accounting(
         + f"; charges spread evenly over the {n} teachers, so the worst teacher carries "
         f"ceil(hits g / n) = {per_teacher} charges (never more than hits). Teachers charged more often "
         "(skewed charges) would be removed earlier by an individual-charging accountant.",
-        "individual charging is stated under add/remove-one-teacher (spec 5.2); under replace-one use eps0/2 "
+        "individual charging is stated under add/remove-one-teacher (docs/tct_and_individual.md section 4); under replace-one use eps0/2 "
         "per query or budget twice.",
     ]
     if delta0 == 0.0:
@@ -862,7 +862,7 @@ _BTT_ASSUMPTIONS = (
     "BassilyTT (NeurIPS 2018) Algorithm 3 as quoted in the paper's Appendix D: every histogram's top-vs-second "
     "margin is at least eta n (the paper observed eta ~ 0.4 with coordinated ensembles).",
     "Condition: eta n >= 32 sqrt(2)/eps * ln(4m/delta) * sqrt(ln(2/delta)) for m tokens at (eps, delta)-DP "
-    "(spec 7; constants [RECON]).",
+    "(constants as the Hot PATE paper's Appendix D quotes them).",
 )
 
 

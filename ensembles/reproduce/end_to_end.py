@@ -11,15 +11,14 @@ and their guarantees but runs no end-to-end generation; this experiment runs it,
 accountants, for three configurations, each under Hot and Cold histograms with the same seed, budget and
 teachers:
 
-* ``target-dp-argmax``: ``BoundaryWrapper(DPArgMax)`` (``LArgMax_L`` of paper Algorithm 2, spec 1.3, inside
-  the spec 4.3 wrapper) under :class:`~pate_accountant.accountants.TargetChargingAccountant`;
-* ``target-dp-weighted-sampling``: ``BoundaryWrapper(DPWeightedSampling)`` (``LWS_L``, paper Algorithm 3,
-  spec 2.2-2.3) under the same accountant.  The target-charging accountant accepts a wrapped weighted
+* ``target-dp-argmax``: ``BoundaryWrapper(DPArgMax)`` (``LArgMax_L`` of paper Algorithm 2, inside
+  the boundary wrapper of the paper's "Privacy analysis considerations") under :class:`~pate_accountant.accountants.TargetChargingAccountant`;
+* ``target-dp-weighted-sampling``: ``BoundaryWrapper(DPWeightedSampling)`` (``LWS_L``, paper Algorithm 3) under the same accountant.  The target-charging accountant accepts a wrapped weighted
   sampler (its event's inner part is an (epsilon, delta) event) and the wrapper's ``q`` holds for
   multi-outcome inner laws (docs/mechanisms/boundary_wrapper.md), so no plain-composition stand-in is needed;
   for reference every target-charging run also reports what PLD composition of the *unwrapped* inner
   mechanism would charge for the same number of runs;
-* ``individual-between-thresholds``: the spec 5.1 step (random rate ``nu``, a candidate token drawn from the
+* ``individual-between-thresholds``: the individual-charging step of the paper's "DP methods for heterogeneous ensembles" (random rate ``nu``, a candidate token drawn from the
   public model, ``BetweenThresholds`` on the count of sampled teachers voting for it) under
   :class:`~pate_accountant.accountants.IndividualChargingAccountant` (teachers removed at their limit).
 
