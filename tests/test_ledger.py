@@ -902,34 +902,30 @@ def test_runs_keep_their_own_metadata_and_rows(path, capsys):
         assert len(ledger.runs) == 2  # refused before anything was written
 
 
-def test_edited_dropped_or_forged_runs_are_caught(path):
+def _tampered_runs(path, sql, *args, rehash=False):
+    """Two runs written to ``path``, then ``sql`` run on the raw file (hashes recomputed if ``rehash``):
+    the verification result."""
     _two_runs(path)
     conn = _raw(path)
-    conn.execute("UPDATE runs SET metadata = ? WHERE id = 1", (json.dumps({"mechanism": "z", "seeded": False}),))
+    conn.execute(sql, args)
+    if rehash:
+        _rehash(conn)
     conn.close()
-    result = _verify(path)
+    return _verify(path)
+
+
+def test_edited_dropped_or_forged_runs_are_caught(path):
+    result = _tampered_runs(path, "UPDATE runs SET metadata = ? WHERE id = 1",
+                            json.dumps({"mechanism": "z", "seeded": False}))
     assert not result.ok and "run 1's metadata was edited" in result.message
 
-    _two_runs(path.with_name("b.db"))
-    conn = _raw(path.with_name("b.db"))
-    conn.execute("DELETE FROM runs WHERE id = 2")
-    conn.close()
-    result = _verify(path.with_name("b.db"))
+    result = _tampered_runs(path.with_name("b.db"), "DELETE FROM runs WHERE id = 2")
     assert not result.ok and "runs" in result.message
 
-    _two_runs(path.with_name("c.db"))
-    conn = _raw(path.with_name("c.db"))
-    conn.execute("UPDATE charges SET run = 1 WHERE id = 3")
-    conn.close()
-    result = _verify(path.with_name("c.db"))
+    result = _tampered_runs(path.with_name("c.db"), "UPDATE charges SET run = 1 WHERE id = 3")
     assert not result.ok and result.first_bad_row == 3 and "edited" in result.message
 
-    _two_runs(path.with_name("d.db"))
-    conn = _raw(path.with_name("d.db"))
-    conn.execute("UPDATE charges SET run = 9 WHERE id = 3")
-    _rehash(conn)
-    conn.close()
-    result = _verify(path.with_name("d.db"))
+    result = _tampered_runs(path.with_name("d.db"), "UPDATE charges SET run = 9 WHERE id = 3", rehash=True)
     assert not result.ok and result.first_bad_row == 3 and "run 9" in result.message
 
 
