@@ -1,4 +1,5 @@
-"""The ``pate-accountant`` command line: ``experiment histograms`` and the import-time contract."""
+"""The ``pate-accountant`` command line: ``experiment histograms``, the one command table and the import-time
+contract."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ from pate_accountant.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["experiment", "histograms", "--quick", "--no-progress", "--teachers", "120", "--samples", "60"]
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    """Every experiment writes its JSON into ``--out`` (default ``results/NAME`` under the working folder)."""
+    monkeypatch.chdir(tmp_path)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -63,7 +70,8 @@ def test_json_output_parses_and_has_the_fields(capsys):
     assert len(result["common_tokens"]) == 20
     # Coordinated votes agree in bursts: the typical top count is far above the independent one.
     assert result["hot"]["max_count"]["median"] > result["cold"]["max_count"]["median"]
-    assert "files" not in result  # only with --plot
+    assert result["files"]["plots"] == []  # the JSON is always written, the figures only with --plot
+    assert json.loads(Path(result["files"]["json"]).read_text())["thresholds"] == thresholds
 
 
 def test_common_size_option_is_used(capsys):
@@ -177,11 +185,11 @@ def test_help_returns_zero(capsys):
     assert "--common-size" in capsys.readouterr().out
 
 
-def test_python_dash_m_runs_the_command():
+def test_python_dash_m_runs_the_command(tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "pate_accountant", "experiment", "histograms", "--quick", "--json",
          "--teachers", "50", "--samples", "20"],
-        capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=120,
+        capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=120,
     )
     assert completed.returncode == 0, completed.stderr
     result = json.loads(completed.stdout)
@@ -190,11 +198,10 @@ def test_python_dash_m_runs_the_command():
     assert "histograms" in completed.stderr  # the progress bar goes to stderr, not into the JSON
 
 
-def test_importing_pate_accountant_does_not_import_ensembles_matplotlib_or_torch():
+def test_importing_pate_accountant_does_not_import_the_application_ensembles_matplotlib_or_torch():
     code = (
         "import sys, pate_accountant, pate_accountant.cli\n"
-        "pate_accountant.cli.build_parser()\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('ensembles', 'matplotlib', 'torch'))\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pate_app', 'ensembles', 'matplotlib', 'torch'))\n"
         "print(','.join(bad))\n"
     )
     completed = subprocess.run(
@@ -204,9 +211,32 @@ def test_importing_pate_accountant_does_not_import_ensembles_matplotlib_or_torch
     assert completed.stdout.strip() == ""
 
 
-def test_experiment_list_matches_the_reproduce_package():
-    from ensembles import reproduce
-    from pate_accountant.cli import REPRODUCE_EXPERIMENTS
+def test_building_the_parser_imports_neither_matplotlib_nor_torch():
+    code = (
+        "import sys, pate_app.cli\n"
+        "pate_app.cli.build_parser()\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'torch', 'transformers'))\n"
+        "print(','.join(bad))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == ""
 
-    assert list(REPRODUCE_EXPERIMENTS) == list(reproduce.EXPERIMENTS)
-    assert sorted(reproduce.available()) == sorted(reproduce.EXPERIMENTS)  # every experiment has its module
+
+def test_every_command_and_experiment_of_the_table_follows_the_protocol():
+    import pate_app
+    from pate_app.cli import build_parser, load_command
+    from pate_app.experiments import load
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    assert list(commands) == list(pate_app.COMMANDS)
+    for name in pate_app.COMMANDS:
+        assert load_command(name).NAME == name
+    experiments = next(a for a in commands["experiment"]._actions if a.dest == "experiment").choices
+    assert list(experiments) == list(pate_app.EXPERIMENTS)
+    for name in pate_app.EXPERIMENTS:
+        assert load(name).NAME == name
+    with pytest.raises(ValueError, match="command must be one of"):
+        load_command("nonsense")

@@ -1,5 +1,8 @@
-"""The dependency graph points one way: pate_accountant <- mechanisms <- ensembles (DESIGN.md)."""
+"""The dependency graph points one way: pate_accountant <- mechanisms <- ensembles <- pate_app (the
+application wing), with one door from the command line's entry point into the application (docs/index.md)."""
 
+import ast
+import pathlib
 import subprocess
 import sys
 
@@ -8,7 +11,7 @@ import pytest
 CHECK = """
 import sys
 import {module}
-heavy = sorted(m for m in ('torch', 'transformers', 'ensembles', 'matplotlib') if m in sys.modules)
+heavy = sorted(m for m in ('torch', 'transformers', 'ensembles', 'matplotlib', 'pate_app', 'ray') if m in sys.modules)
 forbidden = {forbidden!r}
 print(','.join(m for m in heavy if m in forbidden))
 """
@@ -17,9 +20,11 @@ print(','.join(m for m in heavy if m in forbidden))
 @pytest.mark.parametrize(
     "module, forbidden",
     [
-        ("pate_accountant", ("torch", "transformers", "ensembles", "matplotlib", "mechanisms")),
-        ("mechanisms", ("torch", "transformers", "ensembles", "matplotlib")),
-        ("ensembles", ("torch", "transformers", "matplotlib")),
+        ("pate_accountant", ("torch", "transformers", "ensembles", "matplotlib", "mechanisms", "pate_app", "ray")),
+        ("pate_accountant.cli", ("torch", "transformers", "ensembles", "matplotlib", "mechanisms", "pate_app", "ray")),
+        ("mechanisms", ("torch", "transformers", "ensembles", "matplotlib", "pate_app", "ray")),
+        ("ensembles", ("torch", "transformers", "matplotlib", "pate_app", "ray")),
+        ("pate_app.cli", ("torch", "transformers", "matplotlib", "ray")),
     ],
 )
 def test_imports_stay_light(module, forbidden):
@@ -32,21 +37,53 @@ def test_imports_stay_light(module, forbidden):
     assert out.stdout.strip() == "", f"importing {module} pulled in {out.stdout.strip()}"
 
 
-def test_source_imports_respect_layers():
-    """Module-level imports follow the layers; only cli.py may reach ensembles, lazily in a function."""
-    import ast
-    import pathlib
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+#: What each library package may not import, anywhere in its source (function bodies included).
+BANNED = {
+    "pate_accountant": ("mechanisms", "ensembles", "pate_app"),
+    "mechanisms": ("ensembles", "pate_app"),
+    "ensembles": ("pate_app",),
+}
+#: Heavy optional packages: imported only inside functions, never at module level.
+HEAVY = ("torch", "transformers", "matplotlib", "ray", "tqdm")
+#: The one door upward: the library's command-line entry point calls into the application wing.
+DOOR = ("pate_accountant/cli.py", "pate_app.cli")
 
-    root = pathlib.Path(__file__).resolve().parents[1]
-    not_allowed = {"pate_accountant": ("mechanisms", "ensembles"), "mechanisms": ("ensembles",)}
-    for package, banned in not_allowed.items():
-        for path in (root / package).rglob("*.py"):
-            for node in ast.parse(path.read_text()).body:
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom):
-                    names = [node.module or ""]
-                else:
+
+def _imports(tree):
+    """``(node, imported module name, at module level)`` for every import in ``tree``."""
+    top = set(map(id, tree.body))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"relative import at line {node.lineno}: use absolute imports"
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            yield node, name, id(node) in top
+
+
+def test_no_library_module_reaches_upward_except_through_the_cli_door():
+    doors = []
+    for package, banned in BANNED.items():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            for node, name, _ in _imports(ast.parse(path.read_text())):
+                if name.split(".")[0] not in banned:
                     continue
-                for name in names:
-                    assert name.split(".")[0] not in banned, f"{path.name} imports {name} at module level"
+                if (relative, name) == DOOR:
+                    doors.append(node.lineno)
+                    continue
+                raise AssertionError(f"{relative}:{node.lineno} imports {name} (a higher layer)")
+    assert len(doors) == 1, f"expected exactly one door from the CLI into the application, found {doors}"
+
+
+def test_heavy_optional_packages_are_imported_lazily():
+    for package in (*BANNED, "pate_app"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node, name, top in _imports(ast.parse(path.read_text())):
+                assert not (top and name.split(".")[0] in HEAVY), (
+                    f"{path.relative_to(ROOT)}:{node.lineno} imports {name} at module level"
+                )

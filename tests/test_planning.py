@@ -1,4 +1,4 @@
-"""Budget planning (pate_accountant/planning.py), the Section 6 figures (ensembles/plan_figures.py) and
+"""Budget planning (pate_accountant/planning.py), the Section 6 figures (pate_app/experiments/section6.py) and
 ``pate-accountant plan`` (docs/planning.md).  Known values are spec/MECHANISMS.md section 10."""
 
 from __future__ import annotations
@@ -501,15 +501,15 @@ def test_planning_imports_stay_in_their_layer():
 # -- figures' data ------------------------------------------------------------------------------------------
 
 
-def test_wrapper_certified_q_matches_spec():
-    from ensembles.plan_figures import wrapper_certified_q
+def test_wrapper_certified_q_known_values():
+    from pate_app.experiments.section6 import wrapper_certified_q
 
     assert wrapper_certified_q(0.02) == pytest.approx(0.3980, abs=1e-4)  # eps_A = 0.01
     assert wrapper_certified_q(0.2) == pytest.approx(0.3794, abs=1e-4)  # eps_A = 0.1
 
 
 def test_target_hits_curve_data():
-    from ensembles.plan_figures import target_hits_curve
+    from pate_app.experiments.section6 import target_hits_curve
 
     data = target_hits_curve([0.01, 0.05])
     assert data["tct"]["optimal q=1/3"] == [130, tct_max_hits(1 / 3, 0.05, 1.0, 1e-6)]
@@ -521,7 +521,7 @@ def test_target_hits_curve_data():
 
 
 def test_alpha_sweep_quick_data():
-    from ensembles.plan_figures import ALPHA_QUICK, alpha_sweep
+    from pate_app.experiments.section6 import ALPHA_QUICK, alpha_sweep
 
     data = alpha_sweep(quick=True, seed=1)
     assert data["alphas"] == ALPHA_QUICK["alphas"]
@@ -604,35 +604,38 @@ def test_cli_text_output(capsys):
 
 @pytest.fixture
 def tiny_figures(monkeypatch):
-    from ensembles import plan_figures
+    """``plan figures`` runs the ``tct-budget`` and ``alpha-sweep`` experiments: shrink their quick sizes."""
+    from pate_app.experiments import alpha_sweep, tct_budget
 
-    monkeypatch.setitem(plan_figures.HITS_QUICK, "eps0", [0.01, 0.05])
-    monkeypatch.setitem(plan_figures.ALPHA_QUICK, "num_teachers", 120)
-    monkeypatch.setitem(plan_figures.ALPHA_QUICK, "num_samples", 200)
-    monkeypatch.setitem(plan_figures.ALPHA_QUICK, "alphas", [0.05, 0.5, 1.0])
+    monkeypatch.setitem(tct_budget.SIZES, "quick", {"eps0": [0.01, 0.05]})
+    monkeypatch.setitem(alpha_sweep.SIZES, "quick",
+                        {"teachers": 120, "samples": 200, "alphas": [0.05, 0.5, 1.0], "eps0": [0.01]})
 
 
 @pytest.mark.parametrize("argv", [["plan", "--plot", "--quick"], ["plan", "figures", "--plot", "--quick"]])
-def test_cli_plot_writes_pngs(tmp_path, capsys, tiny_figures, argv):
+def test_cli_plot_runs_the_section_6_experiments(tmp_path, capsys, tiny_figures, argv):
     out = tmp_path / "figs"
     flags = ["--out", str(out), "--no-progress", "--json"]
     assert main([*argv, *flags]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["command"] == "plan figures" and result["quick"] is True
-    files = result["files"]
-    assert sorted(p.rsplit("/", 1)[-1] for p in files) == ["plan_alpha_sweep.png", "plan_figures.json", "plan_target_hits.png"]
-    for name in ("plan_target_hits.png", "plan_alpha_sweep.png"):
-        assert (out / name).read_bytes()[:8] == PNG_MAGIC
-    saved = json.loads((out / "plan_figures.json").read_text())
-    assert saved["target_hits"]["tct"]["optimal q=1/3"][0] == 130
-    assert saved["alpha_sweep"]["parameters"]["num_teachers"] == 120
+    assert sorted(result["experiments"]) == ["alpha-sweep", "tct-budget"]
+    written = sorted(p.name for p in out.iterdir())
+    assert written == ["alpha-sweep.json", "alpha_sweep_max_counts.png", "alpha_sweep_outcomes.png",
+                       "alpha_sweep_yields.png", "tct-budget.json", "tct_budget_hits.png", "tct_budget_ratios.png"]
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == PNG_MAGIC
+    saved = json.loads((out / "tct-budget.json").read_text())
+    assert saved == result["experiments"]["tct-budget"]
+    assert saved["curve"]["tct"]["optimal q=1/3"][0] == 130  # eps0 = 0.01, as `plan hits` says
+    assert json.loads((out / "alpha-sweep.json").read_text())["sweep"]["parameters"]["num_teachers"] == 120
 
 
-def test_cli_figures_without_plot_writes_nothing(tmp_path, capsys, tiny_figures):
-    assert main(["plan", "figures", "--quick", "--no-progress", "--out", str(tmp_path / "none")]) == 0
+def test_cli_figures_without_plot_writes_the_results_but_no_figures(tmp_path, capsys, tiny_figures):
+    assert main(["plan", "figures", "--quick", "--no-progress", "--out", str(tmp_path / "data")]) == 0
     out = capsys.readouterr().out
-    assert "Alpha sweep" in out and "wrote" not in out
-    assert not (tmp_path / "none").exists()
+    assert "claims:" in out and "wrote" in out
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["alpha-sweep.json", "tct-budget.json"]
 
 
 @pytest.mark.parametrize(

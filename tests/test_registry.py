@@ -27,7 +27,7 @@ def _subparser_choices(parser: argparse.ArgumentParser, command: str, option: st
 
 
 def test_the_cli_and_the_runs_offer_exactly_the_registered_names():
-    from pate_accountant.cli import build_parser
+    from pate_app.cli import build_parser
 
     parser = build_parser()
     assert _subparser_choices(parser, "generate", "--mechanism") == mechanisms_registry.run_mechanism_names()
@@ -84,7 +84,7 @@ def test_mechanism_registry_builds_audits_and_refuses_clashes():
 
 
 def test_a_user_mechanism_is_offered_to_runs():
-    from ensembles.run import build_mechanism
+    from pate_app.run import build_mechanism
 
     mechanisms_registry.register_mechanism(
         "test-strict-argmax", build=lambda e, d, r: DPArgMax(e / 2, d, relation=r), runs=True)

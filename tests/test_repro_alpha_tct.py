@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import z_bound
-from ensembles.reproduce import alpha_sweep, load, tct_budget
+from pate_app.experiments import alpha_sweep, load, tct_budget
 from pate_accountant import planning
 from pate_accountant.cli import main
 

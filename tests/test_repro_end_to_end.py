@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from conftest import z_bound
-from ensembles.reproduce import end_to_end as e2e
-from ensembles.reproduce import load
+from pate_app.experiments import end_to_end as e2e
+from pate_app.experiments import load
 from pate_accountant.cli import main
 
 FAMILY = 1e-4

@@ -28,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ensembles.reproduce import instructions, records_option  # noqa: E402
+from pate_app.experiments import instructions, records_option  # noqa: E402
 from ensembles.metrics import cold_zero_threshold  # noqa: E402
 from pate_accountant.cli import main  # noqa: E402
 

@@ -1,6 +1,6 @@
 """``pate-accountant experiment planet-z`` (paper Section 5.2, Appendix D.1).
 
-* The whole-answer scoring (``ensembles/reproduce/answer_scoring.py``) is proven on a tiny random-weight
+* The whole-answer scoring (``pate_app/experiments/answer_scoring.py``) is proven on a tiny random-weight
   Llama with a tokenizer that spells numbers in 1-3 digit pieces: every probability equals the product of
   next-token probabilities of a plain full-context forward pass, and each teacher's answers sum to <= 1.
 * The paper's qualitative claims are checked on the quick size, through the real CLI on the embedded
@@ -32,8 +32,8 @@ from conftest import z_bound  # noqa: E402
 from test_transformers_backend import tiny_llama  # noqa: E402
 
 from ensembles.backends.transformers_backend import TransformersBackend  # noqa: E402
-from ensembles.reproduce import planet_z  # noqa: E402
-from ensembles.reproduce.answer_scoring import AnswerScorer, digit_continuation  # noqa: E402
+from pate_app.experiments import planet_z  # noqa: E402
+from pate_app.experiments.answer_scoring import AnswerScorer, digit_continuation  # noqa: E402
 from pate_accountant.cli import main  # noqa: E402
 
 FAMILY_ALPHA = 1e-4
@@ -171,7 +171,7 @@ def test_modules_import_light():
     import subprocess
     import sys
 
-    code = ("import sys, ensembles.reproduce.planet_z, ensembles.reproduce.answer_scoring; "
+    code = ("import sys, pate_app.experiments.planet_z, pate_app.experiments.answer_scoring; "
             "print(any(m in sys.modules for m in ('torch', 'transformers', 'matplotlib')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -295,7 +295,7 @@ def test_cli_rejects_bad_values(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def cli_run(tmp_path_factory):
-    from ensembles.run import demo_model_path
+    from pate_app.run import demo_model_path
 
     try:
         demo_model_path()

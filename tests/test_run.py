@@ -1,4 +1,4 @@
-"""End-to-end private runs (ensembles/run.py, ``pate-accountant generate``) on a tiny random Llama.
+"""End-to-end private runs (pate_app/run.py, ``pate-accountant generate``) on a tiny random Llama.
 
 The model and its tokenizer are built in the test and saved to a folder, so ``--model PATH`` works as for
 a real model.  A marker word placed in every record must never reach the ledger file.
@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from ensembles.run import RunInputError, private_run  # noqa: E402
+from pate_app.run import RunInputError, private_run  # noqa: E402
 from pate_accountant.cli import main  # noqa: E402
 from pate_accountant.ledger import Ledger  # noqa: E402
 
@@ -231,7 +231,7 @@ def test_cli_generate_bad_inputs_exit_2(model_dir, tmp_path, capsys, case):
 
 
 def test_every_mechanism_name_builds_and_target_charging_takes_the_wrapped_ones():
-    from ensembles.run import build_accountant, build_mechanism
+    from pate_app.run import build_accountant, build_mechanism
     from mechanisms import BoundaryWrapper, registry
 
     names = registry.run_mechanism_names()
@@ -281,9 +281,9 @@ def test_cli_generate_seed_reaches_no_shareable_output(model_dir, tmp_path, caps
 
 
 def test_cli_demo_seed_reaches_no_shareable_output(model_dir, tmp_path, capsys, monkeypatch):
-    import ensembles.run
+    import pate_app.run
 
-    monkeypatch.setattr(ensembles.run, "demo_model_path", lambda: model_dir)  # the tiny model, not SmolLM2
+    monkeypatch.setattr(pate_app.run, "demo_model_path", lambda: model_dir)  # the tiny model, not SmolLM2
     ledger = tmp_path / "demo.sqlite"
     argv = ["demo", "--ledger", str(ledger), "--teachers", "64", "--records", "1", "--max-tokens", "3",
             "--step-epsilon", "8", "--step-delta", "0.001", "--delta", "0.5", "--threads", "1", "--seed", str(SEED),
@@ -313,7 +313,7 @@ def test_unreachable_threshold_refused_before_anything_is_written(model_dir, tmp
         _run(model_dir, ledger, step_epsilon=1.0, step_delta=1e-6)
     assert _ledger_content(ledger) == before
     # weighted sampling: counts below 2L need noise to survive
-    from ensembles.run import build_mechanism
+    from pate_app.run import build_mechanism
 
     bound = build_mechanism("dp-weighted-sampling", 1.0, 1e-6, "replace-one").error_bound
     assert 2 * bound > 6
@@ -324,7 +324,7 @@ def test_unreachable_threshold_refused_before_anything_is_written(model_dir, tmp
 
 
 def test_check_reachable_for_every_mechanism():
-    from ensembles.run import build_mechanism, check_reachable
+    from pate_app.run import build_mechanism, check_reachable
     from mechanisms import BetweenThresholds
 
     for name in ("dp-argmax", "boundary-dp-argmax"):

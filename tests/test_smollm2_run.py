@@ -28,7 +28,7 @@ ARGS = ["--teachers", "16", "--records", "2", "--max-tokens", "8", "--step-epsil
 
 @pytest.fixture(scope="module")
 def smollm2_available():
-    from ensembles.run import demo_model_path
+    from pate_app.run import demo_model_path
 
     try:
         return demo_model_path()

@@ -1,10 +1,8 @@
 """The paper's results, regenerated from scratch: ``pate-accountant experiment NAME`` (docs/results.md).
 
-Every experiment is a module in this package with the same small interface, so the command line (and
-the tests) treat them alike:
-
-Module-level imports must stay light (numpy, scipy; no torch, no matplotlib): the parser imports
-every module to learn its options.
+Every experiment is a module in this package, named in the application's one table
+(:data:`pate_app.EXPERIMENTS`), with the same small interface, so the command line (and the tests) treat
+them alike:
 
 * ``NAME`` (the command's name), ``HELP`` (one line), ``DESCRIPTION`` (a paragraph), ``SIZES``
   (``{"full": {...}, "quick": {...}}``: the sizes that ``--quick`` switches between) and ``FULL_RUNTIME``
@@ -16,26 +14,20 @@ every module to learn its options.
 * ``plot(result, out_dir) -> list[pathlib.Path]``: PNG figures (matplotlib, imported lazily, Agg canvas);
 * ``summary(result) -> str``: a short human-readable report (tables, the claims checked).
 
-:data:`EXPERIMENTS` maps names to modules; :func:`load` imports one lazily (the model-based experiments
-import torch only when run).
+Module-level imports stay light (numpy, scipy; no torch, no matplotlib): the parser imports every module
+to learn its options, and the model-based experiments import torch only when run.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from pathlib import Path
 
-__all__ = ["EXPERIMENTS", "available", "claim_lines", "load", "model_option", "records_option"]
+from ensembles.data import bundled_sample, load_dolly_jsonl
+from pate_app import EXPERIMENTS
+from pate_app.run import demo_model_path
 
-#: Command name -> module (imported on demand by :func:`load`).
-EXPERIMENTS = {
-    "alpha-sweep": "ensembles.reproduce.alpha_sweep",
-    "tct-budget": "ensembles.reproduce.tct_budget",
-    "planet-z": "ensembles.reproduce.planet_z",
-    "instructions": "ensembles.reproduce.instructions",
-    "end-to-end": "ensembles.reproduce.end_to_end",
-}
+__all__ = ["EXPERIMENTS", "claim_lines", "load", "model_option", "records_option"]
 
 _REQUIRED = ("NAME", "HELP", "DESCRIPTION", "SIZES", "FULL_RUNTIME", "add_arguments", "run", "plot", "summary")
 
@@ -51,15 +43,6 @@ def load(name: str):
     return module
 
 
-def available() -> list[str]:
-    """Names of the experiments whose module exists (all of them once the package is complete)."""
-    names = []
-    for name, module in EXPERIMENTS.items():
-        if importlib.util.find_spec(module) is not None:
-            names.append(name)
-    return names
-
-
 def claim_lines(claims) -> list[str]:
     """The ``summary`` lines of checked claims: ``{"claim", "holds", "detail"}`` dicts, after a header."""
     return ["", "claims:"] + [f"  [{'ok' if c['holds'] else 'FAILS'}] {c['claim']}: {c['detail']}" for c in claims]
@@ -68,8 +51,6 @@ def claim_lines(claims) -> list[str]:
 def records_option(data):
     """``(records, label)`` for a ``--data`` option: the bundled sample for ``None``, else a Dolly-format
     JSONL file read by :func:`ensembles.data.load_dolly_jsonl`; errors become ``ValueError("--data: ...")``."""
-    from ensembles.data import bundled_sample, load_dolly_jsonl
-
     if data is None:
         records = bundled_sample()
         return records, f"bundled sample ({len(records)} records)"
@@ -87,8 +68,6 @@ def model_option(model):
     """``(path, label)`` for a ``--model`` option: the embedded SmolLM2 (converted once) for ``None``, else an
     existing local path (``ValueError("--model: ...")`` otherwise)."""
     if model is None:
-        from ensembles.run import demo_model_path
-
         return demo_model_path(), "SmolLM2-135M-Instruct (embedded)"
     path = Path(model).expanduser()
     if not path.exists():

@@ -32,7 +32,7 @@ Two ensembles (two "parts"):
 
 * ``model``: the embedded SmolLM2-135M-Instruct (``--model`` for another local model) with few-shot teachers
   on Dolly-format instructions (``--data``; default the bundled sample), prompts and partition as in
-  :func:`ensembles.run.private_run`.  With tens of teachers (``n`` is capped by the records, and every step
+  :func:`pate_app.run.private_run`.  With tens of teachers (``n`` is capped by the records, and every step
   costs a forward pass per teacher on a CPU) the per-step parameters must be large for anything to pass:
   ``DPArgMax`` releases only a count above ``n/2 + L`` and ``L`` is about ``(2/eps) ln(2/delta)``.  At such levels the boundary wrapper's ``q`` is small (``q ~ e^-eps / 2``), so the
   TCT price of even the first query is hundreds of epsilon (:data:`MODEL_SETTING` documents the choice).
@@ -56,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ensembles.plotting import new_figure
+from pate_app.plotting import new_figure
 from pate_accountant.validation import check_int, check_real
 
 __all__ = [
@@ -142,7 +142,7 @@ SYNTHETIC_COMMON_WORDS = 11
 SYNTHETIC_ALPHA = 0.95
 SYNTHETIC_MAX_TOKENS = 10
 #: Model part: no top-p truncation (the full distributions are the cheapest here: a top-p cut sorts every
-#: teacher's vocabulary each step), as in ``ensembles.run.private_run``.
+#: teacher's vocabulary each step), as in ``pate_app.run.private_run``.
 TOP_P = None
 #: Model part: teachers per forward pass (one pass for the default sizes).
 BATCH_SIZE = 64
@@ -187,10 +187,10 @@ def diversity(texts) -> dict:
 def build_configuration(configuration: str, setting: dict, num_teachers: int, records=None):
     """``(mechanism, accountant, budget)`` of one configuration (a fresh accountant).
 
-    Target charging goes through :func:`ensembles.run.build_mechanism` / :func:`~ensembles.run.build_accountant`
-    (the registered ``boundary-dp-argmax`` and ``boundary-dp-weighted-sampling``) and, with ``records``, :func:`~ensembles.run.check_inputs`.  Raises ``ValueError`` when the budget
+    Target charging goes through :func:`pate_app.run.build_mechanism` / :func:`~pate_app.run.build_accountant`
+    (the registered ``boundary-dp-argmax`` and ``boundary-dp-weighted-sampling``) and, with ``records``, :func:`~pate_app.run.check_inputs`.  Raises ``ValueError`` when the budget
     cannot pay for a single step."""
-    from ensembles.run import build_accountant, build_mechanism, check_inputs
+    from pate_app.run import build_accountant, build_mechanism, check_inputs
     from mechanisms import BetweenThresholds
     from pate_accountant.accountants import IndividualChargingAccountant
 
@@ -536,7 +536,7 @@ def _check_model_setting(setting: dict, n: int, records) -> None:
 
 def _model_part(options: dict, *, data, model, seed: int, bar) -> dict:
     from ensembles.data import OPEN_SLOT, partition_records, teacher_prompts
-    from ensembles.reproduce import model_option, records_option
+    from pate_app.experiments import model_option, records_option
 
     records, data_label = records_option(data)
     model_path, model_label = model_option(model)

@@ -13,12 +13,12 @@ What differs from the paper, and why (docs/results.md, section planet-z):
   Llama-3-8B-Instruct; the prompt wording is ours; the assistant turn is opened with a short lead-in
   ("A breakfast number on planet Z is ") because the 135M model otherwise starts most replies with words;
 * SmolLM2 spells numbers digit by digit, so a teacher's answer distribution is computed over **whole
-  answers**: :class:`~ensembles.reproduce.answer_scoring.AnswerScorer` gives the model's probability of
+  answers**: :class:`~pate_app.experiments.answer_scoring.AnswerScorer` gives the model's probability of
   every candidate number (all 900, or ``C`` plus the private numbers) as a complete reply prefix, by
   teacher-forced scoring on the teacher's KV cache; the rest of the teacher's mass is its tail (never
   released).  The resulting ``TeacherDistributions`` has one "token" per number (id = number - 100);
 * Hot and Cold histograms are then drawn from it with :func:`~ensembles.histograms.coordinated_votes` and
-  :func:`~ensembles.histograms.independent_votes`, like :func:`ensembles.experiments.histograms_experiment`
+  :func:`~ensembles.histograms.independent_votes`, like :func:`pate_app.experiments.histograms.histograms_experiment`
   does for the model-free stand-in, and the same metrics are reported: average yield, coverage, support
   size, the total variation distance of the transferred distribution to the average teacher
   distribution, the tau-robust mass ``P(tau)`` (Remark D.1) and the maximum average answer probability;
@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ensembles import experiments, metrics
+from ensembles import metrics
+from pate_app.experiments import histograms as experiments
 from ensembles.distributions import TeacherDistributions
 from ensembles.histograms import coordinated_votes, independent_votes
 from ensembles.metrics import cold_zero_threshold as _cold_zero_threshold
@@ -294,13 +295,13 @@ def _model_part(opts: dict, progress: bool) -> dict:
     from tqdm import tqdm
 
     from ensembles.backends.transformers_backend import TransformersBackend
-    from ensembles.reproduce.answer_scoring import AnswerScorer
+    from pate_app.experiments.answer_scoring import AnswerScorer
 
     n, k, r = opts["teachers"], opts["common_size"], opts["samples"]
     task_seed, vote_seed = np.random.SeedSequence([opts["seed"], 52]).spawn(2)
     task = make_task(n, k, np.random.default_rng(task_seed))
     if opts["model"] is None:
-        from ensembles.run import demo_model_path
+        from pate_app.run import demo_model_path
 
         model_path, model_name = demo_model_path(), "SmolLM2-135M-Instruct (embedded)"
     else:
@@ -511,7 +512,7 @@ def summary(result: dict) -> str:
 
 
 def _canvas(nrows: int = 1, ncols: int = 1, size=(6.4, 4.4)):
-    from ensembles.plotting import new_figure
+    from pate_app.plotting import new_figure
 
     fig = new_figure(size)
     axes = fig.subplots(nrows, ncols, squeeze=False)
@@ -613,7 +614,7 @@ def plot(result: dict, out_dir) -> list[Path]:
     """PNG figures: ``planet_z_metrics.png`` (yield, coverage, TV, coverage vs support),
     ``planet_z_answers.png`` (per-number averages), ``planet_z_robust_mass.png`` (P(tau)) and, per
     model-free run, ``planet_z_model_free_k{K}_coverage.png`` / ``..._support.png`` (drawn by
-    :func:`ensembles.experiments.plot_histograms_experiment`)."""
+    :func:`pate_app.experiments.histograms.plot_histograms_experiment`)."""
     import tempfile
 
     out = Path(out_dir)

@@ -1,4 +1,4 @@
-"""Reproducible experiments behind ``pate-accountant experiment ...`` (docs/cli.md).
+"""``pate-accountant experiment histograms``: Hot versus Cold vote histograms (docs/cli.md).
 
 :func:`histograms_experiment` is the Hot-versus-Cold comparison of the paper's Planet Z demonstration
 (Section 5.2, Figure "coverage" and Appendix D.1), run on the model-free stand-in
@@ -25,9 +25,19 @@ import numpy as np
 from ensembles import metrics, synthetic
 from ensembles.histograms import coordinated_votes, independent_votes
 from pate_accountant.validation import check_int
+from pate_app.options import positive_int
 
 __all__ = [
+    "DESCRIPTION",
+    "FULL_RUNTIME",
+    "HELP",
     "MAX_COMMON_SIZE",
+    "NAME",
+    "SIZES",
+    "add_arguments",
+    "plot",
+    "run",
+    "summary",
     "format_summary",
     "format_table",
     "histograms_experiment",
@@ -40,6 +50,17 @@ __all__ = [
 _NUM_NUMBERS = 900
 _GENERALIZATION_SUPPORT = 64
 MAX_COMMON_SIZE = _NUM_NUMBERS - _GENERALIZATION_SUPPORT - 1
+
+NAME = "histograms"
+HELP = "Hot vs Cold vote histograms on a Planet Z-like ensemble (coverage, support, yield)"
+DESCRIPTION = (
+    "Draw coordinated (Hot PATE) and independent (Cold PATE) vote histograms from a synthetic "
+    "Planet Z-like ensemble and sweep the threshold T: coverage, support size and average "
+    "yield, with the tau-robust mass P(T) of Remark D.1."
+)
+SIZES = {"full": {"teachers": 2000, "samples": 1000}, "quick": {"teachers": 300, "samples": 200}}
+FULL_RUNTIME = "about 10 s on a 2-core CPU"
+DEFAULT_COMMON_SIZE = 20
 
 #: Vote draws are split into this many chunks so a progress bar moves during long runs.
 _VOTE_CHUNKS = 10
@@ -234,7 +255,7 @@ def plot_histograms_experiment(result: dict, out_dir) -> list[Path]:
     with a vertical line at ``n`` times the maximum average token probability.  Uses matplotlib's Agg
     canvas directly (no pyplot, no global backend change).  Returns the paths written.
     """
-    from ensembles.plotting import new_figure
+    from pate_app.plotting import new_figure
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -278,3 +299,59 @@ def plot_histograms_experiment(result: dict, out_dir) -> list[Path]:
     fig.savefig(path, dpi=120)
     paths.append(path)
     return paths
+
+
+def add_arguments(parser) -> None:
+    """``--teachers``, ``--samples`` (override the size) and ``--common-size``."""
+    full, quick = SIZES["full"], SIZES["quick"]
+    parser.add_argument("--teachers", metavar="N", type=positive_int, default=None,
+                        help=f"number of teachers n (default: {full['teachers']}, --quick: {quick['teachers']})")
+    parser.add_argument("--samples", metavar="R", type=positive_int, default=None,
+                        help=f"histograms drawn per ensemble r (default: {full['samples']}, --quick: {quick['samples']})")
+    parser.add_argument("--common-size", metavar="K", type=positive_int, default=DEFAULT_COMMON_SIZE,
+                        help=f"size k of the common set C of answers (default: {DEFAULT_COMMON_SIZE}, "
+                             f"at most {MAX_COMMON_SIZE})")
+
+
+def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=None, samples=None,
+        common_size=DEFAULT_COMMON_SIZE) -> dict:
+    """The experiment at the ``quick`` or full size (``teachers``/``samples`` override it): see
+    :func:`histograms_experiment`.  A bad option raises ``ValueError`` naming it."""
+    sizes = SIZES["quick" if quick else "full"]
+    options = {"--teachers": (teachers, sizes["teachers"]), "--samples": (samples, sizes["samples"])}
+    values = {}
+    for option, (given, default) in options.items():
+        value = default if given is None else given
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"argument {option}: must be a positive integer, got {value!r}")
+        values[option] = value
+    if isinstance(common_size, bool) or not isinstance(common_size, int) or not 1 <= common_size <= MAX_COMMON_SIZE:
+        raise ValueError(f"argument --common-size: must be an integer in [1, {MAX_COMMON_SIZE}], got {common_size!r}")
+    result = histograms_experiment(values["--teachers"], values["--samples"], common_size, seed, progress=progress)
+    result["experiment"] = NAME
+    return result
+
+
+def plot(result: dict, out_dir) -> list[Path]:
+    """The coverage and support figures (:func:`plot_histograms_experiment`)."""
+    return plot_histograms_experiment(result, out_dir)
+
+
+def summary(result: dict) -> str:
+    """The parameters, the Hot and Cold top counts and margins, the threshold table and the headline line."""
+    p = result["parameters"]
+    lines = [
+        f"Hot vs Cold histograms: Planet Z-like ensemble, n={p['num_teachers']} teachers, "
+        f"k={p['common_size']} common answers, r={p['num_samples']} samples per ensemble, seed={p['seed']}",
+        f"max average token probability {result['max_average_probability']:.4f} "
+        f"(n x that = {p['num_teachers'] * result['max_average_probability']:.1f} votes); "
+        f"average mass on C {result['common_mass']:.3f}",
+    ]
+    for name in ("hot", "cold"):
+        stats = result[name]
+        label = "Hot  (coordinated)" if name == "hot" else "Cold (independent)"
+        lines.append(
+            f"{label}: top count mean {stats['max_count']['mean']:.1f} median {stats['max_count']['median']:.1f}; "
+            f"margin mean {stats['margin']['mean']:.1f} median {stats['margin']['median']:.1f}"
+        )
+    return "\n".join([*lines, "", format_table(result), "", format_summary(result)])

@@ -1,4 +1,5 @@
-"""The Section 6 planning figures ("Privacy analysis considerations"): data and plots (docs/planning.md).
+"""The data and figures of the paper's Section 6 ("Privacy analysis considerations"), shared by the
+``tct-budget`` and ``alpha-sweep`` experiments (and so by ``pate-accountant plan figures``, which runs them).
 
 * :func:`target_hits_curve`: the number of target hits a total ``(epsilon = 1, delta = 1e-6)`` buys against
   the per-query level ``eps0`` (paper Figure "TCT", left: about ``(10 eps0)^-2`` for ``eps0 <= 0.01``), for
@@ -9,7 +10,7 @@
   ``BoundaryWrapper(DPArgMax(epsilon, delta))`` on coordinated histograms of alpha-mixture teachers
   (paper Figure "alpha sweep"), from the exact per-histogram laws averaged over the shared randomness,
   with queries and yields per target hit.
-* :func:`plot_target_hits`, :func:`plot_alpha_sweep`, :func:`plan_figures`: PNG files (matplotlib, imported
+* :func:`plot_target_hits`, :func:`plot_alpha_sweep`: PNG files (matplotlib, imported
   lazily, Agg canvas; no pyplot).
 
 Every function returns JSON-able dicts (``None`` where a ratio is undefined, e.g. no target mass).
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ensembles.plotting import new_figure
+from pate_app.plotting import new_figure
 from pate_accountant import planning
 from pate_accountant.tct import tct_max_hits
 from pate_accountant.validation import check_int, check_real
@@ -33,7 +34,6 @@ __all__ = [
     "HITS_FULL",
     "HITS_QUICK",
     "alpha_sweep",
-    "plan_figures",
     "plot_alpha_sweep",
     "plot_target_hits",
     "target_hits_curve",
@@ -67,7 +67,7 @@ def _none_if_not_finite(x):
 
 def wrapper_certified_q(eps0: float) -> float:
     """The certified ``q`` of the boundary wrapper's target at level ``eps0 = 2 eps_A``:
-    ``(E + 1) / (2 E^2 + E + 2)`` with ``E = e^{eps_A}`` (mechanisms/boundary_wrapper.py; spec 10:
+    ``(E + 1) / (2 E^2 + E + 2)`` with ``E = e^{eps_A}`` (docs/mechanisms/boundary_wrapper.md:
     ``0.3980`` at ``eps_A = 0.01``).  The wrapper's *event* charges ``min(1/3, this)``."""
     eps0 = check_real("eps0", eps0, minimum=0.0, min_open=True)
     e = math.exp(eps0 / 2.0)
@@ -228,10 +228,9 @@ def _positive(values) -> np.ndarray:
 
 
 
-def plot_target_hits(data: dict, out_dir) -> Path:
-    """Write ``plan_target_hits.png`` (log-log) into ``out_dir`` and return its path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def plot_target_hits(data: dict, path) -> Path:
+    """Write the target-hits figure (log-log) of :func:`target_hits_curve` data to the PNG file ``path``."""
+    path = Path(path)
     fig = new_figure()
     ax = fig.add_subplot()
     x = np.asarray(data["eps0"])
@@ -255,15 +254,13 @@ def plot_target_hits(data: dict, out_dir) -> Path:
     ax.set_title("Target hits vs eps0 (Hot PATE Sec. 6, Figure TCT left)", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-    path = out / "plan_target_hits.png"
     fig.savefig(path, dpi=120)
     return path
 
 
-def plot_alpha_sweep(data: dict, out_dir) -> Path:
-    """Write ``plan_alpha_sweep.png`` (three panels) into ``out_dir`` and return its path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def plot_alpha_sweep(data: dict, path) -> Path:
+    """Write the three-panel outcome figure of :func:`alpha_sweep` data to the PNG file ``path``."""
+    path = Path(path)
     fig = new_figure(figsize=(13.5, 4.2))
     a = np.asarray(data["alphas"])
     p = data["parameters"]
@@ -303,23 +300,5 @@ def plot_alpha_sweep(data: dict, out_dir) -> Path:
         f"{p['num_samples']} coordinated histograms per alpha, seed={p['seed']}",
         fontsize=9,
     )
-    path = out / "plan_alpha_sweep.png"
     fig.savefig(path, dpi=120)
     return path
-
-
-def plan_figures(out_dir=None, *, quick: bool = False, seed: int = 0, progress: bool = False) -> dict:
-    """Both figures' data; with ``out_dir`` also the PNGs (``result["files"]``).  ``progress`` shows a tqdm
-    bar on stderr."""
-    from tqdm import tqdm
-
-    hits_grid = (HITS_QUICK if quick else HITS_FULL)["eps0"]
-    alpha_grid = (ALPHA_QUICK if quick else ALPHA_FULL)["alphas"]
-    with tqdm(total=len(hits_grid) + len(alpha_grid), desc="plan figures", unit="point",
-              disable=not progress, dynamic_ncols=True) as bar:
-        hits = target_hits_curve(quick=quick, progress=bar.update)
-        sweep = alpha_sweep(quick=quick, seed=seed, progress=bar.update)
-    result = {"quick": quick, "target_hits": hits, "alpha_sweep": sweep}
-    if out_dir is not None:
-        result["files"] = [str(plot_target_hits(hits, out_dir)), str(plot_alpha_sweep(sweep, out_dir))]
-    return result

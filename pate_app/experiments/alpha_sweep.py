@@ -10,7 +10,7 @@ each).  The experiment reports, for a grid of ``alpha``:
 (a) the distribution of the maximum count ``/ n`` of coordinated histograms (quantiles, empirical CDF) next
     to that law (the paper's "cumulative maximum frequency" figure), with the Kolmogorov distance;
 (b) the token / fail / target probabilities of ``BoundaryWrapper(DPArgMax(epsilon, delta))`` over the
-    shared randomness (:func:`ensembles.plan_figures.alpha_sweep`: exact per-histogram laws averaged over
+    shared randomness (:func:`pate_app.experiments.section6.alpha_sweep`: exact per-histogram laws averaged over
     coordinated histograms), next to the same probabilities computed from the count law alone;
 (c) queries per target hit ``1 / P[target]`` against the paper's "``>~ eps0 n``, lowest at
     ``alpha ~ T/n``", with ``eps0`` the per-count epsilon of the NoisyArgMax noise, and yields per hit
@@ -31,8 +31,6 @@ to first order: the paper's "``~ alpha``" up to the threshold's constant ``ln(1/
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -326,7 +324,7 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=N
     ``ValueError`` / ``TypeError`` naming the option."""
     from tqdm import tqdm
 
-    from ensembles.plan_figures import alpha_sweep
+    from pate_app.experiments.section6 import alpha_sweep
     from mechanisms.boundary_wrapper import BoundaryWrapper
     from mechanisms.noisy_argmax import DPArgMax
     from pate_accountant.validation import check_int
@@ -407,7 +405,7 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=N
         "queries_per_hit": queries_per_hit,
         "yields_per_budget": yields_rows,
         "notes": [
-            "sweep: ensembles.plan_figures.alpha_sweep (exact per-histogram laws of the wrapped DPArgMax, "
+            "sweep: pate_app.experiments.section6.alpha_sweep (exact per-histogram laws of the wrapped DPArgMax, "
             "averaged over coordinated histograms; *_se are standard errors).",
             "law: the same probabilities from the beta-binomial law of the maximum count alone.",
             "eps0 in the paper's eps0 n and eps0 n / 2 is the per-count epsilon of the NoisyArgMax noise "
@@ -429,7 +427,7 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=N
 def _plot_max_counts(result: dict, path: Path) -> None:
     from matplotlib import colormaps
 
-    from ensembles.plotting import new_figure
+    from pate_app.plotting import new_figure
 
     mc, p = result["max_counts"], result["parameters"]
     alphas = result["sweep"]["alphas"]
@@ -467,7 +465,7 @@ def _plot_max_counts(result: dict, path: Path) -> None:
 
 
 def _plot_yields(result: dict, path: Path) -> None:
-    from ensembles.plotting import new_figure
+    from pate_app.plotting import new_figure
 
     rows = result["yields_per_budget"]
     p = result["parameters"]
@@ -493,15 +491,14 @@ def _plot_yields(result: dict, path: Path) -> None:
 
 
 def plot(result: dict, out_dir) -> list[Path]:
-    """``alpha_sweep_outcomes.png`` (:func:`ensembles.plan_figures.plot_alpha_sweep`),
+    """``alpha_sweep_outcomes.png`` (:func:`pate_app.experiments.section6.plot_alpha_sweep`),
     ``alpha_sweep_max_counts.png`` and ``alpha_sweep_yields.png`` in ``out_dir``."""
-    from ensembles.plan_figures import plot_alpha_sweep
+    from pate_app.experiments.section6 import plot_alpha_sweep
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     outcomes = out / "alpha_sweep_outcomes.png"
-    with tempfile.TemporaryDirectory() as tmp:
-        shutil.move(str(plot_alpha_sweep(result["sweep"], tmp)), outcomes)
+    plot_alpha_sweep(result["sweep"], outcomes)
     max_counts = out / "alpha_sweep_max_counts.png"
     _plot_max_counts(result, max_counts)
     yields = out / "alpha_sweep_yields.png"
@@ -552,7 +549,7 @@ def summary(result: dict) -> str:
             f"{r['threshold_fraction']:>6.3f} {_fmt(r['law_min_yields_per_hit_below_threshold'], '>9.2f')} "
             f"{_fmt(r['law_yields'], '>10.1f')}"
         )
-    from ensembles.reproduce import claim_lines
+    from pate_app.experiments import claim_lines
 
     lines += claim_lines(result["claims"])
     return "\n".join(lines)

@@ -39,10 +39,10 @@ from pathlib import Path
 import numpy as np
 
 from ensembles import metrics
-from ensembles.experiments import threshold_grid
+from pate_app.experiments.histograms import threshold_grid
 from ensembles.histograms import coordinated_votes, independent_votes
 from ensembles.metrics import cold_zero_threshold
-from ensembles.reproduce import model_option, records_option
+from pate_app.experiments import model_option, records_option
 from pate_accountant.validation import check_int, check_real
 
 __all__ = [
@@ -355,7 +355,7 @@ _COLD = {"color": "tab:blue", "label": "Cold (independent)"}
 
 
 def _grid_figure(count: int):
-    from ensembles.plotting import new_figure
+    from pate_app.plotting import new_figure
 
     cols = min(4, count)
     rows = -(-count // cols)
@@ -409,7 +409,7 @@ def _stats(dist: dict, n: int) -> dict:
 def _plot_boxes(result: dict, keys: tuple, titles: tuple, ylabel: str, path: Path) -> Path:
     from matplotlib.patches import Patch
 
-    from ensembles.plotting import new_figure
+    from pate_app.plotting import new_figure
 
     n = result["parameters"]["teachers"]
     entries = result["prefixes"]

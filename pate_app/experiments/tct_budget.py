@@ -4,7 +4,7 @@ Section 6, "Privacy analysis considerations", Figure "TCT" left), next to plain 
 The paper: with the Target Charging Technique and the boundary wrapper, the number of target hits
 (``top`` responses) for total ``epsilon = 1`` is "about ``(10 eps0)^-2``" when ``eps0 <= 0.01``; only hits
 are charged, so queries without a hit are free.  We compute, for a grid of ``eps0``
-(:func:`ensembles.plan_figures.target_hits_curve`):
+(:func:`pate_app.experiments.section6.target_hits_curve`):
 
 * our TCT bound (docs/tct_and_individual.md, section 1; :func:`pate_accountant.tct.tct_max_hits`) with exact optimal or DRV
   composition inside, at ``q = 1/3`` (the charge a ``BoundaryWrapper`` event carries) and at the wrapper's
@@ -25,13 +25,11 @@ paper's curve within a factor ``[0.7, 2.7]`` of our bound (exact optimal, ``q = 
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from ensembles.reproduce.alpha_sweep import parse_float_list
+from pate_app.experiments.alpha_sweep import parse_float_list
 
 NAME = "tct-budget"
 HELP = "Section 6 Figure TCT (left): target hits for total epsilon 1 vs eps0, against plain composition"
@@ -86,7 +84,7 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, epsilon=No
     """The whole experiment (module docstring).  Deterministic (no randomness: ``seed`` is only recorded)."""
     from tqdm import tqdm
 
-    from ensembles.plan_figures import target_hits_curve
+    from pate_app.experiments.section6 import target_hits_curve
     from pate_accountant import planning
     from pate_accountant.validation import check_int, check_real
 
@@ -144,7 +142,7 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, epsilon=No
         "ratio_to_paper": ratios,
         "comparison": rows,
         "notes": [
-            "curve: ensembles.plan_figures.target_hits_curve (our TCT bound, docs/tct_and_individual.md section 1).",
+            "curve: pate_app.experiments.section6.target_hits_curve (our TCT bound, docs/tct_and_individual.md section 1).",
             "comparison: plain = plain eps0-DP queries under exact optimal composition (plain_drv: DRV "
             "advanced composition); queries_worst = 3 hits (every query has P[target] = 1/3, the wrapper's "
             "cap); queries_coordinated = C_delta hits (the paper's >~ eps0 n queries per hit with "
@@ -197,7 +195,7 @@ def _none_to_nan(values, *, zero: bool = False) -> np.ndarray:
 
 
 def _plot_ratios(result: dict, path: Path) -> None:
-    from ensembles.plotting import new_figure
+    from pate_app.plotting import new_figure
 
     p, ratios, rows = result["parameters"], result["ratio_to_paper"], result["comparison"]
     x = np.asarray(p["eps0"])
@@ -236,15 +234,14 @@ def _plot_ratios(result: dict, path: Path) -> None:
 
 
 def plot(result: dict, out_dir) -> list[Path]:
-    """``tct_budget_hits.png`` (:func:`ensembles.plan_figures.plot_target_hits`) and
+    """``tct_budget_hits.png`` (:func:`pate_app.experiments.section6.plot_target_hits`) and
     ``tct_budget_ratios.png`` in ``out_dir``."""
-    from ensembles.plan_figures import plot_target_hits
+    from pate_app.experiments.section6 import plot_target_hits
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     hits = out / "tct_budget_hits.png"
-    with tempfile.TemporaryDirectory() as tmp:
-        shutil.move(str(plot_target_hits(result["curve"], tmp)), hits)
+    plot_target_hits(result["curve"], hits)
     ratios = out / "tct_budget_ratios.png"
     _plot_ratios(result, ratios)
     return [hits, ratios]
@@ -266,7 +263,7 @@ def summary(result: dict) -> str:
             f"{t['drv q=1/3'][i]:>7d} {t['drv q=wrapper'][i]:>7d} | {r['plain_optimal']:>9d} {r['plain_drv']:>9d} | "
             f"{r['queries_worst']:>8.0f} {r['queries_coordinated']:>9.0f} {r['yields']:>9.0f}"
         )
-    from ensembles.reproduce import claim_lines
+    from pate_app.experiments import claim_lines
 
     lines += claim_lines(result["claims"])
     return "\n".join(lines)

@@ -1,0 +1,35 @@
+"""The application wing of pate-accountant: the ``pate-accountant`` commands, private runs, the paper's
+experiments and their figures, built on the three library layers (``pate_accountant`` <- ``mechanisms`` <-
+``ensembles``) and never imported by them.  The library's command-line entry point,
+:func:`pate_accountant.cli.main`, is a thin dispatcher whose one lazy import is :func:`pate_app.cli.main`.
+
+One command protocol (docs/cli.md, "Adding a command"): every command and every experiment is a module
+named in the one table below, with
+
+* ``NAME`` (the word that invokes it), ``HELP`` (one line) and ``DESCRIPTION`` (a paragraph);
+* ``add_arguments(parser)``: its own options (an ``argparse`` parser or argument group);
+* a command adds ``main(args) -> int`` (the exit status); an experiment adds instead
+  ``SIZES``/``FULL_RUNTIME`` and ``run``/``plot``/``summary`` (:mod:`pate_app.experiments`), and the
+  ``experiment`` command gives every experiment the same options (``--quick --plot --out --seed --json
+  --no-progress``) and the same way of writing its results.
+"""
+
+#: The one table: each command and each experiment, by the words that invoke it, and its module.
+COMMANDS = {
+    "demo": "pate_app.commands.demo",
+    "generate": "pate_app.commands.generate",
+    "plan": "pate_app.commands.plan",
+    "audit": "pate_app.commands.audit",
+    "audit-mechanism": "pate_app.commands.audit_mechanism",
+    "experiment": "pate_app.commands.experiment",
+}
+EXPERIMENTS = {
+    "histograms": "pate_app.experiments.histograms",
+    "alpha-sweep": "pate_app.experiments.alpha_sweep",
+    "tct-budget": "pate_app.experiments.tct_budget",
+    "planet-z": "pate_app.experiments.planet_z",
+    "instructions": "pate_app.experiments.instructions",
+    "end-to-end": "pate_app.experiments.end_to_end",
+}
+
+__all__ = ["COMMANDS", "EXPERIMENTS"]

@@ -1,0 +1,77 @@
+"""The ``pate-accountant`` command line, built from the application's one table (:data:`pate_app.COMMANDS`).
+
+:func:`pate_accountant.cli.main` (the installed entry point, also ``python -m pate_accountant``) calls
+:func:`main` here.  Every command module follows the protocol of :mod:`pate_app`; its ``main(args)``
+returns the exit status.  :func:`main` returns it too instead of raising ``SystemExit``: 0 on success, 2
+for a usage error (argparse prints the message, which names the option, to stderr), 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from pate_accountant import __version__
+from pate_app import COMMANDS
+
+__all__ = ["build_parser", "load_command", "main"]
+
+_REQUIRED = ("NAME", "HELP", "DESCRIPTION", "add_arguments", "main")
+
+
+def load_command(name: str):
+    """The command module ``name`` (a key of :data:`pate_app.COMMANDS`), checked for the protocol."""
+    if name not in COMMANDS:
+        raise ValueError(f"command must be one of {sorted(COMMANDS)}, got {name!r}")
+    module = importlib.import_module(COMMANDS[name])
+    missing = [attr for attr in _REQUIRED if not hasattr(module, attr)]
+    if missing:
+        raise RuntimeError(f"command module {module.__name__} lacks {', '.join(missing)}")
+    return module
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``pate-accountant`` parser: one subparser per command of the table, in its order."""
+    parser = argparse.ArgumentParser(
+        prog="pate-accountant",
+        description="Hot PATE: coordinated teacher ensembles, DP aggregation and privacy accounting.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        module = load_command(name)
+        p = commands.add_parser(module.NAME, help=module.HELP, description=module.DESCRIPTION)
+        p.set_defaults(handler=module.main, parser=p)
+        module.add_arguments(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return int(args.handler(args))
+    except SystemExit as exc:  # argparse usage errors (2), --help / --version (0)
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("pate-accountant: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader closed stdout (e.g. "| head"): point stdout at devnull so the flush at exit is quiet.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1

@@ -1,0 +1,305 @@
+"""``pate-accountant plan ...``: budget questions answered before a run (docs/planning.md).
+
+The subcommands call :mod:`pate_accountant.planning`; ``plan figures`` (and its shorthand ``plan --plot``)
+runs the two Section 6 experiments, ``tct-budget`` and ``alpha-sweep``, through the ``experiment``
+command's own runner, so the figures have one home.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pate_accountant import planning
+from pate_app.commands.experiment import run_and_write
+from pate_app.experiments import load
+from pate_app.options import cannot_write, open_unit, positive_float, print_json, real_in, whole_number
+
+NAME = "plan"
+HELP = "answer budget questions before a run (target hits, yields, teachers, accounting, margin)"
+DESCRIPTION = (
+    "Budget planning (docs/planning.md): how many target hits / yields a budget buys, which eps0 and "
+    "how many teachers for a wanted number of tokens, plain vs target vs individual charging for one "
+    "run shape, and the BassilyTT margin condition. `pate-accountant plan --plot` draws the "
+    "Section 6 figures (target hits vs eps0; the alpha sweep of token / fail / target probabilities)."
+)
+
+#: ``plan --plot`` / ``plan figures`` output folder.
+PLAN_OUT = "results/plan"
+PLAN_SUBCOMMANDS = ("hits", "yields", "for-tokens", "compare", "margin", "figures")
+#: The experiments ``plan figures`` runs.
+FIGURE_EXPERIMENTS = ("tct-budget", "alpha-sweep")
+
+fraction_q = real_in("a number in (0, 1] (a fraction such as 1/3 is fine)", 0.0, 1.0, min_open=True)
+unit = real_in("a number in [0, 1]", 0.0, 1.0)
+delta0_type = real_in("a number in [0, 1)", 0.0, 1.0, max_open=True)
+count = whole_number("a positive integer", 1)
+count0 = whole_number("a non-negative integer", 0)
+
+
+def add_arguments(plan) -> None:
+    """The top-level ``--plot`` shorthand and one subcommand per planning question."""
+    plan.add_argument("--plot", dest="plan_plot", action="store_true",
+                      help="without a subcommand: draw both Section 6 figures (same as `plan figures --plot`)")
+    plan.add_argument("--out", dest="plan_out", metavar="DIR", default=PLAN_OUT,
+                      help=f"output folder for --plot (default: {PLAN_OUT})")
+    plan.add_argument("--quick", dest="plan_quick", action="store_true", help="small, fast figures")
+    plan.add_argument("--seed", dest="plan_seed", metavar="S", type=count0, default=0,
+                      help="seed of the alpha sweep (default: 0)")
+    plan.add_argument("--json", dest="plan_json", action="store_true", help="print only the JSON result")
+    plan.add_argument("--no-progress", dest="plan_no_progress", action="store_true",
+                      help="do not show the progress bar (stderr)")
+    sub = plan.add_subparsers(dest="plan_command", metavar="SUBCOMMAND", required=False)
+
+    def common(p, *, eps0=True, budget=True, tct=True):
+        if budget:
+            p.add_argument("--epsilon", type=positive_float, default=1.0, help="total epsilon (default 1)")
+        p.add_argument("--delta", type=open_unit, default=1e-6, help="total delta (default 1e-6)")
+        if eps0:
+            p.add_argument("--eps0", type=positive_float, required=True,
+                           help="privacy level of one query's target (TCT level; 2 eps_A for a BoundaryWrapper)")
+        if tct:
+            p.add_argument("--q", type=fraction_q, default=1.0 / 3.0, help="q of the q-target (default 1/3)")
+            p.add_argument("--delta0", type=delta0_type, default=0.0,
+                           help="delta_A of a boundary-wrapped approximate inner (default 0: a pure inner, the "
+                           "paper's figure). With delta0 > 0 every query, hit or not, pays w = 1-(1-delta0)^2 in "
+                           "delta; half of --delta is reserved for them, so the budget also limits the queries "
+                           "(max_queries; docs/tct_and_individual.md, section 1). Plain composition reads it as "
+                           "each query's delta")
+            p.add_argument("--composition", choices=("optimal", "drv"), default="optimal",
+                           help="composition inside the TCT bound (default optimal)")
+        p.add_argument("--json", action="store_true", help="print only the JSON result")
+
+    p = sub.add_parser("hits", help="target hits a budget buys (and plain eps0-DP queries for comparison)",
+                       description="Largest number of target hits with TCT epsilon <= --epsilon "
+                       "(planning.target_hits), next to plain composition of eps0-DP queries.")
+    common(p)
+    p.set_defaults(handler=_run_plan_hits, parser=p)
+
+    p = sub.add_parser("yields", help="expected yields (tokens) a budget buys (paper: eps0 n / 2 per hit)",
+                       description="Expected yields = hits x eps0 n / 2 (planning.yields), the paper's relation "
+                       "for alpha <= T/n; n defaults to C_delta/eps0, C_delta = 2 ln(1/aggregator delta).")
+    common(p)
+    p.add_argument("--teachers", type=count, default=None, help="number of teachers n (default C_delta/eps0)")
+    p.add_argument("--aggregator-delta", type=open_unit, default=1e-6,
+                   help="delta0 of the aggregator in C_delta = 2 ln(1/delta0) (default 1e-6)")
+    p.set_defaults(handler=_run_plan_yields, parser=p)
+
+    p = sub.add_parser("for-tokens", help="which eps0 and how many teachers for a wanted number of tokens",
+                       description="Largest eps0 (fewest teachers n = C_delta/eps0) whose budget buys at least "
+                       "--tokens yields (planning.plan_for_tokens); never overshoots the budget.")
+    p.add_argument("--tokens", type=count, required=True, help="wanted number of yields (tokens)")
+    common(p, eps0=False)
+    p.add_argument("--aggregator-delta", type=open_unit, default=1e-6,
+                   help="delta0 of the aggregator in C_delta = 2 ln(1/delta0) (default 1e-6)")
+    p.set_defaults(handler=_run_plan_for_tokens, parser=p)
+
+    p = sub.add_parser("compare", help="plain composition vs target charging vs individual charging",
+                       description="Epsilon of one run shape under plain composition, target charging and "
+                       "individual charging (planning.compare_accounting).")
+    p.add_argument("--queries", type=count0, required=True, help="number of queries in the run")
+    p.add_argument("--target-rate", type=unit, required=True, help="fraction of queries that hit the target")
+    p.add_argument("--teachers", type=count, required=True, help="number of teachers n")
+    p.add_argument("--charged-per-hit", type=count, default=None,
+                   help="teachers charged per hit (default min(n, ceil(C_delta/eps0)), about 2L)")
+    p.add_argument("--individual-q", type=fraction_q, default=None, help="q for individual charging (default --q)")
+    p.add_argument("--budget-epsilon", type=positive_float, default=None,
+                   help="also report how many queries each accounting affords within this epsilon")
+    p.add_argument("--aggregator-delta", type=open_unit, default=1e-6,
+                   help="delta0 in C_delta = 2 ln(1/delta0), for the default --charged-per-hit (default 1e-6)")
+    common(p, budget=False)
+    p.set_defaults(handler=_run_plan_compare, parser=p)
+
+    p = sub.add_parser("margin", help="BassilyTT margin condition: teachers for m tokens, or tokens for n teachers",
+                       description="eta n >= 32 sqrt(2)/eps ln(4m/delta) sqrt(ln(2/delta)) (paper Appendix D; "
+                       "planning.bassily_tt_teachers / bassily_tt_tokens).")
+    p.add_argument("--eta", type=fraction_q, default=0.4, help="margin as a fraction of n (default 0.4)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--tokens", type=count, help="tokens m: report the teachers needed")
+    which.add_argument("--teachers", type=count, help="teachers n: report the most tokens m")
+    common(p, eps0=False, tct=False)
+    p.set_defaults(handler=_run_plan_margin, parser=p)
+
+    p = sub.add_parser("figures", help="the Section 6 figures' data; --plot writes the PNGs",
+                       description="Run the two Section 6 experiments, `experiment tct-budget` (target hits "
+                       "for total epsilon 1 vs eps0) and `experiment alpha-sweep` (BoundaryWrapper(DPArgMax) "
+                       "outcome probabilities, queries and yields per hit), with their default options: their JSON "
+                       "results go into --out, and with --plot their figures too.")
+    p.add_argument("--plot", action="store_true", help="also write the PNG figures into --out")
+    p.add_argument("--out", metavar="DIR", default=PLAN_OUT, help=f"output folder (default: {PLAN_OUT})")
+    p.add_argument("--quick", action="store_true", help="small, fast figures")
+    p.add_argument("--seed", metavar="S", type=count0, default=0, help="seed of the alpha sweep (default: 0)")
+    p.add_argument("--json", action="store_true", help="print only the JSON result")
+    p.add_argument("--no-progress", action="store_true", help="do not show the progress bar (stderr)")
+    p.set_defaults(handler=_run_figures, parser=p)
+
+
+#: planning parameter -> the ``plan`` option that sets it (for error messages).
+_PLAN_OPTIONS = {
+    "epsilon": "--epsilon", "delta": "--delta", "eps0": "--eps0", "q": "--q", "delta0": "--delta0",
+    "num_teachers": "--teachers", "tokens": "--tokens", "num_queries": "--queries", "target_rate": "--target-rate",
+    "charged_per_hit": "--charged-per-hit", "individual_q": "--individual-q", "budget_epsilon": "--budget-epsilon",
+    "aggregator_delta": "--aggregator-delta", "eta": "--eta", "composition": "--composition",
+}
+
+
+def _plan_call(args, function, **kwargs):
+    """Run a planning function; a ValueError/TypeError it raises becomes a usage error (exit 2) that names
+    the option."""
+    try:
+        return function(**kwargs)
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        name = message.split(" ", 1)[0]
+        if name in _PLAN_OPTIONS:
+            message = f"argument {_PLAN_OPTIONS[name]}: {message}"
+        args.parser.error(message)
+
+
+def _plan_print(args, command: str, result, lines) -> int:
+    if args.json:
+        print_json({"command": f"plan {command}", **result.as_dict()})
+        return 0
+    for line in lines:
+        print(line)
+    print("assumptions:")
+    for item in result.assumptions:
+        print(f"  - {item}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    """``plan --plot`` (the figures); a subcommand is required otherwise."""
+    if not args.plan_plot:
+        args.parser.error("a subcommand (" + ", ".join(PLAN_SUBCOMMANDS) + ") or --plot is required")
+    args.plot, args.out, args.quick, args.seed = True, args.plan_out, args.plan_quick, args.plan_seed
+    args.json, args.no_progress = args.plan_json, args.plan_no_progress
+    return _run_figures(args)
+
+
+def _plan_no_top_plot(args) -> None:
+    if getattr(args, "plan_plot", False):
+        args.parser.error("argument --plot: `plan --plot` draws the figures and takes no subcommand "
+                          "(use `plan --plot` or `plan figures --plot`)")
+
+
+def fraction_query_lines(r) -> list[str]:
+    """The query limit of a plan with a per-query delta (``delta0 > 0``); nothing for a pure inner."""
+    if getattr(r, "max_queries", None) is None:
+        return []
+    return [
+        f"queries, hit or not  : at most {r.max_queries} (each pays w = {r.per_query_delta:.4g}; "
+        f"{r.reserved_delta:.4g} of delta reserved)"
+    ]
+
+
+def _run_plan_hits(args: argparse.Namespace) -> int:
+    _plan_no_top_plot(args)
+    r = _plan_call(args, planning.target_hits, epsilon=args.epsilon, delta=args.delta, eps0=args.eps0, q=args.q,
+                   delta0=args.delta0, composition=args.composition)
+    plain = ", ".join(f"{m} {k}" for m, k in r.plain_queries.items())
+    return _plan_print(args, "hits", r, [
+        f"budget (epsilon {r.epsilon:g}, delta {r.delta:g}), target level eps0 {r.eps0:g}, q {r.q:.4g}, "
+        f"{r.composition} composition inside",
+        f"target hits          : {r.hits} (epsilon spent {r.epsilon_spent:.6f}; one more hit: {r.epsilon_next_hit:.6f})",
+        f"private draws bound  : k = {r.private_draws}",
+        *fraction_query_lines(r),
+        f"paper (10 eps0)^-2   : {r.paper_hits:.1f} (ours / paper = {r.hits / r.paper_hits:.3f})",
+        f"plain eps0-DP queries: {plain}",
+    ])
+
+
+def _run_plan_yields(args: argparse.Namespace) -> int:
+    _plan_no_top_plot(args)
+    r = _plan_call(args, planning.yields, epsilon=args.epsilon, delta=args.delta, eps0=args.eps0,
+                   num_teachers=args.teachers, q=args.q, delta0=args.delta0, composition=args.composition,
+                   aggregator_delta=args.aggregator_delta)
+    return _plan_print(args, "yields", r, [
+        f"budget (epsilon {r.epsilon:g}, delta {r.delta:g}), eps0 {r.eps0:g}, q {r.q:.4g}, n = {r.num_teachers:.1f} "
+        f"teachers (C_delta/eps0 = {r.min_teachers:.1f}, C_delta = {r.c_delta:.4f})",
+        f"target hits (ours)      : {r.hits}",
+        *([] if r.max_queries is None else [f"queries, hit or not     : at most {r.max_queries} (delta0 {r.delta0:g})"]),
+        f"yields per hit eps0 n/2 : {r.yields_per_hit:.2f}",
+        f"expected yields (ours)  : {r.yields:.1f}",
+        f"paper: (10 eps0)^-2 hits: {r.paper_hits:.1f} -> {r.paper_yields:.1f} yields "
+        f"(0.005 n^2/C_delta = {r.paper_formula_yields:.1f})",
+    ])
+
+
+def _run_plan_for_tokens(args: argparse.Namespace) -> int:
+    _plan_no_top_plot(args)
+    r = _plan_call(args, planning.plan_for_tokens, tokens=args.tokens, epsilon=args.epsilon, delta=args.delta,
+                   q=args.q, delta0=args.delta0, composition=args.composition,
+                   aggregator_delta=args.aggregator_delta)
+    return _plan_print(args, "for-tokens", r, [
+        f"wanted {r.tokens} yields within (epsilon {r.epsilon:g}, delta {r.delta:g}), q {r.q:.4g}, "
+        f"{r.composition} composition inside",
+        f"hits needed          : {r.hits_needed} (C_delta/2 = {r.c_delta / 2:.3f} yields per hit)",
+        f"eps0                 : {r.eps0:.6g}",
+        f"teachers             : {r.num_teachers} (C_delta/eps0 = {r.num_teachers_exact:.1f})",
+        f"budgeted hits        : {r.hits} (epsilon spent {r.epsilon_spent:.6f}; one more: {r.epsilon_next_hit:.6f})",
+        *fraction_query_lines(r),
+        f"expected yields      : {r.expected_yields:.1f}",
+        f"paper's formula      : eps0 {r.paper_eps0:.6g}, {r.paper_num_teachers:.1f} teachers",
+    ])
+
+
+def _run_plan_compare(args: argparse.Namespace) -> int:
+    _plan_no_top_plot(args)
+    r = _plan_call(args, planning.compare_accounting, num_queries=args.queries, eps0=args.eps0, delta=args.delta,
+                   num_teachers=args.teachers, target_rate=args.target_rate, charged_per_hit=args.charged_per_hit,
+                   q=args.q, individual_q=args.individual_q, delta0=args.delta0, composition=args.composition,
+                   aggregator_delta=args.aggregator_delta, budget_epsilon=args.budget_epsilon)
+    plain = ", ".join(f"{m} {e:.4f}" for m, e in r.plain.items())
+    lines = [
+        f"{r.num_queries} queries at eps0 {r.eps0:g}, delta {r.delta:g}, {r.num_teachers} teachers, "
+        f"target rate {r.target_rate:g} -> {r.hits} hits, {r.charged_per_hit} teachers charged per hit",
+        f"plain composition    : epsilon {plain}",
+        *([] if r.per_query_delta == 0.0 else [
+            f"per-query delta      : w = {r.per_query_delta:.4g} on every query, Delta = {r.total_query_delta:.4g}"
+        ]),
+        f"target charging      : epsilon {r.target_charging:.4f}",
+        f"individual charging  : epsilon {r.individual_charging:.4f} (worst teacher: {r.charges_per_teacher} charges)",
+    ]
+    if r.max_queries is not None:
+        mq = ", ".join(f"{k} {'unlimited' if v is None else v}" for k, v in r.max_queries.items())
+        lines.append(f"queries within epsilon {r.budget_epsilon:g}: {mq}")
+    return _plan_print(args, "compare", r, lines)
+
+
+def _run_plan_margin(args: argparse.Namespace) -> int:
+    _plan_no_top_plot(args)
+    if args.tokens is not None:
+        r = _plan_call(args, planning.bassily_tt_teachers, eta=args.eta, epsilon=args.epsilon, delta=args.delta,
+                       tokens=args.tokens)
+        lines = [f"BassilyTT margin eta {r.eta:g}, (epsilon {r.epsilon:g}, delta {r.delta:g}): {r.tokens} tokens need "
+                 f"n >= {r.n_required:.2f} teachers ({r.num_teachers})"]
+    else:
+        r = _plan_call(args, planning.bassily_tt_tokens, eta=args.eta, epsilon=args.epsilon, delta=args.delta,
+                       num_teachers=args.teachers)
+        m = f"{r.m_max}" if r.m_max is not None else f"about 10^{r.log10_m_max:.1f}"
+        lines = [f"BassilyTT margin eta {r.eta:g}, (epsilon {r.epsilon:g}, delta {r.delta:g}): "
+                 f"{r.num_teachers:g} teachers afford m_max = {m} tokens"]
+    return _plan_print(args, "margin", r, lines)
+
+
+def _run_figures(args: argparse.Namespace) -> int:
+    """Run the Section 6 experiments with their default options into ``--out``; print their summaries."""
+    out = Path(args.out)
+    results, written = {}, []
+    try:
+        for name in FIGURE_EXPERIMENTS:
+            module = load(name)
+            results[name], files = run_and_write(module, args, out, {})
+            written += files
+    except OSError as exc:
+        return cannot_write(out, exc)
+    if args.json:
+        print_json({"command": "plan figures", "quick": args.quick, "experiments": results})
+        return 0
+    for name in FIGURE_EXPERIMENTS:
+        print(load(name).summary(results[name]))
+        print()
+    for path in written:
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,85 @@
+"""What ``demo`` and ``generate`` share: their run options and the report of one private run (docs/demo.md)."""
+
+from __future__ import annotations
+
+from pate_app.options import nonnegative_int, open_unit, positive_float, positive_int, print_json, scale
+from pate_app.run import RunInputError, private_run
+
+__all__ = ["DEMO_DEFAULTS", "add_run_options", "run_and_report"]
+
+#: ``demo`` defaults (docs/demo.md explains the choice).
+DEMO_DEFAULTS = {
+    "teachers": 64, "records": 3, "max_tokens": 24, "mechanism": "dp-argmax", "accountant": "basic",
+    "step_epsilon": 2.0, "step_delta": 1e-6, "relation": "replace-one", "epsilon": 150.0, "delta": 1e-4,
+    "temperature": 0.7, "top_p": 0.9,
+}
+
+
+def add_run_options(p, *, demo: bool) -> None:
+    """The options ``demo`` and ``generate`` share (``demo`` gives ``--teachers`` a default)."""
+    d = DEMO_DEFAULTS
+    p.add_argument("--teachers", metavar="N", type=positive_int, default=d["teachers"] if demo else None,
+                   required=not demo, help="number of teachers n" + (f" (default {d['teachers']})" if demo else ""))
+    p.add_argument("--records", metavar="K", type=positive_int, default=d["records"],
+                   help=f"synthetic records to generate (default {d['records']})")
+    p.add_argument("--max-tokens", metavar="T", type=positive_int, default=d["max_tokens"],
+                   help=f"at most T tokens per record; a record also stops at a newline (default {d['max_tokens']})")
+    p.add_argument("--step-epsilon", metavar="E", type=positive_float, default=d["step_epsilon"],
+                   help=f"per-step epsilon of the mechanism (default {d['step_epsilon']:g})")
+    p.add_argument("--step-delta", metavar="D", type=open_unit, default=d["step_delta"],
+                   help=f"per-step delta of the mechanism (default {d['step_delta']:g})")
+    p.add_argument("--relation", choices=("replace-one", "add-remove-one"), default=d["relation"],
+                   help=f"neighbouring relation of the mechanism (default {d['relation']})")
+    p.add_argument("--temperature", metavar="T", type=positive_float, default=d["temperature"],
+                   help=f"teacher temperature (default {d['temperature']:g})")
+    p.add_argument("--top-p", metavar="P", type=scale, default=d["top_p"],
+                   help=f"teacher top-p in (0, 1] (default {d['top_p']:g})")
+    p.add_argument("--seed", metavar="S", type=nonnegative_int, default=None,
+                   help="seed, for reproducible tests only: a seeded run has no privacy against anyone who knows "
+                        "the seed (default: fresh OS entropy; the ledger records only whether a seed was given)")
+    p.add_argument("--threads", metavar="K", type=positive_int, default=None, help="CPU threads (default 2)")
+    p.add_argument("--json", action="store_true", help="print only the JSON result")
+    p.add_argument("--no-progress", action="store_true", help="do not show the progress bar (stderr)")
+
+
+def run_and_report(args, *, command: str, model, records, ledger, model_label: str, data_label: str,
+                   dataset: str) -> int:
+    """One private run (:func:`pate_app.run.private_run`) from the parsed options, printed (or ``--json``);
+    0 when the ledger audits, 1 otherwise.  Bad input is a usage error (exit 2) before anything is written."""
+    try:
+        result = private_run(
+            model=model, records=records, num_teachers=args.teachers, ledger_path=ledger,
+            mechanism=getattr(args, "mechanism", DEMO_DEFAULTS["mechanism"]),
+            accountant=getattr(args, "accountant", DEMO_DEFAULTS["accountant"]),
+            step_epsilon=args.step_epsilon, step_delta=args.step_delta, relation=args.relation,
+            epsilon=args.epsilon, delta=args.delta, num_records=args.records, max_tokens=args.max_tokens,
+            seed=args.seed, temperature=args.temperature, top_p=args.top_p, threads=args.threads,
+            progress=not args.no_progress and not args.json, command=command,
+            model_label=model_label, data_label=data_label, dataset=dataset,
+        )
+    except RunInputError as exc:
+        args.parser.error(str(exc))
+    except ValueError as exc:  # the backend: unknown model path, no tokenizer, ...
+        args.parser.error(f"argument --model: {exc}" if command == "generate" else str(exc))
+    if args.json:
+        print_json(result)
+        return 0 if result["audit"]["ok"] else 1
+    p = result["parameters"]
+    print(f"{command}: {p['num_teachers']} teachers, data set {p['dataset']!r} ({p['data']}), "
+          f"model {p['model']}, {p['mechanism_name']} (step epsilon {args.step_epsilon:g}, delta "
+          f"{args.step_delta:g}), {p['accountant']} accountant, {'seeded' if p['seeded'] else 'OS entropy'}")
+    for i, record in enumerate(result["records"], start=1):
+        print(f"  record {i}: {record['text']!r}")
+        print(f"            {record['num_tokens']} tokens: {record['private_tokens']} private, "
+              f"{record['fallback_tokens']} public fallbacks; stop: {record['stop_reason']}")
+    s, b, before = result["spent"], result["budget"], result["spent_before"]
+    print(f"spent       : epsilon {s['epsilon']:.6g}, delta {s['delta']:.3g} of the data set's budget epsilon "
+          f"{b['epsilon']:g}, delta {b['delta']:g} ({result['charged_runs']} charged runs in this run; epsilon "
+          f"{before['epsilon']:.6g} was spent before it)")
+    led = result["ledger"]
+    print(f"ledger      : {led['path']} ({led['rows']} rows; run {led['run']} of {led['runs']}"
+          f"{', appended' if led['appended'] else ', new'})")
+    audit = result["audit"]
+    print(f"audit       : {'OK' if audit['ok'] else 'FAILED'}: {audit['message']}")
+    print(f"wall time   : {result['wall_seconds']:.1f} s")
+    return 0 if audit["ok"] else 1
