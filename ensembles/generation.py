@@ -34,11 +34,14 @@ charging, ``StepRecord.num_teachers``, ``GenerationResult.num_active_teachers`` 
 
 from __future__ import annotations
 
+import abc
+
 import attr
 import numpy as np
 
 from ensembles.backends.base import NextTokenBackend
-from ensembles.histograms import TAIL_VOTE, VoteHistogram, coordinated_votes, independent_votes
+from ensembles.histograms import TAIL_VOTE, VoteHistogram
+from ensembles.samplers import EnsembleSampler
 from mechanisms.between_thresholds import BetweenThresholds
 from pate_accountant.accountants.base import Accountant
 from pate_accountant.accountants.individual import IndividualChargingAccountant
@@ -47,8 +50,12 @@ from pate_accountant.release import Release
 from pate_accountant.validation import check_int, check_real
 
 __all__ = [
+    "AggregationStep",
     "GenerationResult",
+    "HistogramAggregation",
+    "IndividualChargingAggregation",
     "PrivateGenerator",
+    "StepOutcome",
     "StepRecord",
     "check_between_thresholds_reachable",
     "individual_charging_draws",
@@ -65,8 +72,9 @@ class StepRecord:
     """One charged mechanism run (a retry is a separate record).
 
     ``token``: the token appended after this run (``None`` if none); ``outcome``: ``"token"`` (released
-    privately), ``"fail"``, ``"target"`` (boundary-wrapper target: nothing released) or ``"fallback"``
-    (the run failed and a public token was used); ``retries``: earlier failed runs at this position;
+    privately), ``"fail"``, ``"target"`` (boundary-wrapper target: nothing released), ``"below"``
+    (BetweenThresholds answered ``below``: nothing released) or ``"fallback"`` (nothing was released and a
+    public token was used); ``retries``: earlier failed runs at this position;
     ``num_teachers``: active teachers in this run; ``max_count``/``margin``: raw histogram diagnostics
     (not private); ``target_hit``: the release's target flag; ``counted``: BetweenThresholds' count ``c'_v``
     (the included active teachers voting the candidate; they are charged only on a target hit).
@@ -170,6 +178,106 @@ class _MechanismRandomness:
         self.numpy = mechanism_rng if mechanism_rng is not None else np.random.default_rng()
 
 
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class StepOutcome:
+    """What one charged run of an aggregation scheme gives the loop: the ``release`` (already recorded by the
+    accountant), the ``token`` to append (``None``: nothing released) and ``counted`` (the raw count
+    BetweenThresholds protects; 0 for the other schemes; confidential)."""
+
+    release: Release
+    token: int | None
+    counted: int = 0
+
+
+class AggregationStep(abc.ABC):
+    """One aggregation scheme of Framework 2: how a step's votes become a charged release.
+
+    :meth:`start` is called once per :meth:`PrivateGenerator.generate` call, before the first step;
+    :meth:`run` once per charged run, with the step's votes (one per active teacher, original indices in
+    ``active``).  A scheme refuses an unaffordable run by letting ``BudgetExhaustedError`` through, with
+    the accountant unchanged."""
+
+    def check(self, num_teachers: int) -> None:
+        """Refuse a generation over ``num_teachers`` teachers (the fixed, public ensemble size) that this
+        scheme cannot run, before anything starts (``ValueError``)."""
+
+    def start(self) -> None:
+        """Prepare for the first step, after the backend has begun (``BudgetExhaustedError`` when not one
+        run is affordable)."""
+
+    @abc.abstractmethod
+    def run(self, votes: np.ndarray, active: np.ndarray, rng: np.random.Generator,
+            secret: _MechanismRandomness) -> StepOutcome:
+        """Aggregate one histogram privately and record the release with the accountant."""
+
+
+class HistogramAggregation(AggregationStep):
+    """The paper's ensemble sampler ``M = A o H`` (Section 4.3): the histogram of all active teachers' votes
+    goes to the mechanism ``A`` through ``accountant.register`` (check, run, record); a token is released
+    unless ``A`` fails or hits its target (a boundary wrapper's target releases nothing)."""
+
+    def __init__(self, mechanism, accountant, vocab_size: int):
+        self.mechanism, self.accountant, self.vocab_size = mechanism, accountant, vocab_size
+        self._run = None
+
+    def start(self):
+        self._run = self.accountant.register(self.mechanism)  # BudgetExhaustedError: not one run affordable
+
+    def run(self, votes, active, rng, secret):
+        release = self._run(VoteHistogram.from_votes(votes, self.vocab_size), rng=secret.mechanism)
+        token = None if (release.failed or release.target_hit) else int(release.value)
+        return StepOutcome(release, token)
+
+
+class IndividualChargingAggregation(AggregationStep):
+    """The individual-charging scheme of the paper's "DP methods for heterogeneous ensembles" with a
+    :class:`~mechanisms.BetweenThresholds` mechanism (module docstring): data-independent ``nu``, inclusion
+    draws and candidate ``v``; BetweenThresholds on the count of included active teachers voting ``v``;
+    ``above``/``between`` release ``v``, ``below`` releases nothing; only a hit names (and charges) the
+    counted teachers.  Under an :class:`IndividualChargingAccountant` the teachers it removes are dropped
+    from the backend after every run."""
+
+    def __init__(self, mechanism, accountant, backend, candidate: str, public_token):
+        self.mechanism, self.accountant, self.backend = mechanism, accountant, backend
+        self.candidate, self.public_token = candidate, public_token
+        self.individual = isinstance(accountant, IndividualChargingAccountant)
+        self.num_teachers = 0
+
+    def check(self, num_teachers):
+        check_between_thresholds_reachable(self.mechanism, num_teachers)
+        if self.individual and self.accountant.num_teachers != num_teachers:
+            raise ValueError(
+                f"the accountant tracks {self.accountant.num_teachers} teachers but {num_teachers} prompts were given"
+            )
+        self.num_teachers = num_teachers
+
+    def start(self):
+        self._sync_active()
+
+    def run(self, votes, active, rng, secret):
+        nu, included = individual_charging_draws(secret.numpy, self.num_teachers, active)
+        if self.candidate == "public":
+            candidate = self.public_token(rng)
+        else:
+            candidate = int(rng.integers(self.backend.vocab_size))
+        counted = np.flatnonzero(included & (votes == candidate))
+        release = self.mechanism(int(counted.size), rng=secret.mechanism)
+        # Only a hit charges, and only a hit names its counted teachers: a non-hit records no teacher set.
+        charged = frozenset(int(t) for t in active[counted]) if release.target_hit else frozenset()
+        release = attr.evolve(release, charged_teachers=charged)
+        self.accountant.record(release)  # check-then-commit: refuses atomically
+        self._sync_active()
+        token = candidate if release.value in ("between", "above") else None
+        return StepOutcome(release, token, int(counted.size))
+
+    def _sync_active(self) -> None:
+        if not self.individual:
+            return
+        removed = np.setdiff1d(self.backend.active_teachers(), self.accountant.active_teachers())
+        if removed.size:
+            self.backend.drop_teachers(removed)
+
+
 class PrivateGenerator:
     """``PrivateGenerator(backend, mechanism, accountant, *, histograms="coordinated", fallback="retry",
     max_retries=3, public_backend=None, public_prompt="", max_tokens=32, stop_strings=(), top_p=None,
@@ -214,11 +322,16 @@ class PrivateGenerator:
         self.candidate = _choice("candidate", candidate, CANDIDATES)
         if self.candidate == "public" and public_backend is None:
             raise ValueError('candidate="public" needs a public_backend')
-        self._individual = isinstance(accountant, IndividualChargingAccountant)
-        self._between = isinstance(mechanism, BetweenThresholds)
-        if self._individual and not self._between:
+        if isinstance(mechanism, BetweenThresholds):
+            self.scheme = IndividualChargingAggregation(mechanism, accountant, backend, self.candidate,
+                                                        self._public_token)
+        elif isinstance(accountant, IndividualChargingAccountant):
             raise ValueError("an IndividualChargingAccountant needs a BetweenThresholds mechanism (the paper's "
                              "individual-charging scheme)")
+        else:
+            self.scheme = HistogramAggregation(mechanism, accountant, backend.vocab_size)
+        #: Hot (``"coordinated"``) or Cold (``"independent"``) histograms: the ``H`` of ``M = A o H``.
+        self.sampler = EnsembleSampler(self.histograms, mechanism)
 
     # -- pieces ----------------------------------------------------------------------------------------
     def _transform(self, dists):
@@ -228,9 +341,6 @@ class PrivateGenerator:
             dists = dists.top_p(self.top_p)
         return dists
 
-    def _votes(self, dists, rng) -> np.ndarray:
-        draw = coordinated_votes if self.histograms == "coordinated" else independent_votes
-        return draw(dists, 1, rng, num_threads=1)[0]
 
     def _public_token(self, rng) -> int:
         dists = self._transform(self.public_backend.distributions())
@@ -238,24 +348,9 @@ class PrivateGenerator:
         probs = probs / probs.sum()
         return int(ids[rng.choice(ids.size, p=probs)])
 
-    def _between_step(self, votes, active, rng, secret) -> tuple[Release, int | None, int]:
-        nu, included = individual_charging_draws(secret.numpy, self._num_total, active)
-        if self.candidate == "public":
-            candidate = self._public_token(rng)
-        else:
-            candidate = int(rng.integers(self.backend.vocab_size))
-        counted = np.flatnonzero(included & (votes == candidate))
-        release = self.mechanism(int(counted.size), rng=secret.mechanism)
-        # Only a hit charges, and only a hit names its counted teachers: a non-hit records no teacher set.
-        charged = frozenset(int(t) for t in active[counted]) if release.target_hit else frozenset()
-        release = attr.evolve(release, charged_teachers=charged)
-        self.accountant.record(release)  # check-then-commit: refuses atomically
-        token = candidate if release.value in ("between", "above") else None
-        return release, token, int(counted.size)
-
     # -- the loop --------------------------------------------------------------------------------------
     def generate(self, teacher_prompts, *, shared_prefix="", seed=None, rng=None,
-                 mechanism_rng=None) -> GenerationResult:
+                 mechanism_rng=None, on_token=None) -> GenerationResult:
         """Generate one response privately from ``teacher_prompts`` (one prompt per teacher, text or ids).
 
         Two sources of randomness, kept apart (docs/mechanisms/randomness.md):
@@ -269,31 +364,27 @@ class PrivateGenerator:
           A ``numpy.random.Generator`` makes the run reproducible for tests and simulations, and gives no
           privacy against whoever knows its seed.
 
-        Equal seeds and equal seeded ``mechanism_rng`` give equal results (for a deterministic backend).
+        ``on_token(token_id)`` (optional) is called after each token is appended (a progress bar, a
+        stream); it sees only released or public tokens.  Equal seeds and equal seeded ``mechanism_rng``
+        give equal results (for a deterministic backend).
         """
         if rng is None:
             rng = np.random.default_rng(self.seed if seed is None else seed)
         secret = _MechanismRandomness(mechanism_rng)
-        backend, accountant = self.backend, self.accountant
+        if on_token is not None and not callable(on_token):
+            raise TypeError(f"on_token must be callable or None, got {type(on_token).__name__}")
+        backend, accountant, scheme = self.backend, self.accountant, self.scheme
         teacher_prompts = list(teacher_prompts)
-        self._num_total = len(teacher_prompts)  # the fixed, public ensemble size n
-        if self._between:
-            check_between_thresholds_reachable(self.mechanism, self._num_total)
+        scheme.check(len(teacher_prompts))  # n: the fixed, public ensemble size
         backend.begin(teacher_prompts, shared_prefix=shared_prefix or None)
         if self.public_backend is not None:
             self.public_backend.begin([self.public_prompt or ""], shared_prefix=shared_prefix or None)
         try:
-            run = None if self._between else accountant.register(self.mechanism)
+            scheme.start()
         except BudgetExhaustedError:  # not even one run is affordable
             return GenerationResult("", (), (), tuple(accountant.spent()), "budget",
                                     int(backend.active_teachers().size))
         event = self.mechanism.event
-        if self._individual:
-            if accountant.num_teachers != len(teacher_prompts):
-                raise ValueError(
-                    f"the accountant tracks {accountant.num_teachers} teachers but {len(teacher_prompts)} prompts were given"
-                )
-            self._sync_active()
 
         tokens: list[int] = []
         steps: list[StepRecord] = []
@@ -306,31 +397,19 @@ class PrivateGenerator:
                     stop_reason = "budget"
                     break
                 active = backend.active_teachers()
-                dists = self._transform(backend.distributions())
-                votes = self._votes(dists, rng)
+                votes = self.sampler.votes(self._transform(backend.distributions()), 1, rng, num_threads=1)[0]
                 max_count, margin = _diagnostics(votes)
-                counted = 0
                 try:
-                    if self._between:
-                        release, token, counted = self._between_step(votes, active, rng, secret)
-                    else:
-                        release = run(VoteHistogram.from_votes(votes, backend.vocab_size), rng=secret.mechanism)
-                        token = None if (release.failed or release.target_hit) else int(release.value)
+                    step = scheme.run(votes, active, rng, secret)
                 except BudgetExhaustedError:
                     stop_reason = "budget"
                     break
-                if self._individual:
-                    self._sync_active()
-                if token is not None:
-                    outcome = "token"
-                elif release.target_hit and not self._between:
-                    outcome = "target"
-                else:
-                    outcome = "fail"
+                token = step.token
+                outcome = "token" if token is not None else step.release.outcome
                 if token is None and self.fallback == "public":
                     token, outcome = self._public_token(rng), "fallback"
                 steps.append(StepRecord(token, outcome, max_count, margin, retries, int(active.size),
-                                        release.target_hit, counted))
+                                        step.release.target_hit, step.counted))
                 if token is not None or self.fallback == "stop" or retries >= self.max_retries:
                     break
                 retries += 1
@@ -346,6 +425,8 @@ class PrivateGenerator:
             backend.append(token)
             if self.public_backend is not None:
                 self.public_backend.append(token)
+            if on_token is not None:
+                on_token(token)
             text = backend.decode(tokens)
             hit = self._stop_string(text)
             if hit is not None:
@@ -362,10 +443,3 @@ class PrivateGenerator:
     def _stop_string(self, text: str) -> int | None:
         positions = [text.find(s) for s in self.stop_strings if s in text]
         return min(positions) if positions else None
-
-    def _sync_active(self) -> None:
-        keep = self.accountant.active_teachers()
-        current = self.backend.active_teachers()
-        removed = np.setdiff1d(current, keep)
-        if removed.size:
-            self.backend.drop_teachers(removed)

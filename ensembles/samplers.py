@@ -43,9 +43,11 @@ class EnsembleSampler:
     def event(self):
         return self.aggregator.event
 
-    def votes(self, teachers: TeacherDistributions, num_samples: int, rng: np.random.Generator) -> np.ndarray:
-        """``num_samples`` vote vectors (one per draw of the histogram), shape ``(num_samples, n)``."""
-        return HISTOGRAM_KINDS[self.histograms](teachers, num_samples, rng)
+    def votes(self, teachers: TeacherDistributions, num_samples: int, rng: np.random.Generator, *,
+              num_threads: int | None = None) -> np.ndarray:
+        """``num_samples`` vote vectors (one per draw of the histogram), shape ``(num_samples, n)``;
+        ``num_threads`` goes to the vote kernel."""
+        return HISTOGRAM_KINDS[self.histograms](teachers, num_samples, rng, num_threads=num_threads)
 
     def sample(self, teachers: TeacherDistributions, rng: np.random.Generator) -> Release:
         """One draw from ``M((p^(i))_i)``: a fresh histogram, then the aggregator."""

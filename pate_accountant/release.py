@@ -9,9 +9,10 @@ from typing import Any
 import attr
 import dp_accounting
 
-#: Outcome classes a ledger records (DESIGN.md, Ledger).
-TOKEN, FAIL, TARGET = "token", "fail", "target"
-OUTCOMES = (TOKEN, FAIL, TARGET)
+#: Outcome classes a ledger records: a released token (or answer), a fail, a q-target hit, and
+#: BetweenThresholds' ``below`` (the count is under the lower threshold: an answer, but no token released).
+TOKEN, FAIL, TARGET, BELOW = "token", "fail", "target", "below"
+OUTCOMES = (TOKEN, FAIL, TARGET, BELOW)
 
 
 def _check_event(instance, attribute, value):
@@ -49,7 +50,10 @@ class Release:
 
     @property
     def outcome(self) -> str:
-        """``"target"``, ``"fail"`` or ``"token"``: the class a ledger records."""
+        """The class a ledger records: ``"target"`` (a q-target hit), ``"fail"`` (``value is None``),
+        ``"below"`` (BetweenThresholds' answer ``"below"``: nothing released) or ``"token"``."""
         if self.target_hit:
             return TARGET
-        return FAIL if self.value is None else TOKEN
+        if self.value is None:
+            return FAIL
+        return BELOW if isinstance(self.value, str) and self.value == BELOW else TOKEN

@@ -28,7 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
+from ensembles.backends import transformers_backend as tb
+from ensembles.backends.transformers_backend import TransformersBackend
+from ensembles.data import OPEN_SLOT, partition_records, teacher_prompts
+from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable
+from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedSampling
+from mechanisms import registry as mechanisms_registry
 from pate_accountant import __version__
+from pate_accountant import registry as accountants_registry
+from pate_accountant.errors import PateAccountantError
+from pate_accountant.ledger import Ledger, describe_mechanism
 
 __all__ = [
     "RunInputError",
@@ -51,15 +60,14 @@ class RunInputError(ValueError):
 def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "replace-one"):
     """The per-step mechanism registered as ``name`` (:mod:`mechanisms.registry`, one a run may use) with
     per-step ``(epsilon, delta)`` under ``relation``."""
-    from mechanisms import registry
 
-    names = registry.run_mechanism_names()
+    names = mechanisms_registry.run_mechanism_names()
     if name not in names:
         raise RunInputError(f"mechanism must be one of {names}, got {name!r}")
     if relation not in RELATIONS:
         raise RunInputError(f"relation must be one of {RELATIONS}, got {relation!r}")
     try:
-        return registry.build_mechanism(name, epsilon, delta, relation)
+        return mechanisms_registry.build_mechanism(name, epsilon, delta, relation)
     except (TypeError, ValueError) as exc:
         raise RunInputError(f"mechanism {name}: {exc}") from None
 
@@ -67,13 +75,12 @@ def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "re
 def build_accountant(name: str, budget, ledger=None):
     """The accountant registered as ``name`` (:mod:`pate_accountant.registry`, one a run may use) with
     ``budget=(epsilon, delta)``."""
-    from pate_accountant import registry
 
-    names = registry.run_accountant_names()
+    names = accountants_registry.run_accountant_names()
     if name not in names:
         raise RunInputError(f"accountant must be one of {names}, got {name!r}")
     try:
-        return registry.accountant_class(name)(budget=budget, ledger=ledger)
+        return accountants_registry.accountant_class(name)(budget=budget, ledger=ledger)
     except (TypeError, ValueError) as exc:
         raise RunInputError(f"accountant {name}: {exc}") from None
 
@@ -81,7 +88,6 @@ def build_accountant(name: str, budget, ledger=None):
 def check_inputs(records, num_teachers: int, mechanism, accountant_name: str, budget) -> None:
     """Refuse, before anything is charged: no records, more teachers than records, an accountant that does
     not support the mechanism's event, or a budget that cannot pay for a single step."""
-    from pate_accountant.errors import PateAccountantError
 
     if not records:
         raise RunInputError("the data set is empty: no records to give the teachers")
@@ -112,8 +118,6 @@ def check_reachable(mechanism, num_teachers: int) -> None:
     * BetweenThresholds releases on a noisy count of at least ``low``; the count is at most ``n``, so
       ``low > n`` is out of reach.
     """
-    from ensembles.generation import check_between_thresholds_reachable
-    from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedSampling
 
     inner = mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
     n = int(num_teachers)
@@ -140,8 +144,6 @@ def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budge
     """An existing ``--ledger``: it must belong to ``dataset``, be kept by the same accountant (kind and
     budget), verify as far as its rows replay, and have budget left for one step.  Read-only: nothing is
     written."""
-    from pate_accountant.errors import PateAccountantError
-    from pate_accountant.ledger import Ledger
 
     where = f"--ledger {str(path)!r}"
     try:
@@ -217,10 +219,6 @@ def private_run(
     The result's ``spent`` is the data set's total spent after this run (every run in the ledger) and
     ``spent_before`` what it was when this run started.
     """
-    from ensembles.backends.transformers_backend import TransformersBackend
-    from ensembles.data import OPEN_SLOT, partition_records, teacher_prompts
-    from ensembles.generation import PrivateGenerator
-    from pate_accountant.ledger import Ledger, describe_mechanism
 
     started = time.perf_counter()
     records = list(records)
@@ -296,19 +294,12 @@ def private_run(
             temperature=temperature,
         )
         bar = _progress_bar(num_records * max_tokens, progress)
-        if bar is not None:
-            original_append = backend.append
-
-            def append(token_id, _original=original_append):
-                _original(token_id)
-                bar.update(1)
-
-            backend.append = append
+        on_token = None if bar is None else (lambda token_id: bar.update(1))
         out_records = []
         try:
             for _ in range(num_records):
                 result = generator.generate(prompts, shared_prefix=shared_prefix, rng=rng,
-                                            mechanism_rng=rng if seed is not None else None)
+                                            mechanism_rng=rng if seed is not None else None, on_token=on_token)
                 counts = result.outcome_counts()
                 out_records.append({
                     "text": result.text.strip(),
@@ -366,9 +357,7 @@ def default_demo_ledger(folder=".") -> Path:
 
 def demo_model_path() -> Path:
     """The embedded SmolLM2 as a converted safetensors folder (converting the GGUF once, with a message)."""
-    import sys
 
-    from ensembles.backends import transformers_backend as tb
 
     gguf = tb.smollm2_path()
     cached = tb.converted_gguf_path(gguf)

@@ -179,11 +179,12 @@ def test_call_api_count_or_histogram():
         direct = mech(5, rng=np.random.default_rng(seed)).value
         assert mech({2: 5, 7: 1}, token=2, rng=np.random.default_rng(seed)).value == direct
         assert mech(np.array([0, 0, 5]), token=2, rng=np.random.default_rng(seed)).value == direct
-    # The between outcome is the target (the ledger's "target" class); the others are released labels.
+    # The between outcome is the target (the ledger's "target" class), below is its own class (nothing
+    # released), above releases the candidate ("token").
     runs = [mech(c, rng=np.random.default_rng(s)) for s in range(40) for c in (0, 5, 11)]
     assert {r.value for r in runs} == set(OUTCOME_LABELS)
     for r in runs:
-        assert r.outcome == ("target" if r.value == "between" else "token")
+        assert r.outcome == {"between": "target", "below": "below", "above": "token"}[r.value]
 
 
 @pytest.mark.parametrize(

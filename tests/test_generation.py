@@ -343,3 +343,48 @@ def test_between_thresholds_out_of_reach_refused_before_any_charge():
         gen.generate(prompts(10))
     assert "\n" not in str(caught.value)
     assert acc.queries == 0 and ledger.row_count == 0
+
+
+# -- one generation step: schemes, on_token, honest outcomes ------------------------------------------------
+
+
+def test_each_scheme_is_its_own_step_strategy_and_votes_come_from_the_ensemble_sampler():
+    from ensembles.generation import HistogramAggregation, IndividualChargingAggregation
+    from ensembles.samplers import EnsembleSampler
+
+    plain = PrivateGenerator(ToyBackend(agreeing(), VOCAB), DPArgMax(1.0, 1e-5), BasicCompositionAccountant(),
+                             histograms="independent")
+    assert isinstance(plain.scheme, HistogramAggregation)
+    assert plain.sampler == EnsembleSampler("independent", plain.mechanism)
+    bt = BetweenThresholds(0.5, 3, 8)
+    individual = PrivateGenerator(ToyBackend(agreeing(), VOCAB), bt,
+                                  IndividualChargingAccountant(10, per_teacher_limit=10, epsilon0=0.5, q=bt.q))
+    assert isinstance(individual.scheme, IndividualChargingAggregation)
+    # BetweenThresholds under a plain accountant is the same scheme, without removals.
+    assert isinstance(PrivateGenerator(ToyBackend(agreeing(), VOCAB), bt, BasicCompositionAccountant()).scheme,
+                      IndividualChargingAggregation)
+
+
+def test_on_token_sees_every_appended_token_and_nothing_else():
+    seen = []
+    gen = PrivateGenerator(ToyBackend(agreeing(), VOCAB), DPArgMax(1.0, 1e-5), BasicCompositionAccountant(),
+                           max_tokens=6, fallback="public", public_backend=ToyBackend(agreeing(), VOCAB), seed=2)
+    result = gen.generate(prompts(60), mechanism_rng=np.random.default_rng(MECHANISM_SEED), on_token=seen.append)
+    assert seen == list(result.token_ids) and len(seen) == 6
+    with pytest.raises(TypeError, match="on_token"):
+        gen.generate(prompts(60), on_token="progress")
+
+
+def test_a_between_thresholds_below_is_recorded_as_below_not_as_a_token():
+    """BetweenThresholds answers ``below`` when the candidate's count is under its lower threshold: nothing is
+    released, and neither the step record nor the ledger may call that a token."""
+    bt = BetweenThresholds(0.5, 30, 40)  # the candidate's count is at most 8 here: almost always below
+    ledger = Ledger.in_memory()
+    acc = BasicCompositionAccountant(ledger=ledger)
+    gen = PrivateGenerator(ToyBackend(agreeing(1.0), VOCAB), bt, acc, max_tokens=3, fallback="stop",
+                           public_backend=ToyBackend(agreeing(1.0), VOCAB), seed=4)
+    result = gen.generate(prompts(40), mechanism_rng=np.random.default_rng(MECHANISM_SEED))
+    assert result.stop_reason == "fail" and result.token_ids == ()
+    assert [s.outcome for s in result.steps] == ["below"]
+    assert [row.outcome for row in ledger.rows()] == ["below"]
+    assert ledger.verify().ok

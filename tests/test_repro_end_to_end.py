@@ -22,6 +22,9 @@ from pate_app.experiments import end_to_end as e2e
 from pate_app.experiments import load
 from pate_accountant.cli import main
 
+#: Model lane (``-m slow``, run by the README's test command): whole private-generation experiments on a model.
+pytestmark = pytest.mark.slow
+
 FAMILY = 1e-4
 #: Records per synthetic run in the claim tests (BetweenThresholds releases in about 1 run in 10 there).
 RECORDS = 40

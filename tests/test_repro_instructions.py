@@ -24,6 +24,9 @@ import os
 import numpy as np
 import pytest
 
+#: Model lane (``-m slow``, run by the README's test command): the instructions experiment on a model.
+pytestmark = pytest.mark.slow
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

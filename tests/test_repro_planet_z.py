@@ -22,6 +22,9 @@ import os
 import numpy as np
 import pytest
 
+#: Model lane (``-m slow``, run by the README's test command): the Planet Z experiment on a model.
+pytestmark = pytest.mark.slow
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 torch = pytest.importorskip("torch")

@@ -11,6 +11,9 @@ import os
 
 import pytest
 
+#: Model lane (``-m slow``, run by the README's test command): private runs on a model through the command line.
+pytestmark = pytest.mark.slow
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 torch = pytest.importorskip("torch")

@@ -11,6 +11,9 @@ import os
 
 import pytest
 
+#: Model lane (``-m slow``, run by the README's test command): the real SmolLM2 model.
+pytestmark = pytest.mark.slow
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -30,6 +30,7 @@ def test_disjoint_groups_structure():
         disjoint_groups(7, 8, vocab_size=20, q=0.4)
 
 
+@pytest.mark.slow
 def test_planet_z_like_matches_the_task_shape(rng):
     teachers, common = planet_z_like(500, rng, common_size=20, generalization_mass=0.25, junk_mass=0.003)
     assert common.size == 20 and np.all((common >= 1000) & (common < 1900))

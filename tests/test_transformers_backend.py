@@ -244,6 +244,7 @@ def test_protocol_surface(model, tokenizer):
     assert backend.vocab_size == 256
 
 
+@pytest.mark.slow
 def test_smollm2_distribution():
     import importlib.util
 

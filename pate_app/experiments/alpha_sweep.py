@@ -36,6 +36,17 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from ensembles.histograms import coordinated_votes
+from ensembles.metrics import max_counts
+from ensembles.synthetic import alpha_mixture
+from mechanisms.boundary_wrapper import BoundaryWrapper, target_probability
+from mechanisms.noisy_argmax import DPArgMax
+from pate_accountant import planning
+from pate_accountant.validation import check_int, check_real
+from pate_app.experiments import claim_lines
+from pate_app.experiments.section6 import alpha_sweep, plot_alpha_sweep
+from pate_app.plotting import new_figure
+
 NAME = "alpha-sweep"
 HELP = "Section 6 alpha sweep: max counts, token/fail/target probabilities, queries and yields per hit"
 DESCRIPTION = (
@@ -111,7 +122,6 @@ def add_arguments(parser) -> None:
 def parse_float_list(option: str, value, default, *, maximum: float | None = None) -> list[float]:
     """A list of reals in ``(0, maximum]`` from ``None`` (the default), a comma-separated string or a
     sequence; sorted, without repeats.  ``ValueError`` names ``option`` and the value."""
-    from pate_accountant.validation import check_real
 
     if value is None:
         value = default
@@ -132,7 +142,6 @@ def parse_float_list(option: str, value, default, *, maximum: float | None = Non
 
 
 def _options(quick, teachers, samples, alphas, epsilon, delta, eps0, budget_epsilon, budget_delta) -> dict:
-    from pate_accountant.validation import check_int, check_real
 
     sizes = SIZES["quick" if quick else "full"]
     return {
@@ -173,7 +182,6 @@ def outcome_law(wrapper, num_teachers: int) -> tuple[np.ndarray, np.ndarray]:
     """``(y, t)`` indexed by the top count ``m = 0..n``: the inner DPArgMax's yield probability
     ``P[c + X > n/2 + L]`` and the wrapper's ``P[target]`` on a histogram whose largest count is ``m``
     (the token is ``(1 - t) y``, fail ``(1 - t)(1 - y)``).  Public mechanism API only."""
-    from mechanisms.boundary_wrapper import target_probability
 
     counts = np.arange(num_teachers + 1)
     y = np.asarray(wrapper.inner.yield_probability(counts, num_teachers), dtype=float)
@@ -197,9 +205,6 @@ def kappa(theta: float) -> float:
 
 
 def _max_count_distributions(alphas, n: int, s: int, seed: int, progress) -> dict:
-    from ensembles.histograms import coordinated_votes
-    from ensembles.metrics import max_counts
-    from ensembles.synthetic import alpha_mixture
 
     rng = np.random.default_rng([seed, 1])  # a stream of its own, apart from the sweep's
     grid = np.asarray(CDF_GRID)
@@ -228,9 +233,6 @@ def _max_count_distributions(alphas, n: int, s: int, seed: int, progress) -> dic
 
 
 def _yields_rows(eps0_values, budget_epsilon, budget_delta, delta, progress) -> list[dict]:
-    from mechanisms.boundary_wrapper import BoundaryWrapper
-    from mechanisms.noisy_argmax import DPArgMax
-    from pate_accountant import planning
 
     rows = []
     for eps0 in eps0_values:
@@ -276,7 +278,7 @@ def _claims(result: dict) -> list[dict]:
     ``FAMILY_LEVEL``); ``tests/test_repro_alpha_tct.py`` re-derives the same checks independently."""
     sweep, law, mc = result["sweep"], result["law"], result["max_counts"]
     p = result["parameters"]
-    n, s = p["teachers"], p["samples"]
+    s = p["samples"]
     alphas = sweep["alphas"]
     theta = sweep["threshold_fraction"]
     z = float(stats.norm.isf(FAMILY_LEVEL / (2 * 3 * len(alphas))))
@@ -324,10 +326,6 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=N
     ``ValueError`` / ``TypeError`` naming the option."""
     from tqdm import tqdm
 
-    from pate_app.experiments.section6 import alpha_sweep
-    from mechanisms.boundary_wrapper import BoundaryWrapper
-    from mechanisms.noisy_argmax import DPArgMax
-    from pate_accountant.validation import check_int
 
     seed = check_int("--seed", seed, minimum=0)
     opt = _options(quick, teachers, samples, alphas, epsilon, delta, eps0, budget_epsilon, budget_delta)
@@ -427,7 +425,6 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=N
 def _plot_max_counts(result: dict, path: Path) -> None:
     from matplotlib import colormaps
 
-    from pate_app.plotting import new_figure
 
     mc, p = result["max_counts"], result["parameters"]
     alphas = result["sweep"]["alphas"]
@@ -465,7 +462,6 @@ def _plot_max_counts(result: dict, path: Path) -> None:
 
 
 def _plot_yields(result: dict, path: Path) -> None:
-    from pate_app.plotting import new_figure
 
     rows = result["yields_per_budget"]
     p = result["parameters"]
@@ -493,7 +489,6 @@ def _plot_yields(result: dict, path: Path) -> None:
 def plot(result: dict, out_dir) -> list[Path]:
     """``alpha_sweep_outcomes.png`` (:func:`pate_app.experiments.section6.plot_alpha_sweep`),
     ``alpha_sweep_max_counts.png`` and ``alpha_sweep_yields.png`` in ``out_dir``."""
-    from pate_app.experiments.section6 import plot_alpha_sweep
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -549,7 +544,6 @@ def summary(result: dict) -> str:
             f"{r['threshold_fraction']:>6.3f} {_fmt(r['law_min_yields_per_hit_below_threshold'], '>9.2f')} "
             f"{_fmt(r['law_yields'], '>10.1f')}"
         )
-    from pate_app.experiments import claim_lines
 
     lines += claim_lines(result["claims"])
     return "\n".join(lines)

@@ -56,8 +56,18 @@ from pathlib import Path
 
 import numpy as np
 
-from pate_app.plotting import new_figure
+from ensembles.backends.toy import ToyBackend
+from ensembles.backends.transformers_backend import TransformersBackend
+from ensembles.data import OPEN_SLOT, partition_records, teacher_prompts
+from ensembles.distributions import TeacherDistributions
+from ensembles.generation import PrivateGenerator
+from ensembles.synthetic import alpha_mixture
+from mechanisms import BetweenThresholds, DPArgMax
+from pate_accountant.accountants import IndividualChargingAccountant, PldAccountant
 from pate_accountant.validation import check_int, check_real
+from pate_app.experiments import model_option, records_option
+from pate_app.plotting import new_figure
+from pate_app.run import build_accountant, build_mechanism, check_inputs
 
 __all__ = [
     "CONFIGURATIONS",
@@ -190,9 +200,6 @@ def build_configuration(configuration: str, setting: dict, num_teachers: int, re
     Target charging goes through :func:`pate_app.run.build_mechanism` / :func:`~pate_app.run.build_accountant`
     (the registered ``boundary-dp-argmax`` and ``boundary-dp-weighted-sampling``) and, with ``records``, :func:`~pate_app.run.check_inputs`.  Raises ``ValueError`` when the budget
     cannot pay for a single step."""
-    from pate_app.run import build_accountant, build_mechanism, check_inputs
-    from mechanisms import BetweenThresholds
-    from pate_accountant.accountants import IndividualChargingAccountant
 
     if configuration not in CONFIGURATIONS:
         raise ValueError(f"configuration must be one of {CONFIGURATIONS}, got {configuration!r}")
@@ -222,7 +229,6 @@ def generate_records(backend, public, mechanism, accountant, *, histograms: str,
     """Up to ``num_records`` :class:`~ensembles.generation.GenerationResult` from one
     :class:`~ensembles.generation.PrivateGenerator` (public fallback) sharing ``accountant``; stops after a
     record cut short by the budget.  ``on_record()`` is called once per requested record."""
-    from ensembles.generation import PrivateGenerator
 
     generator = PrivateGenerator(
         backend, mechanism, accountant, histograms=histograms, fallback="public", public_backend=public,
@@ -249,7 +255,6 @@ def _finite(value):
 
 
 def _accountant_state(accountant) -> dict:
-    from pate_accountant.accountants import IndividualChargingAccountant
 
     if isinstance(accountant, IndividualChargingAccountant):
         # Only DP outputs and public parameters: the per-teacher counters, the largest charge and the
@@ -272,7 +277,6 @@ def _accountant_state(accountant) -> dict:
 def _plain_composition(mechanism, runs: int, delta: float):
     """Epsilon that PLD composition of ``runs`` runs of the unwrapped inner mechanism would charge at
     ``delta`` (``None`` when infinite, e.g. once ``runs * delta0`` exceeds ``delta``)."""
-    from pate_accountant.accountants import PldAccountant
 
     if runs == 0:
         return 0.0
@@ -418,9 +422,6 @@ def synthetic_backends(num_teachers: int, *, common_words: int = SYNTHETIC_COMMO
     ``1 - alpha`` on its own word ``"t<i>"`` (:func:`ensembles.synthetic.alpha_mixture`, the same at every
     step).  The public model: uniform over the common words (it knows the task's words, not the teachers).
     """
-    from ensembles.backends.toy import ToyBackend
-    from ensembles.distributions import TeacherDistributions
-    from ensembles.synthetic import alpha_mixture
 
     n = check_int("num_teachers", num_teachers, minimum=1)
     k = check_int("common_words", common_words, minimum=2)
@@ -483,7 +484,6 @@ def add_arguments(parser) -> None:
 def _min_synthetic_teachers() -> int:
     """The least ``n`` at which the synthetic DPArgMax can release a coordinated count of ``alpha n``
     (``alpha n > n/2 + L``)."""
-    from mechanisms import DPArgMax
 
     params = SYNTHETIC_SETTING["target"]
     bound = DPArgMax(params["epsilon0"], params["delta0"], relation=SYNTHETIC_SETTING["relation"]).error_bound
@@ -535,8 +535,6 @@ def _check_model_setting(setting: dict, n: int, records) -> None:
 
 
 def _model_part(options: dict, *, data, model, seed: int, bar) -> dict:
-    from ensembles.data import OPEN_SLOT, partition_records, teacher_prompts
-    from pate_app.experiments import model_option, records_option
 
     records, data_label = records_option(data)
     model_path, model_label = model_option(model)
@@ -549,7 +547,6 @@ def _model_part(options: dict, *, data, model, seed: int, bar) -> dict:
     parts = partition_records(records, n, rng)
     shared_prefix, prompts = teacher_prompts(parts)
 
-    from ensembles.backends.transformers_backend import TransformersBackend
 
     bar.set_postfix_str("loading model")
     try:
@@ -678,7 +675,7 @@ def _fmt(value, spec: str = ".3g") -> str:
 
 
 def summary(result: dict) -> str:
-    lines = [f"end-to-end private generation (paper Framework 2), seeded simulation (seed not recorded)",
+    lines = ["end-to-end private generation (paper Framework 2), seeded simulation (seed not recorded)",
              "  (rec: records produced, runs: charged runs, priv/fallbk: private/public tokens, fail: share of "
              "runs releasing nothing, hits: charged target outcomes (wrapper targets, BetweenThresholds 'between'), rec/eps and tok/eps: records and private tokens "
              "per epsilon spent, d-rec: distinct records, d-1/d-2: distinct-n ratios)"]

@@ -26,6 +26,7 @@ from ensembles import metrics, synthetic
 from ensembles.histograms import coordinated_votes, independent_votes
 from pate_accountant.validation import check_int
 from pate_app.options import positive_int
+from pate_app.plotting import new_figure
 
 __all__ = [
     "DESCRIPTION",
@@ -255,7 +256,6 @@ def plot_histograms_experiment(result: dict, out_dir) -> list[Path]:
     with a vertical line at ``n`` times the maximum average token probability.  Uses matplotlib's Agg
     canvas directly (no pyplot, no global backend change).  Returns the paths written.
     """
-    from pate_app.plotting import new_figure
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

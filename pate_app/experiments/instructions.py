@@ -39,11 +39,14 @@ from pathlib import Path
 import numpy as np
 
 from ensembles import metrics
-from pate_app.experiments.histograms import threshold_grid
+from ensembles.backends.transformers_backend import TransformersBackend
+from ensembles.data import partition_records, teacher_prompts
 from ensembles.histograms import coordinated_votes, independent_votes
 from ensembles.metrics import cold_zero_threshold
-from pate_app.experiments import model_option, records_option
 from pate_accountant.validation import check_int, check_real
+from pate_app.experiments import model_option, records_option
+from pate_app.experiments.histograms import threshold_grid
+from pate_app.plotting import new_figure
 
 __all__ = [
     "DESCRIPTION",
@@ -206,7 +209,6 @@ def run(*, quick: bool, seed: int, progress: bool, data=None, model=None, teache
     """
     from tqdm import tqdm
 
-    from ensembles.data import partition_records, teacher_prompts
 
     started = time.perf_counter()
     seed = check_int("--seed", seed, minimum=0)
@@ -227,7 +229,6 @@ def run(*, quick: bool, seed: int, progress: bool, data=None, model=None, teache
     results = []
     with tqdm(total=2 + 2 * num_prefixes, desc=NAME, unit="step", disable=not progress,
               dynamic_ncols=True) as bar:
-        from ensembles.backends.transformers_backend import TransformersBackend
 
         bar.set_postfix_str("loading model")
         try:
@@ -355,7 +356,6 @@ _COLD = {"color": "tab:blue", "label": "Cold (independent)"}
 
 
 def _grid_figure(count: int):
-    from pate_app.plotting import new_figure
 
     cols = min(4, count)
     rows = -(-count // cols)
@@ -409,7 +409,6 @@ def _stats(dist: dict, n: int) -> dict:
 def _plot_boxes(result: dict, keys: tuple, titles: tuple, ylabel: str, path: Path) -> Path:
     from matplotlib.patches import Patch
 
-    from pate_app.plotting import new_figure
 
     n = result["parameters"]["teachers"]
     entries = result["prefixes"]

@@ -34,17 +34,22 @@ average probability, so its coverage is 0 with probability at least ``1 - delta`
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from ensembles import metrics
-from pate_app.experiments import histograms as experiments
+from ensembles.backends.transformers_backend import TransformersBackend
 from ensembles.distributions import TeacherDistributions
 from ensembles.histograms import coordinated_votes, independent_votes
 from ensembles.metrics import cold_zero_threshold as _cold_zero_threshold
 from pate_accountant.validation import check_int, check_real
+from pate_app.experiments import histograms as experiments
+from pate_app.experiments.answer_scoring import AnswerScorer
+from pate_app.plotting import new_figure
+from pate_app.run import demo_model_path
 
 __all__ = [
     "DESCRIPTION",
@@ -294,14 +299,11 @@ def _model_part(opts: dict, progress: bool) -> dict:
     import torch
     from tqdm import tqdm
 
-    from ensembles.backends.transformers_backend import TransformersBackend
-    from pate_app.experiments.answer_scoring import AnswerScorer
 
     n, k, r = opts["teachers"], opts["common_size"], opts["samples"]
     task_seed, vote_seed = np.random.SeedSequence([opts["seed"], 52]).spawn(2)
     task = make_task(n, k, np.random.default_rng(task_seed))
     if opts["model"] is None:
-        from pate_app.run import demo_model_path
 
         model_path, model_name = demo_model_path(), "SmolLM2-135M-Instruct (embedded)"
     else:
@@ -512,7 +514,6 @@ def summary(result: dict) -> str:
 
 
 def _canvas(nrows: int = 1, ncols: int = 1, size=(6.4, 4.4)):
-    from pate_app.plotting import new_figure
 
     fig = new_figure(size)
     axes = fig.subplots(nrows, ncols, squeeze=False)
@@ -615,7 +616,6 @@ def plot(result: dict, out_dir) -> list[Path]:
     ``planet_z_answers.png`` (per-number averages), ``planet_z_robust_mass.png`` (P(tau)) and, per
     model-free run, ``planet_z_model_free_k{K}_coverage.png`` / ``..._support.png`` (drawn by
     :func:`pate_app.experiments.histograms.plot_histograms_experiment`)."""
-    import tempfile
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

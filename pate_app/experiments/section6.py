@@ -23,10 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from pate_app.plotting import new_figure
+from ensembles.histograms import batch_from_votes, coordinated_votes
+from ensembles.synthetic import alpha_mixture
+from mechanisms.boundary_wrapper import BoundaryWrapper
+from mechanisms.noisy_argmax import DPArgMax
 from pate_accountant import planning
 from pate_accountant.tct import tct_max_hits
 from pate_accountant.validation import check_int, check_real
+from pate_app.plotting import new_figure
 
 __all__ = [
     "ALPHA_FULL",
@@ -154,10 +158,6 @@ def alpha_sweep(
     ``alpha <= T/n``) with ``eps0`` the per-count epsilon of the DPArgMax noise (the paper's
     NoisyArgMax level).
     """
-    from ensembles.histograms import batch_from_votes, coordinated_votes
-    from ensembles.synthetic import alpha_mixture
-    from mechanisms.boundary_wrapper import BoundaryWrapper
-    from mechanisms.noisy_argmax import DPArgMax
 
     sizes = ALPHA_QUICK if quick else ALPHA_FULL
     n = check_int("num_teachers", sizes["num_teachers"] if num_teachers is None else num_teachers, minimum=2)

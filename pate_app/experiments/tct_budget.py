@@ -29,7 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+from pate_accountant import planning
+from pate_accountant.validation import check_int, check_real
+from pate_app.experiments import claim_lines
 from pate_app.experiments.alpha_sweep import parse_float_list
+from pate_app.experiments.section6 import plot_target_hits, target_hits_curve
+from pate_app.plotting import new_figure
 
 NAME = "tct-budget"
 HELP = "Section 6 Figure TCT (left): target hits for total epsilon 1 vs eps0, against plain composition"
@@ -84,9 +89,6 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, epsilon=No
     """The whole experiment (module docstring).  Deterministic (no randomness: ``seed`` is only recorded)."""
     from tqdm import tqdm
 
-    from pate_app.experiments.section6 import target_hits_curve
-    from pate_accountant import planning
-    from pate_accountant.validation import check_int, check_real
 
     seed = check_int("--seed", seed, minimum=0)
     epsilon = check_real("--epsilon", DEFAULT_EPSILON if epsilon is None else epsilon, minimum=0.0, min_open=True)
@@ -195,7 +197,6 @@ def _none_to_nan(values, *, zero: bool = False) -> np.ndarray:
 
 
 def _plot_ratios(result: dict, path: Path) -> None:
-    from pate_app.plotting import new_figure
 
     p, ratios, rows = result["parameters"], result["ratio_to_paper"], result["comparison"]
     x = np.asarray(p["eps0"])
@@ -236,7 +237,6 @@ def _plot_ratios(result: dict, path: Path) -> None:
 def plot(result: dict, out_dir) -> list[Path]:
     """``tct_budget_hits.png`` (:func:`pate_app.experiments.section6.plot_target_hits`) and
     ``tct_budget_ratios.png`` in ``out_dir``."""
-    from pate_app.experiments.section6 import plot_target_hits
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -263,7 +263,6 @@ def summary(result: dict) -> str:
             f"{t['drv q=1/3'][i]:>7d} {t['drv q=wrapper'][i]:>7d} | {r['plain_optimal']:>9d} {r['plain_drv']:>9d} | "
             f"{r['queries_worst']:>8.0f} {r['queries_coordinated']:>9.0f} {r['yields']:>9.0f}"
         )
-    from pate_app.experiments import claim_lines
 
     lines += claim_lines(result["claims"])
     return "\n".join(lines)
