@@ -15,8 +15,9 @@ The outcomes are the released values (tokens, ``fail``, or the target outcome of
 Runs use the mechanism's vectorised ``run_batch`` when it has one.
 
 Exact checks, for proofs on small histograms: :func:`hockey_stick` is the tight delta of two output laws
-at a given epsilon (both ways), :func:`exact_pair_delta` / :func:`exact_pair_epsilon` apply it to a
-mechanism's exact ``output_distribution`` on one pair, and :func:`small_histograms` /
+at a given epsilon (both ways), :func:`law_epsilon` the exact epsilon of two laws at a given delta,
+:func:`exact_pair_delta` / :func:`exact_pair_epsilon` apply them to a mechanism's exact
+``output_distribution`` on one pair, and :func:`small_histograms` /
 :func:`neighbouring_pairs` enumerate every histogram with at most ``n`` teachers over a small vocabulary
 (tail votes included) and every neighbouring pair under replace-one (a vote moves, ``n`` fixed) or
 add/remove-one (a teacher with any vote joins or leaves, ``n`` changes by one).
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 
 import attr
 import numpy as np
@@ -49,6 +51,7 @@ __all__ = [
     "exact_pair_delta",
     "exact_pair_epsilon",
     "hockey_stick",
+    "law_epsilon",
     "neighbouring_pairs",
     "run_audit_case",
     "small_histograms",
@@ -194,19 +197,58 @@ def audit_pair(
     return AuditResult(best, epsilon, delta, worst_outcome, direction, num_runs, confidence, counts, counts_neighbour)
 
 
-def hockey_stick(first: dict, second: dict, epsilon: float) -> float:
+def _aligned(first, second) -> tuple[np.ndarray, np.ndarray]:
+    """Two laws as aligned probability vectors: ``{outcome: probability}`` mappings (missing outcomes have
+    probability zero) or two sequences over the same outcomes."""
+    if isinstance(first, Mapping) and isinstance(second, Mapping):
+        keys = list(set(first) | set(second))
+        return (np.array([first.get(k, 0.0) for k in keys], dtype=np.float64),
+                np.array([second.get(k, 0.0) for k in keys], dtype=np.float64))
+    p, q = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+    if p.shape != q.shape or p.ndim != 1:
+        raise ValueError(f"two laws must be mappings or 1-d vectors of one length, got shapes {p.shape} and {q.shape}")
+    return p, q
+
+
+def hockey_stick(first, second, epsilon: float) -> float:
     """The tight delta of two output laws at ``epsilon``, both ways:
 
         max( sum_o max(0, P(o) - e^eps Q(o)),  sum_o max(0, Q(o) - e^eps P(o)) )
 
     (the hockey-stick divergence; the largest ``P(S) - e^eps Q(S)`` over sets of outcomes ``S``).  The laws
-    are ``{outcome: probability}`` dicts; missing outcomes have probability zero."""
+    are ``{outcome: probability}`` dicts (missing outcomes have probability zero) or two probability vectors
+    over the same outcomes."""
     epsilon = check_real("epsilon", epsilon, minimum=0.0)
-    keys = set(first) | set(second)
-    p = np.array([first.get(k, 0.0) for k in keys], dtype=np.float64)
-    q = np.array([second.get(k, 0.0) for k in keys], dtype=np.float64)
+    p, q = _aligned(first, second)
     scale = math.exp(epsilon)
     return float(max(np.maximum(0.0, p - scale * q).sum(), np.maximum(0.0, q - scale * p).sum()))
+
+
+def law_epsilon(first, second, delta: float = 0.0) -> float:
+    """The exact smallest epsilon with ``P(S) <= e^eps Q(S) + delta`` and ``Q(S) <= e^eps P(S) + delta`` for
+    every set of outcomes ``S`` (``inf`` if none exists), for two laws given as in :func:`hockey_stick`.
+    Found by bisection on the hockey-stick divergence (monotone in epsilon) to about ``1e-15`` relative."""
+    delta = check_real("delta", delta, minimum=0.0, maximum=1.0)
+    p, q = _aligned(first, second)
+
+    def divergence(a, b, eps):
+        return float(np.maximum(0.0, a - math.exp(eps) * b).sum())
+
+    def smallest(a, b):
+        if divergence(a, b, 0.0) <= delta:
+            return 0.0
+        hi = 1.0
+        while divergence(a, b, hi) > delta:
+            hi *= 2
+            if hi > 512:  # e^512 is still a finite float; beyond, no finite epsilon is plausible
+                return math.inf
+        lo = 0.0
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if divergence(a, b, mid) <= delta else (mid, hi)
+        return hi
+
+    return max(smallest(p, q), smallest(q, p))
 
 
 def exact_pair_delta(mechanism, histogram, neighbour, epsilon: float) -> float:
@@ -285,53 +327,14 @@ def neighbouring_pairs(max_teachers: int, vocab_size: int, relation: str, *, tai
 
 def exact_pair_epsilon(mechanism, histogram, neighbour, delta: float = 0.0) -> float:
     """The exact smallest epsilon with ``P[o|c] <= e^eps P[o|c'] + delta`` for every *set* of outcomes,
-    both ways, from the mechanism's exact ``output_distribution`` (``inf`` if none exists)."""
-    delta = check_real("delta", delta, minimum=0.0, maximum=1.0)
-    first = mechanism.output_distribution(histogram).as_dict()
-    second = mechanism.output_distribution(neighbour).as_dict()
-    keys = set(first) | set(second)
-    p = np.array([first.get(k, 0.0) for k in keys])
-    q = np.array([second.get(k, 0.0) for k in keys])
-
-    def divergence(a, b, eps):
-        return float(np.maximum(0.0, a - math.exp(eps) * b).sum())
-
-    def smallest(a, b):
-        if divergence(a, b, 0.0) <= delta:
-            return 0.0
-        hi = 1.0
-        while divergence(a, b, hi) > delta:
-            hi *= 2
-            if hi > 512:  # e^512 is still a finite float; beyond, no finite epsilon is plausible
-                return math.inf
-        lo = 0.0
-        for _ in range(100):
-            mid = (lo + hi) / 2
-            lo, hi = (lo, mid) if divergence(a, b, mid) <= delta else (mid, hi)
-        return hi
-
-    return max(smallest(p, q), smallest(q, p))
+    both ways, from the mechanism's exact ``output_distribution`` (``inf`` if none exists; :func:`law_epsilon`)."""
+    return law_epsilon(
+        mechanism.output_distribution(histogram).as_dict(), mechanism.output_distribution(neighbour).as_dict(), delta
+    )
 
 
 # --------------------------------------------------------------------------------------------------
 # Ready-made audit cases: a mechanism and a neighbouring pair on which its claim is tight.
-
-
-class _CountQuery:
-    """Runs a count-based mechanism (``BetweenThresholds``) on the count of ``token`` in each histogram."""
-
-    def __init__(self, mechanism, token: int):
-        self.mechanism, self.token = mechanism, token
-
-    @property
-    def event(self):
-        return self.mechanism.event
-
-    def run_batch(self, batch, rng=None):
-        return self.mechanism.run_batch(batch, rng=rng, token=self.token)
-
-    def output_distribution(self, histogram):
-        return self.mechanism.output_distribution(histogram, token=self.token)
 
 
 @attr.s(frozen=True, slots=True)
@@ -383,7 +386,7 @@ def between_thresholds_case(epsilon, delta, scale):
     run = BetweenThresholds(epsilon / scale, honest.low, honest.high)
     h, h2 = _pair({0: 0}, {0: 1}, 1)
     return AuditCase(
-        "between-thresholds", _CountQuery(run, 0), honest.event.epsilon, 0.0, h, h2,
+        "between-thresholds", run.on_token(0), honest.event.epsilon, 0.0, h, h2,
         "count 0 vs 1 at the lower threshold: P[below] changes by exactly e^eps",
     )
 

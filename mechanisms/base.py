@@ -1,14 +1,58 @@
-"""Shared pieces of the mechanism contract: exact output laws, batch releases, and exact sampling from a
-finite law."""
+"""Shared pieces of the mechanism contract: the :class:`Mechanism` base class, privacy claims, exact output
+laws, batch releases, and exact sampling from a finite law.
+
+A mechanism is a frozen attrs value object with
+
+* an ``event`` (a ``dp_accounting.DpEvent``, known before it runs): what an accountant charges for one run;
+* a :meth:`~Mechanism.privacy_claim`: the guarantee the mechanism's own analysis proves under a neighbouring
+  relation, as data (:class:`EpsilonDeltaClaim`, optionally with a :class:`TargetClaim`, or
+  :class:`ThresholdClaim`), the way a measurement carries its privacy map.  The contract checks of
+  :mod:`mechanisms.testing` read it: the exact law must respect it on every neighbouring pair of small
+  histograms, and the event must charge at least as much;
+* an exact ``output_distribution(histogram)`` (an :class:`OutcomeDistribution`);
+* ``mechanism(histogram, rng=None) -> Release`` and ``run_batch(batch, rng=None) -> BatchRelease``.
+
+:class:`Mechanism` holds the shared plumbing (histogram coercion, the bit source, building the ``Release`` or
+``BatchRelease``); a subclass supplies ``event`` and ``output_distribution`` and, when it samples otherwise
+than by one exact draw from its law, ``_run`` / ``_run_batch``.
+"""
 
 from __future__ import annotations
 
+import abc
 import bisect
 
 import attr
 import numpy as np
 
+from mechanisms.histogram import as_batch, as_histogram
 from mechanisms.randomness import RandomBits, random_bits
+from pate_accountant.events import (
+    NEIGHBOURING_RELATIONS,
+    BetweenThresholdsEvent,
+    BoundaryWrapperEvent,
+    EpsilonDeltaEvent,
+    ThresholdPrivacyEvent,
+)
+from pate_accountant.release import TARGET, Release
+from pate_accountant.tct import wrapped_event_terms
+from pate_accountant.validation import check_int, check_real
+
+__all__ = [
+    "FAIL_VALUE",
+    "BatchRelease",
+    "EpsilonDeltaClaim",
+    "Mechanism",
+    "OutcomeDistribution",
+    "TargetClaim",
+    "ThresholdClaim",
+    "claim_from_event",
+    "claim_under",
+    "claimed_relations_of",
+    "privacy_claim_of",
+    "sample_batch_outcomes",
+    "wrapped_claim",
+]
 
 
 @attr.s(frozen=True, slots=True, eq=False)
@@ -149,3 +193,201 @@ def _exact_index(probabilities: np.ndarray, word: int, source: RandomBits) -> in
     else:
         scaled = (word << (scale_bits - 64)) | source.bits(scale_bits - 64)
     return bisect.bisect_right(running, scaled)
+
+
+# -- privacy claims -----------------------------------------------------------------------------------------
+def _relation(instance, attribute, value):
+    if value not in NEIGHBOURING_RELATIONS:
+        raise ValueError(f"{attribute.name} must be one of {NEIGHBOURING_RELATIONS}, got {value!r}")
+
+
+def _epsilon(value) -> float:
+    return check_real("epsilon", value, minimum=0.0)
+
+
+def _delta(value) -> float:
+    return check_real("delta", value, minimum=0.0, maximum=1.0)
+
+
+@attr.s(frozen=True, slots=True)
+class TargetClaim:
+    """``outcome`` is a ``q``-target at privacy level ``epsilon``: on every neighbouring pair the two output
+    laws split as ``P_b = p C + (1 - p) B_b`` with a shared part ``C`` and parts ``B_0``, ``B_1`` that are
+    (pure) ``epsilon``-indistinguishable and each put at least ``q`` on ``outcome``
+    (:func:`mechanisms.qtarget.q_star` is the best such ``q`` of one pair).  ``outcome`` is a key of the law's
+    ``as_dict()``: a token or outcome code, or ``"target"`` for a wrapped mechanism."""
+
+    outcome = attr.ib()
+    epsilon: float = attr.ib(converter=_epsilon)
+    q: float = attr.ib(converter=lambda v: check_real("q", v, minimum=0.0, maximum=1.0, min_open=True))
+
+
+@attr.s(frozen=True, slots=True)
+class EpsilonDeltaClaim:
+    """The release is ``(epsilon, delta)``-DP under ``relation``: for every neighbouring pair of histograms
+    ``(c, c')`` and every set ``S`` of outcomes, ``P[S | c] <= e^epsilon P[S | c'] + delta``.  ``target``
+    (optional) adds a q-target claim (:class:`TargetClaim`) that holds on the same pairs."""
+
+    epsilon: float = attr.ib(converter=_epsilon)
+    delta: float = attr.ib(converter=_delta)
+    relation: str = attr.ib(validator=_relation)
+    target: TargetClaim | None = attr.ib(default=None, kw_only=True)
+
+    @target.validator
+    def _check_target(self, attribute, value):
+        if value is not None and not isinstance(value, TargetClaim):
+            raise TypeError(f"target must be a TargetClaim or None, got {type(value).__name__}")
+
+
+@attr.s(frozen=True, slots=True)
+class ThresholdClaim:
+    """Threshold privacy (paper Section 4.3): no token with fewer than ``threshold`` votes is ever released.
+    A proxy for DP, not a DP guarantee; it holds whatever the neighbouring relation."""
+
+    threshold: int = attr.ib(converter=lambda v: check_int("threshold", v, minimum=1))
+
+
+def claim_from_event(event):
+    """The claim an event states on its face: ``EpsilonDeltaEvent`` (and subclasses) its ``(epsilon, delta)``,
+    ``BetweenThresholdsEvent`` ``(epsilon, 0)``, ``BoundaryWrapperEvent`` the wrapped bound of its inner
+    event (``2 eps_A``, about ``2 delta_A``: :func:`pate_accountant.tct.wrapped_event_terms`) with its target
+    at ``(event.epsilon, event.q)`` when the inner is pure, ``ThresholdPrivacyEvent`` a :class:`ThresholdClaim`.
+    Any other event is a ``TypeError``: a mechanism announcing it must state its claim itself."""
+    if isinstance(event, ThresholdPrivacyEvent):
+        return ThresholdClaim(event.threshold)
+    if isinstance(event, EpsilonDeltaEvent):
+        return EpsilonDeltaClaim(event.epsilon, event.delta, event.relation)
+    if isinstance(event, BetweenThresholdsEvent):
+        return EpsilonDeltaClaim(event.epsilon, 0.0, event.relation)
+    if isinstance(event, BoundaryWrapperEvent):
+        inner = claim_from_event(event.inner)
+        if not isinstance(inner, EpsilonDeltaClaim):
+            raise TypeError(f"a boundary wrapper needs a DP inner event, got {type(event.inner).__name__}")
+        return wrapped_claim(inner, event)
+    raise TypeError(
+        f"no privacy claim can be read from a {type(event).__name__}: give the mechanism a privacy_claim(relation)"
+    )
+
+
+def wrapped_claim(inner: EpsilonDeltaClaim, event: BoundaryWrapperEvent) -> EpsilonDeltaClaim:
+    """The claim of the boundary wrapper around an inner mechanism claiming ``inner``: ``(eps, delta)`` from
+    :func:`pate_accountant.tct.wrapped_event_terms`, and, for a pure inner, the target at the level and
+    ``q`` the event charges (``(event.epsilon, event.q)``; an approximate inner's target is certified
+    per query with a mixture weight instead, which no single pair shows)."""
+    epsilon, delta = wrapped_event_terms(inner.epsilon, inner.delta)
+    target = TargetClaim(TARGET, event.epsilon, event.q) if inner.delta == 0.0 else None
+    return EpsilonDeltaClaim(epsilon, delta, inner.relation, target=target)
+
+
+def claim_under(claim, relation: str | None, owner: str = "the mechanism"):
+    """``claim`` if it holds under ``relation`` (``None``: the claim's own relation), else a ``ValueError``.
+    A threshold claim holds under every relation."""
+    if relation is None:
+        return claim
+    if relation not in NEIGHBOURING_RELATIONS:
+        raise ValueError(f"relation must be one of {NEIGHBOURING_RELATIONS}, got {relation!r}")
+    if isinstance(claim, EpsilonDeltaClaim) and claim.relation != relation:
+        raise ValueError(
+            f"{owner} claims nothing under relation {relation!r}: it is calibrated under {claim.relation!r}"
+        )
+    return claim
+
+
+def privacy_claim_of(mechanism, relation: str | None = None):
+    """``mechanism.privacy_claim(relation)`` when it has one, else the claim read from its event
+    (:func:`claim_from_event`): so the checks of :mod:`mechanisms.testing` also take mechanisms that do not
+    subclass :class:`Mechanism`."""
+    method = getattr(mechanism, "privacy_claim", None)
+    if callable(method):
+        return method(relation)
+    return claim_under(claim_from_event(mechanism.event), relation, type(mechanism).__name__)
+
+
+def claimed_relations_of(mechanism) -> tuple[str, ...]:
+    """The relations ``mechanism`` claims a guarantee under: its DP claim's relation, or every relation for a
+    threshold claim."""
+    claim = privacy_claim_of(mechanism)
+    return (claim.relation,) if isinstance(claim, EpsilonDeltaClaim) else NEIGHBOURING_RELATIONS
+
+
+# -- the base class -----------------------------------------------------------------------------------------
+class Mechanism(abc.ABC):
+    """Base class of the aggregation mechanisms (subclasses are frozen, slotted attrs classes).
+
+    A subclass supplies :attr:`event` and :meth:`output_distribution`; by default a run is one exact draw
+    from that law (:meth:`OutcomeDistribution.sample`) and a batch run one exact draw per histogram from
+    :meth:`batch_distributions` (:func:`sample_batch_outcomes`).  A mechanism that samples its noise
+    directly overrides ``_run(histogram, source) -> Release`` and ``_run_batch(batch, source) ->
+    BatchRelease``, which receive the coerced ``CountHistogram`` / ``HistogramBatch`` and the bit source.
+
+    Its privacy claim is :meth:`privacy_claim`; the default reads it from the event
+    (:func:`claim_from_event`), and a mechanism whose analysis proves more (a smaller delta, a q-target)
+    overrides it.  The neighbouring relation is the one the claim names (by default one teacher's vote
+    moves, paper Observation 1).
+    """
+
+    __slots__ = ()
+
+    @property
+    @abc.abstractmethod
+    def event(self):
+        """The privacy event of one run (a ``dp_accounting.DpEvent``), known before it runs."""
+
+    @abc.abstractmethod
+    def output_distribution(self, histogram, num_teachers: int | None = None) -> OutcomeDistribution:
+        """The exact law of one run on ``histogram``."""
+
+    # -- privacy ---------------------------------------------------------------------------------------
+    def privacy_claim(self, relation: str | None = None):
+        """The guarantee of one run under ``relation`` (``None``: the relation the mechanism is calibrated
+        under): an :class:`EpsilonDeltaClaim` (with an optional :class:`TargetClaim`) or a
+        :class:`ThresholdClaim`.  A ``ValueError`` when the mechanism claims nothing under ``relation``."""
+        return claim_under(claim_from_event(self.event), relation, type(self).__name__)
+
+    @property
+    def claimed_relations(self) -> tuple[str, ...]:
+        """The neighbouring relations :meth:`privacy_claim` answers for."""
+        return claimed_relations_of(self)
+
+    # -- running ---------------------------------------------------------------------------------------
+    def __call__(self, histogram, rng: np.random.Generator | RandomBits | None = None,
+                 num_teachers: int | None = None) -> Release:
+        """One run on ``histogram`` (a ``CountHistogram``/``VoteHistogram``, a dense count vector or a
+        ``{token: count}`` mapping; ``num_teachers`` overrides its ``n``).  ``rng``: ``None`` for the operating
+        system's cryptographic randomness, a ``numpy.random.Generator`` for reproducible runs (tests only),
+        or a ``RandomBits``."""
+        hist = as_histogram(histogram, num_teachers)
+        return self._run(hist, random_bits(rng))
+
+    def _run(self, histogram, source: RandomBits) -> Release:
+        return Release(self.output_distribution(histogram).sample(source), self.event)
+
+    def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`output_distribution` of every histogram of a batch: ``(histogram, token, probability)`` of
+        each token with positive probability, sorted by histogram (the rest of each histogram's mass is
+        fail).  This default calls :meth:`output_distribution` once per distinct histogram of the batch."""
+        batch = as_batch(batch)
+        seen: dict = {}
+        laws = []
+        for h in batch:
+            key = (h.tokens.tobytes(), h.counts.tobytes())
+            if key not in seen:
+                seen[key] = self.output_distribution(h)
+            laws.append(seen[key])
+        keep = [np.asarray(d.probabilities, dtype=np.float64) > 0 for d in laws]
+        sample = np.repeat(np.arange(len(laws)), [int(k.sum()) for k in keep]).astype(np.int64)
+        tokens = np.concatenate([np.asarray(d.tokens, dtype=np.int64)[k] for d, k in zip(laws, keep)]
+                                + [np.zeros(0, np.int64)])
+        probs = np.concatenate([np.asarray(d.probabilities, dtype=np.float64)[k] for d, k in zip(laws, keep)]
+                               + [np.zeros(0)])
+        return sample, tokens, probs
+
+    def run_batch(self, batch, rng: np.random.Generator | RandomBits | None = None) -> BatchRelease:
+        """One run on every histogram of ``batch`` (a ``HistogramBatch``, a sequence of histograms or a 2-d
+        count matrix); each histogram is charged :attr:`event` once.  ``rng`` as for a single run."""
+        batch = as_batch(batch)
+        return self._run_batch(batch, random_bits(rng))
+
+    def _run_batch(self, batch, source: RandomBits) -> BatchRelease:
+        sample, tokens, probs = self.batch_distributions(batch)
+        return BatchRelease(sample_batch_outcomes(sample, tokens, probs, batch.num_histograms, source), self.event)

@@ -51,7 +51,7 @@ import numbers
 import attr
 import numpy as np
 
-from mechanisms.base import BatchRelease, OutcomeDistribution
+from mechanisms.base import BatchRelease, EpsilonDeltaClaim, Mechanism, OutcomeDistribution, TargetClaim, claim_under
 from mechanisms.histogram import as_batch, as_histogram
 from mechanisms.qtarget import q_star_rows
 from mechanisms.randomness import discrete_laplace_cut_law, random_bits, sample_geometric, sample_laws
@@ -66,6 +66,7 @@ __all__ = [
     "OUTCOME_LABELS",
     "SCAN_WINDOW",
     "BetweenThresholds",
+    "TokenQuery",
     "between_thresholds_q",
     "certify_q",
     "continuous_q",
@@ -239,13 +240,17 @@ def _relation(value):
 
 
 @attr.s(frozen=True, slots=True)
-class BetweenThresholds:
+class BetweenThresholds(Mechanism):
     """``BetweenThresholds(epsilon, low, high)``: below / between / above on one noisy count.
 
     Pure ``epsilon``-DP per query (the count has sensitivity one under replace-one and add/remove: one
     teacher's vote changes, paper Observation 1).  The ``between`` outcome is the target: it is charged
     by target-charging accountants, and :attr:`event` carries its certified ``q`` (see the module
     docstring).  ``low`` and ``high`` are integers with ``(high - low) * epsilon >= MIN_GAP_EPSILON``.
+
+    A query reads one count, so a call takes a count, or a histogram with ``token=``; :meth:`on_token`
+    gives the histogram mechanism that always reads the same token (a :class:`TokenQuery`, whose law and
+    runs are over the outcome codes).
     """
 
     #: The gap requirement: ``(high - low) * epsilon >= 2``, so ``q >= (1 - e^{-2}) / (1 + e^{epsilon})``,
@@ -283,6 +288,24 @@ class BetweenThresholds:
     @property
     def event(self) -> BetweenThresholdsEvent:
         return BetweenThresholdsEvent(self.epsilon, self._q, self.relation)
+
+    def privacy_claim(self, relation: str | None = None) -> EpsilonDeltaClaim:
+        """Pure ``epsilon``-DP under :attr:`relation`, with ``between`` (code ``BETWEEN``) a ``q``-target at
+        level ``epsilon`` for the certified :attr:`q`."""
+        claim = EpsilonDeltaClaim(self.epsilon, 0.0, self.relation, target=TargetClaim(BETWEEN, self.epsilon, self._q))
+        return claim_under(claim, relation, type(self).__name__)
+
+    def batch_distributions(self, batch, token: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The law of the query on the count of ``token`` in each histogram of ``batch``: ``(histogram, code,
+        probability)`` (see :meth:`TokenQuery.batch_distributions`).  ``token`` is required."""
+        if token is None:
+            raise ValueError("token is required: BetweenThresholds reads one count of each histogram")
+        return self.on_token(token).batch_distributions(batch)
+
+    def on_token(self, token: int) -> "TokenQuery":
+        """The query run on the count of ``token`` in each histogram: a histogram mechanism (the count read is
+        fixed in advance, which is what the privacy claim is about)."""
+        return TokenQuery(self, token)
 
     # -- exact distribution ------------------------------------------------------------------------
     def _count(self, count_or_histogram, token) -> int:
@@ -357,3 +380,54 @@ class BetweenThresholds:
         laws = [_label_law(self.epsilon, self.low, self.high, int(c)) for c in distinct]
         codes = sample_laws(laws, which.ravel(), source) if laws else np.zeros(0, dtype=np.int64)
         return BatchRelease(codes, self.event, target_hit=codes == BETWEEN)
+
+
+@attr.s(frozen=True, slots=True)
+class TokenQuery(Mechanism):
+    """A :class:`BetweenThresholds` query run on the count of one fixed ``token`` of each histogram.
+
+    A histogram mechanism like the others.  As for the query itself, a run's ``Release.value`` is the label
+    (``"below"``, ``"between"``, ``"above"``; ``target_hit`` for ``"between"``), while :meth:`output_distribution`
+    and ``run_batch`` use the codes ``BELOW, BETWEEN, ABOVE`` (``0, 1, 2``); :meth:`outcome_code` maps a
+    label to its code.  Its event and privacy claim are the query's (the count has sensitivity one under
+    either relation)."""
+
+    query: BetweenThresholds = attr.ib()
+    token: int = attr.ib(converter=lambda v: check_int("token", v, minimum=0))
+
+    @query.validator
+    def _check_query(self, attribute, value):
+        if not isinstance(value, BetweenThresholds):
+            raise TypeError(f"query must be a BetweenThresholds, got {type(value).__name__}")
+
+    @property
+    def event(self) -> BetweenThresholdsEvent:
+        return self.query.event
+
+    def privacy_claim(self, relation: str | None = None) -> EpsilonDeltaClaim:
+        return self.query.privacy_claim(relation)
+
+    def output_distribution(self, histogram, num_teachers: int | None = None) -> OutcomeDistribution:
+        return self.query.output_distribution(as_histogram(histogram, num_teachers), token=self.token)
+
+    @staticmethod
+    def outcome_code(label) -> int:
+        """The code of a released label (``"below"`` -> ``BELOW`` ...), as in the exact law."""
+        return OUTCOME_LABELS.index(label)
+
+    def _run(self, hist, source) -> Release:
+        return self.query(hist, rng=source, token=self.token)
+
+    def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every histogram's law over the three codes: ``(histogram, code, probability)``, sorted by histogram."""
+        batch = as_batch(batch)
+        hit = batch.tokens == self.token
+        counts = np.zeros(batch.num_histograms, dtype=np.int64)
+        counts[batch.sample[hit]] = batch.counts[hit]
+        table = self.query.outcome_table(counts)
+        sample = np.repeat(np.arange(batch.num_histograms, dtype=np.int64), 3)
+        codes = np.tile(np.array([BELOW, BETWEEN, ABOVE], dtype=np.int64), batch.num_histograms)
+        return sample, codes, table.ravel()
+
+    def _run_batch(self, batch, source) -> BatchRelease:
+        return self.query.run_batch(batch, rng=source, token=self.token)

@@ -45,9 +45,19 @@ from typing import NamedTuple
 import attr
 import numpy as np
 
-from mechanisms.base import FAIL_VALUE, BatchRelease, OutcomeDistribution, sample_batch_outcomes
-from mechanisms.randomness import random_bits
+from mechanisms.base import (
+    FAIL_VALUE,
+    BatchRelease,
+    EpsilonDeltaClaim,
+    Mechanism,
+    OutcomeDistribution,
+    claim_under,
+    privacy_claim_of,
+    sample_batch_outcomes,
+    wrapped_claim,
+)
 from mechanisms.histogram import as_batch
+from mechanisms.randomness import random_bits
 from mechanisms.qtarget import q_star_rows
 from pate_accountant.events import BoundaryWrapperEvent
 from pate_accountant.release import TARGET, Release
@@ -260,10 +270,13 @@ def _check_inner(instance, attribute, value):
 
 
 @attr.s(frozen=True, slots=True)
-class BoundaryWrapper:
+class BoundaryWrapper(Mechanism):
     """``BoundaryWrapper(inner)``: ``target`` with probability ``(1 - pi') / (2 - pi')`` (``<= 1/3``), else a
     sample of ``inner`` (module docstring).  Neighbouring relation: that of ``inner.event`` (by default one
-    teacher's vote changes, paper Observation 1)."""
+    teacher's vote changes, paper Observation 1).
+
+    A call passes its keyword arguments on to ``inner.output_distribution`` (``num_teachers=``, or ``token=``
+    for a wrapped ``BetweenThresholds``), so its input is whatever the inner mechanism takes."""
 
     inner = attr.ib(validator=_check_inner)
 
@@ -285,6 +298,15 @@ class BoundaryWrapper:
     @property
     def event(self) -> BoundaryWrapperEvent:
         return BoundaryWrapperEvent(self.inner.event, epsilon=self.epsilon, q=self.q)
+
+    def privacy_claim(self, relation: str | None = None) -> EpsilonDeltaClaim:
+        """The wrapped bound of the inner mechanism's claim (``mechanisms.base.wrapped_claim``): ``(2 eps_A,
+        2 delta_A)`` (``pate_accountant.tct.wrapped_event_terms``), under the inner relation; for a pure inner
+        also the target, a ``q``-target at the level and ``q`` the event charges."""
+        inner = privacy_claim_of(self.inner)
+        if not isinstance(inner, EpsilonDeltaClaim):
+            raise TypeError(f"the inner mechanism claims {type(inner).__name__}, not (epsilon, delta)-DP")
+        return claim_under(wrapped_claim(inner, self.event), relation, type(self).__name__)
 
     def output_distribution(self, histogram, **kwargs) -> WrappedDistribution:
         """The exact wrapped law on ``histogram`` (``kwargs`` go to ``inner.output_distribution``)."""
@@ -330,13 +352,11 @@ class BoundaryWrapper:
         fail = np.clip(1.0 - np.bincount(sample, weights=probs, minlength=n), 0.0, 1.0)
         return sample, tokens, probs, _target_probability(np.maximum(top, fail))
 
-    def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
+    def _run_batch(self, batch, source) -> BatchRelease:
         """Run on every histogram of a batch: ``values[i]`` is the released token, ``FAIL_VALUE`` for fail
         *and* for the target; ``target_hit[i]`` tells the two apart.  Two exact draws per histogram
         (:func:`mechanisms.base.sample_batch_outcomes`): a Bernoulli with the target probability, then the
-        inner outcome; ``rng=None`` is the operating system's randomness."""
-        batch = as_batch(batch)
-        source = random_bits(rng)
+        inner outcome."""
         sample, tokens, probs, target = self.batch_distributions(batch)
         n = batch.num_histograms
         everyone = np.arange(n, dtype=np.int64)

@@ -40,7 +40,7 @@ import math
 import attr
 import numpy as np
 
-from mechanisms.base import FAIL_VALUE, BatchRelease, OutcomeDistribution
+from mechanisms.base import FAIL_VALUE, BatchRelease, EpsilonDeltaClaim, Mechanism, OutcomeDistribution, claim_under
 from mechanisms.geometric import TruncatedGeometric, delta_effective, per_count_budget, truncation
 from mechanisms.histogram import as_batch, as_histogram
 from mechanisms.randomness import random_bits, uniform_below
@@ -142,7 +142,7 @@ def _nodes_needed(rate: float, degree: int, tolerance: float) -> int:
 
 # --- shared parameters -----------------------------------------------------------------------------
 @attr.s(frozen=True, slots=True)
-class _CountNoise:
+class _CountNoise(Mechanism):
     """Total ``(epsilon, delta)`` under ``relation``; per-count noise ``TG(eps_c, L)`` with
     ``(eps_c, delta_c) = _per_count()``."""
 
@@ -192,6 +192,12 @@ class _CountNoise:
         return NoisyArgMaxEvent(
             epsilon=self.epsilon, delta=self.delta, relation=self.relation, error_bound=self.error_bound
         )
+
+    def privacy_claim(self, relation: str | None = None) -> EpsilonDeltaClaim:
+        """``(epsilon, effective_delta)`` under :attr:`relation`: the truncation's delta as really spent
+        (:attr:`effective_delta`, never above the ``delta`` the event charges)."""
+        claim = EpsilonDeltaClaim(self.epsilon, self.effective_delta, self.relation)
+        return claim_under(claim, relation, type(self).__name__)
 
 
 # --- NoisyArgMax_L ----------------------------------------------------------------------------------
@@ -307,13 +313,10 @@ class TruncatedGeometricNoisyArgMax(_CountNoise):
         keep = probabilities > 0
         return OutcomeDistribution(np.asarray(tokens)[keep], probabilities[keep], fail)
 
-    def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
-        """One run: noise every voted count, threshold at ``L + 1``, release the noisy argmax (or fail).
-
-        Exact draws (module docstring); ``rng=None`` takes the bits from the operating system's
-        cryptographic randomness, a ``numpy.random.Generator`` reproducibly from it (tests only)."""
-        source = random_bits(rng)
-        hist = as_histogram(histogram, num_teachers)
+    def _run(self, hist, source) -> Release:
+        """One run (``mechanism(histogram, rng=None)``, :class:`mechanisms.base.Mechanism`): noise every voted
+        count, threshold at ``L + 1``, release the noisy argmax (or fail), with ``info["noisy_count"]``.
+        Exact draws from the bit source (module docstring)."""
         noisy = hist.counts + self._noise.sample(source, hist.counts.size)
         released = np.flatnonzero(noisy >= self.error_bound + 1)
         if released.size == 0:
@@ -383,9 +386,9 @@ class TruncatedGeometricNoisyArgMax(_CountNoise):
             noisy_counts[hists] = best
         return values, noisy_counts
 
-    def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
+    def _run_batch(self, batch, source) -> BatchRelease:
         """Run on every histogram of a batch (see :meth:`sample_batch`)."""
-        values, _ = self.sample_batch(batch, rng)
+        values, _ = self.sample_batch(batch, source)
         return BatchRelease(values, self.event)
 
 
@@ -486,11 +489,9 @@ class DPArgMax(_CountNoise):
             return OutcomeDistribution(np.zeros(0, np.int64), np.zeros(0), 1.0)
         return OutcomeDistribution(np.array([token], dtype=np.int64), np.array([probability]), fail)
 
-    def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
-        """One run: draw the top token's noise only (exact, see the class docstring): one ``TG`` value from
-        the integer sampler; ``rng=None`` uses the operating system's cryptographic randomness."""
-        source = random_bits(rng)
-        hist = as_histogram(histogram, num_teachers)
+    def _run(self, hist, source) -> Release:
+        """One run (``mechanism(histogram, rng=None)``): draw the top token's noise only (exact, see the class
+        docstring): one ``TG`` value from the integer sampler."""
         if hist.tokens.size == 0:
             return Release(None, self.event)
         token, count = hist.top(1)[0]
@@ -521,7 +522,7 @@ class DPArgMax(_CountNoise):
         values = np.where(yields, top_token, FAIL_VALUE).astype(np.int64)
         return values, np.where(yields, noisy, 0).astype(np.int64)
 
-    def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
+    def _run_batch(self, batch, source) -> BatchRelease:
         """Run on every histogram of a batch (one ``TG`` draw per histogram)."""
-        values, _ = self.sample_batch(batch, rng)
+        values, _ = self.sample_batch(batch, source)
         return BatchRelease(values, self.event)

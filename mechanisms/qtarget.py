@@ -24,8 +24,8 @@ For one pair of *finite* distributions the best ``q`` has a closed form.  Write 
 * If ``u = 0`` the two distributions are equal and put no mass on ``t``: the shared part is everything
   (``p = 1``), ``B`` can be anything and the pair costs nothing, so ``q* = 1`` (vacuous).
 
-This is the same quantity as ``spec/qtarget.py::qstar`` (there written as ``1 - sum w_y``); this module
-is our own implementation, with validation and the explicit decomposition.  The approximate
+Written as ``1 - sum_y w_y`` the same ``u`` would cancel; this module is our own implementation, with
+validation and the explicit decomposition.  The approximate
 (``eps_B, delta_B``) variant is not covered: ``q_star`` certifies pure ``eps_B``-indistinguishability only.
 """
 

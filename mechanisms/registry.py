@@ -1,10 +1,11 @@
-"""The one registry of mechanisms: names for the command line, the runs and the auditor.
+"""The one registry of mechanisms: names for the command line, the runs, the auditor and the contract suite.
 
 ``generate``/``demo`` build their per-step mechanism from ``--mechanism NAME`` and ``audit-mechanism NAME``
 builds an audit case from the same name; both read this table, so a name means one mechanism everywhere.
-An entry has a ``build(epsilon, delta, relation)`` when runs may use it (``runs=True``) and an
+An entry has a ``build(epsilon, delta, relation)`` when runs may use it (``runs=True``), an
 ``audit(epsilon, delta, noise_scale)`` that returns a :class:`mechanisms.audit.AuditCase` when the
-auditor knows a telling neighbouring pair for it.
+auditor knows a telling neighbouring pair for it, and ``examples(relation)``: a few small instances for the
+contract checks (:func:`contract_examples`; by default built from ``build`` at a few large budgets).
 
 Registering your own mechanism::
 
@@ -14,9 +15,10 @@ Registering your own mechanism::
                        runs=True)
 
 Afterwards ``generate --mechanism my-argmax`` builds it, and ``mechanism_names()`` lists it.  A mechanism is
-an object with an ``event`` (its privacy claim, a ``dp_accounting.DpEvent``), a ``__call__(histogram,
-rng=None)`` returning a ``Release`` and an ``output_distribution(histogram)``; run its claim through
-``tests/test_mechanism_contract.py``'s checks before trusting it.
+a :class:`mechanisms.base.Mechanism` (or any object with an ``event``, a ``__call__(histogram, rng=None)``
+returning a ``Release`` and an exact ``output_distribution(histogram)``); check it with
+:func:`mechanisms.testing.check_registered_mechanism` before trusting it (the repository's contract suite
+runs that check on every registered name).
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ __all__ = [
     "ALIASES",
     "MechanismEntry",
     "audit_names",
+    "EXAMPLE_BUDGETS",
     "build_mechanism",
+    "contract_examples",
     "mechanism_entry",
     "mechanism_names",
     "register_mechanism",
@@ -39,13 +43,15 @@ __all__ = [
 @dataclasses.dataclass(frozen=True)
 class MechanismEntry:
     """One registered mechanism: ``build(epsilon, delta, relation)`` (``None``: not buildable from a per-step
-    budget alone), ``audit(epsilon, delta, noise_scale)`` (``None``: no audit case) and whether runs offer it."""
+    budget alone), ``audit(epsilon, delta, noise_scale)`` (``None``: no audit case), whether runs offer it,
+    and ``examples(relation)`` (``None``: built from ``build``; see :func:`contract_examples`)."""
 
     name: str
     build: Callable | None
     audit: Callable | None
     runs: bool
     summary: str
+    examples: Callable | None = None
 
 
 _ENTRIES: dict[str, MechanismEntry] = {}
@@ -55,18 +61,21 @@ ALIASES = {"weighted-sampling": "dp-weighted-sampling", "boundary-wrapper": "bou
 
 
 def register_mechanism(name: str, *, build: Callable | None = None, audit: Callable | None = None,
-                       runs: bool = False, summary: str = "") -> MechanismEntry:
+                       runs: bool = False, summary: str = "", examples: Callable | None = None) -> MechanismEntry:
     """Register a mechanism under ``name`` (lower-case words joined by ``-``).  ``runs=True`` needs a
-    ``build``.  A name that is taken by another entry is a ``ValueError``."""
+    ``build``.  ``examples(relation)`` returns a few small instances for the contract checks (noise large
+    enough that histograms of a handful of teachers reach every branch) and raises ``ValueError`` naming a
+    relation the mechanism refuses; without it they are built from ``build`` (:data:`EXAMPLE_BUDGETS`).
+    A name that is taken by another entry is a ``ValueError``."""
     if not isinstance(name, str) or not name or name != name.strip().lower() or " " in name:
         raise ValueError(f"a mechanism name must be lower-case words joined by '-', got {name!r}")
     if name in ALIASES:
         raise ValueError(f"mechanism name {name!r} is an alias of {ALIASES[name]!r}")
-    if build is not None and not callable(build) or audit is not None and not callable(audit):
-        raise TypeError("build and audit must be callables or None")
+    if any(f is not None and not callable(f) for f in (build, audit, examples)):
+        raise TypeError("build, audit and examples must be callables or None")
     if runs and build is None:
         raise ValueError(f"mechanism {name!r}: runs=True needs a build(epsilon, delta, relation)")
-    entry = MechanismEntry(name, build, audit, bool(runs), summary)
+    entry = MechanismEntry(name, build, audit, bool(runs), summary, examples)
     old = _ENTRIES.get(name)
     if old is not None and old != entry:
         raise ValueError(f"mechanism name {name!r} is already registered")
@@ -103,33 +112,84 @@ def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "re
     return entry.build(epsilon, delta, relation)
 
 
+#: The per-step budgets :func:`contract_examples` builds a mechanism at when its entry gives no ``examples``:
+#: large deltas and moderate epsilons, so the truncations are short and histograms of a handful of teachers
+#: reach every branch of the mechanism.
+EXAMPLE_BUDGETS = ((1.0, 0.1), (2.0, 0.2), (0.5, 0.3))
+
+
+def contract_examples(name: str, relation: str) -> list:
+    """Small instances of the mechanism ``name`` under ``relation``, for the contract checks
+    (:func:`mechanisms.testing.check_registered_mechanism`): the entry's ``examples(relation)``, or else its
+    ``build`` at each of :data:`EXAMPLE_BUDGETS`.  Raises ``ValueError`` (naming the relation) when the
+    mechanism refuses the relation, and ``LookupError`` when the entry has neither."""
+    entry = mechanism_entry(name)
+    if entry.examples is not None:
+        built = list(entry.examples(relation))
+    elif entry.build is not None:
+        built = [entry.build(epsilon, delta, relation) for epsilon, delta in EXAMPLE_BUDGETS]
+    else:
+        raise LookupError(
+            f"mechanism {name!r} has no examples for the contract checks: register it with examples=relation -> "
+            "[small instances] (or a build)"
+        )
+    if not built:
+        raise LookupError(f"mechanism {name!r}: examples({relation!r}) returned no instance")
+    return built
+
+
 # -- the built-in mechanisms --------------------------------------------------------------------------------
 def _register_builtins() -> None:
     from mechanisms import audit
+    from mechanisms.between_thresholds import BetweenThresholds
     from mechanisms.boundary_wrapper import BoundaryWrapper
-    from mechanisms.noisy_argmax import DPArgMax
+    from mechanisms.noisy_argmax import DPArgMax, TruncatedGeometricNoisyArgMax
+    from mechanisms.threshold import ThresholdArgMax, ThresholdWeightedSampling
     from mechanisms.weighted_sampling import DPWeightedSampling
+
+    # Contract examples: budgets whose truncation L is 2 to 5, so histograms of at most six teachers reach the
+    # release thresholds, the truncation's delta and (for LArgMax) both parities of n.
+    def dp_argmax_examples(relation):
+        return [DPArgMax(e, d, relation=relation) for e, d in ((2.0, 0.2), (1.0, 0.1), (4.0, 0.05), (0.5, 0.3))]
+
+    def weighted_sampling_examples(relation):
+        return [DPWeightedSampling(1.0, 0.05, relation), DPWeightedSampling(2.0, 0.1, relation),
+                DPWeightedSampling(0.5, 1e-3, relation), DPWeightedSampling(1.0, 0.05, relation, release_counts=True)]
 
     register_mechanism(
         "dp-argmax", build=lambda e, d, r: DPArgMax(e, d, relation=r), audit=audit.dp_argmax_case, runs=True,
+        examples=dp_argmax_examples,
         summary="LArgMax: the majority token when its noisy count clears n/2 + L, else fail")
     register_mechanism(
         "boundary-dp-argmax", build=lambda e, d, r: BoundaryWrapper(DPArgMax(e, d, relation=r)),
         audit=audit.boundary_wrapper_case, runs=True,
+        examples=lambda r: [BoundaryWrapper(DPArgMax(e, d, relation=r)) for e, d in ((2.0, 0.2), (0.6, 0.3))],
         summary="DPArgMax inside the boundary wrapper (a q-target for target charging)")
     register_mechanism(
         "dp-weighted-sampling", build=lambda e, d, r: DPWeightedSampling(e, d, relation=r),
-        audit=audit.weighted_sampling_case, runs=True,
+        audit=audit.weighted_sampling_case, runs=True, examples=weighted_sampling_examples,
         summary="sparsity-preserving DP weighted sampling of a voted token")
     register_mechanism(
         "boundary-dp-weighted-sampling", build=lambda e, d, r: BoundaryWrapper(DPWeightedSampling(e, d, relation=r)),
-        runs=True, summary="DPWeightedSampling inside the boundary wrapper")
+        runs=True, examples=lambda r: [BoundaryWrapper(DPWeightedSampling(1.0, 0.05, r))],
+        summary="DPWeightedSampling inside the boundary wrapper")
     register_mechanism(
         "noisy-argmax", audit=audit.noisy_argmax_case,
+        examples=lambda r: [TruncatedGeometricNoisyArgMax(e, d, relation=r)
+                            for e, d in ((2.0, 0.2), (1.0, 0.1), (4.0, 0.05))],
         summary="truncated-geometric NoisyArgMax: the noisy top token and its noisy count")
     register_mechanism(
         "between-thresholds", audit=audit.between_thresholds_case,
+        examples=lambda r: [BetweenThresholds(e, lo, hi, relation=r).on_token(0)
+                            for e, lo, hi in ((1.0, 1, 3), (0.5, 0, 4), (2.0, 2, 3))],
         summary="BetweenThresholds on one count: below / between / above (thresholds needed: not a run mechanism)")
+    register_mechanism(
+        "threshold-argmax", examples=lambda r: [ThresholdArgMax(2), ThresholdArgMax(4)],
+        summary="TArgMax_T: the most-voted token with at least T votes (threshold privacy, not DP)")
+    register_mechanism(
+        "threshold-weighted-sampling",
+        examples=lambda r: [ThresholdWeightedSampling(2, 1.0), ThresholdWeightedSampling(3, 2.0)],
+        summary="TWS_{T,gamma}: a token with at least T votes, drawn by count (threshold privacy, not DP)")
 
 
 _register_builtins()

@@ -15,10 +15,9 @@ from __future__ import annotations
 import attr
 import numpy as np
 
-from mechanisms.base import BatchRelease, OutcomeDistribution, sample_batch_outcomes
+from mechanisms.base import Mechanism, OutcomeDistribution
 from mechanisms.histogram import as_batch, as_histogram
 from pate_accountant.events import ThresholdPrivacyEvent
-from pate_accountant.release import Release
 from pate_accountant.validation import attrs_validator, check_int, check_real
 
 
@@ -27,10 +26,12 @@ def _positive_int(instance, attribute, value):
 
 
 @attr.s(frozen=True, slots=True)
-class ThresholdArgMax:
+class ThresholdArgMax(Mechanism):
     """``TArgMax_T``: the most-voted token among those with ``c_j >= T``, else fail.
 
-    Ties between maximisers are broken uniformly at random with ``rng``.
+    Ties between maximisers are broken uniformly at random with ``rng``.  Its claim is threshold privacy
+    (:class:`mechanisms.base.ThresholdClaim`): no token below ``T`` votes is ever released.  A run is one
+    exact draw from :meth:`output_distribution` (:class:`mechanisms.base.Mechanism`).
     """
 
     threshold: int = attr.ib(validator=_positive_int)
@@ -47,9 +48,6 @@ class ThresholdArgMax:
         winners = tokens[counts == counts.max()]
         return OutcomeDistribution(winners, np.full(winners.size, 1.0 / winners.size), 0.0)
 
-    def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
-        return Release(self.output_distribution(histogram, num_teachers).sample(rng), self.event)
-
     def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Vectorised :meth:`output_distribution`: ``(histogram, token, probability)`` of every token with
         positive probability, sorted by histogram (the rest of each histogram's mass is fail)."""
@@ -63,21 +61,15 @@ class ThresholdArgMax:
         ties = np.bincount(sample, minlength=batch.num_histograms)
         return sample, tokens, 1.0 / ties[sample]
 
-    def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
-        """Run on every histogram of a batch (one uniform per histogram)."""
-        batch = as_batch(batch)
-        sample, tokens, probs = self.batch_distributions(batch)
-        values = sample_batch_outcomes(sample, tokens, probs, batch.num_histograms, rng)
-        return BatchRelease(values, self.event)
-
 
 @attr.s(frozen=True, slots=True)
-class ThresholdWeightedSampling:
+class ThresholdWeightedSampling(Mechanism):
     """``TWS_{T,gamma}``: with probability ``min(1, gamma M_T / n)`` a token of ``S_T`` drawn with
     probability ``c_j / M_T``, else fail; ``S_T = {j : c_j >= T}``, ``M_T = sum_{j in S_T} c_j``.
 
     Equivalently, token ``j in S_T`` is released with probability ``c_j / max(M_T, n / gamma)``, so no
-    token is released more often than ``gamma c_j / n`` (relevance).
+    token is released more often than ``gamma c_j / n`` (relevance).  Threshold privacy, and one exact draw
+    per run, as for :class:`ThresholdArgMax`.
     """
 
     threshold: int = attr.ib(validator=_positive_int)
@@ -96,9 +88,6 @@ class ThresholdWeightedSampling:
         probabilities = counts / denominator
         return OutcomeDistribution(tokens, probabilities, max(0.0, 1.0 - probabilities.sum()))
 
-    def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
-        return Release(self.output_distribution(histogram, num_teachers).sample(rng), self.event)
-
     def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Vectorised :meth:`output_distribution` (see ``ThresholdArgMax.batch_distributions``)."""
         batch = as_batch(batch)
@@ -107,10 +96,3 @@ class ThresholdWeightedSampling:
         mass = np.bincount(sample, weights=counts, minlength=batch.num_histograms)
         denominator = np.maximum(mass, batch.num_teachers / self.gamma)
         return sample, tokens, counts / denominator[sample]
-
-    def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
-        """Run on every histogram of a batch (one uniform per histogram)."""
-        batch = as_batch(batch)
-        sample, tokens, probs = self.batch_distributions(batch)
-        values = sample_batch_outcomes(sample, tokens, probs, batch.num_histograms, rng)
-        return BatchRelease(values, self.event)

@@ -57,7 +57,7 @@ import numpy as np
 from scipy.signal import lfilter
 from scipy.special import gammaln, roots_legendre, xlog1py, xlogy
 
-from mechanisms.base import FAIL_VALUE, BatchRelease, OutcomeDistribution
+from mechanisms.base import FAIL_VALUE, BatchRelease, EpsilonDeltaClaim, Mechanism, OutcomeDistribution, claim_under
 from mechanisms.geometric import (
     INCLUSION_BITS,
     TruncatedGeometric,
@@ -67,7 +67,7 @@ from mechanisms.geometric import (
     truncation,
 )
 from mechanisms.histogram import as_batch, as_histogram
-from mechanisms.randomness import RationalLaw, random_bits, sample_laws, uniform_below
+from mechanisms.randomness import RationalLaw, sample_laws, uniform_below
 from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, WeightedSamplingEvent
 from pate_accountant.release import Release
 from pate_accountant.validation import check_int, check_real
@@ -242,7 +242,7 @@ def _check_bool(instance, attribute, value):
 
 
 @attr.s(frozen=True, slots=True)
-class DPWeightedSampling:
+class DPWeightedSampling(Mechanism):
     """``DPWS_(epsilon, delta)``: ``LWS_L`` (paper Algorithm 3, Section "Heterogeneous Ensembles") with the
     CGSS21 sparsity-preserving private selection (paper Section "DP methods for heterogeneous ensembles";
     module docstring).
@@ -298,6 +298,13 @@ class DPWeightedSampling:
         """What one run costs, known before it runs: ``(epsilon, delta)``, doubled with ``release_counts``."""
         factor = 2 if self.release_counts else 1
         return WeightedSamplingEvent(factor * self.epsilon, factor * self.delta, self.relation)
+
+    def privacy_claim(self, relation: str | None = None) -> EpsilonDeltaClaim:
+        """``(epsilon, delta)`` under replace-one (the selection composes over the two changed counts, each
+        ``(epsilon/2, delta/2)``); doubled with ``release_counts`` (a sanitised count per survivor)."""
+        factor = 2 if self.release_counts else 1
+        claim = EpsilonDeltaClaim(factor * self.epsilon, factor * self.delta, self.relation)
+        return claim_under(claim, relation, type(self).__name__)
 
     def inclusion_probabilities(self, num_teachers: int) -> np.ndarray:
         """``pi*(c)`` for ``c = 0 .. n`` (read-only): the end-to-end probability that a token of count ``c``
@@ -379,16 +386,13 @@ class DPWeightedSampling:
         chosen[sample[hit]] = hit
         return included, chosen
 
-    def __call__(self, histogram, rng: np.random.Generator | None = None, num_teachers: int | None = None) -> Release:
+    def _run(self, hist, source) -> Release:
         """Run once: a token (or ``None`` for fail) and, with ``release_counts``, ``info["noisy_counts"]``
         ``{token: c_j + X_j}`` for every survivor (``X_j ~ TG(eps_c, L)``, drawn exactly).
 
         Each token is first Poisson-sampled with probability exactly ``min(1, c/n)`` (``below(n) < c``), then
         kept with probability exactly ``r(c) = pi~(c) / min(1, c/n)`` (a rational Bernoulli); the survivor is an
-        exact uniform pick.  ``rng=None`` draws the bits from the operating system's cryptographic
-        randomness; a ``numpy.random.Generator`` makes the run reproducible (tests only)."""
-        hist = as_histogram(histogram, num_teachers)
-        source = random_bits(rng)
+        exact uniform pick."""
         n = hist.num_teachers
         table = certified_inclusion(n, *self.per_count)
         tokens, counts = hist.tokens, hist.counts
@@ -408,14 +412,12 @@ class DPWeightedSampling:
             info["noisy_counts"] = {int(t): int(v) for t, v in zip(tokens[survivors], noisy)}
         return Release(value, self.event, info=info)
 
-    def run_batch(self, batch, rng: np.random.Generator | None = None) -> BatchRelease:
+    def _run_batch(self, batch, source) -> BatchRelease:
         """Run on every histogram of a batch, vectorised and exact: one 64-bit word per (histogram, token)
-        entry decides inclusion with probability ``pi~(c)`` (the two stages of :meth:`__call__` in one), one
+        entry decides inclusion with probability ``pi~(c)`` (the two stages of a single run in one), one
         exact uniform integer per histogram with several survivors picks the survivor.  Each histogram is
         charged :attr:`event`.  A batch releases tokens only: with ``release_counts=True`` no counts are
         returned, and the doubled event is still charged (conservative)."""
-        batch = as_batch(batch)
-        source = random_bits(rng)
         n, (eps_c, delta_c) = batch.num_teachers, self.per_count
         _, chosen = self._include_and_pick(
             batch.counts, batch.sample, batch.starts, batch.num_histograms,

@@ -17,7 +17,7 @@ JSON-able dict (``None`` for an infinite or undefined value).
 * :func:`compare_accounting`: one run shape accounted three ways: plain composition of every query,
   target charging (TCT), individual (per-teacher) charging.
 * :func:`bassily_tt_teachers`, :func:`bassily_tt_tokens`: the BassilyTT margin condition
-  ``eta n >= 32 sqrt(2)/eps ln(4m/delta) sqrt(ln(2/delta))`` of Appendix D (spec 7).
+  ``eta n >= 32 sqrt(2)/eps ln(4m/delta) sqrt(ln(2/delta))`` of Appendix D (docs/planning.md).
 
 ``delta0`` (every target-charging function): the ``delta_A`` of a boundary-wrapped approximate-DP inner
 aggregator (``0``, the default and the paper's figure, for a pure inner).  Every query of such an inner, hit
@@ -74,7 +74,7 @@ __all__ = [
     "yields",
 ]
 
-#: Plain composition bounds for ``k`` identical ``(eps0, delta0)`` steps (spec 6).
+#: Plain composition bounds for ``k`` identical ``(eps0, delta0)`` steps (docs/planning.md, docs/accountants.md).
 PLAIN_METHODS = ("basic", "drv", "kov", "optimal")
 #: The BassilyTT constant ``32 sqrt(2)``.
 BTT_CONSTANT = 32.0 * math.sqrt(2.0)
@@ -409,7 +409,7 @@ def paper_target_hits(eps0: float) -> float:
 
 
 def plain_epsilon(num_queries: int, eps0: float, delta: float, *, delta0: float = 0.0, method: str = "optimal") -> float:
-    """The epsilon (at total ``delta``) of ``num_queries`` adaptive ``(eps0, delta0)``-DP queries (spec 6).
+    """The epsilon (at total ``delta``) of ``num_queries`` adaptive ``(eps0, delta0)``-DP queries (docs/accountants.md).
 
     ``method``: ``"basic"`` (``k eps0``, needs ``k delta0 <= delta``), ``"drv"`` (``eps0 sqrt(2k ln(1/d'))
     + k eps0 (e^eps0 - 1)`` with ``d' = delta - k delta0``, :func:`pate_accountant.composition.drv_epsilon`),
@@ -458,7 +458,7 @@ def _plain_fits(k: int, eps0: float, epsilon: float, delta: float, delta0: float
 
 def plain_max_queries(eps0: float, epsilon: float, delta: float, *, delta0: float = 0.0, method: str = "optimal") -> int:
     """The largest number of ``(eps0, delta0)``-DP queries whose ``method`` composition stays within
-    ``(epsilon, delta)`` (spec 10: ``(1, 1e-6)``, optimal: ``eps0 = 0.1 -> 10``, ``0.01 -> 562``)."""
+    ``(epsilon, delta)`` (known values at ``(1, 1e-6)``, optimal: ``eps0 = 0.1 -> 10``, ``0.01 -> 562``)."""
     eps0 = _check_eps0(eps0)
     epsilon, delta = _check_budget(epsilon, delta)
     delta0 = check_real("delta0", delta0, minimum=0.0, maximum=1.0, max_open=True)
@@ -849,7 +849,7 @@ def compare_accounting(
     )
 
 
-# -- BassilyTT margin condition (Appendix D, spec 7) ----------------------------------------------------
+# -- BassilyTT margin condition (Appendix D) -------------------------------------------------------------
 
 
 def _check_btt(eta, epsilon, delta) -> tuple[float, float, float]:
@@ -869,7 +869,7 @@ _BTT_ASSUMPTIONS = (
 def bassily_tt_teachers(eta: float, epsilon: float, delta: float, tokens: int) -> BassilyTTTeachers:
     """Teachers needed for ``tokens`` tokens: ``n = 32 sqrt(2) / (eps eta) ln(4m/delta) sqrt(ln(2/delta))``.
 
-    Spec 10: ``eta = 0.4, eps = 1, delta = 1e-6``: ``m = 1e3 -> 9527.93``, ``m = 1e6 -> 12504.77``.
+    Known values: ``eta = 0.4, eps = 1, delta = 1e-6``: ``m = 1e3 -> 9527.93``, ``m = 1e6 -> 12504.77``.
     """
     eta, epsilon, delta = _check_btt(eta, epsilon, delta)
     m = check_int("tokens", tokens, minimum=1)
@@ -881,7 +881,7 @@ def bassily_tt_teachers(eta: float, epsilon: float, delta: float, tokens: int) -
 def bassily_tt_tokens(eta: float, epsilon: float, delta: float, num_teachers: float) -> BassilyTTTokens:
     """Tokens ``num_teachers`` teachers afford: ``m_max = floor((delta/4) exp(eta n eps / (32 sqrt(2)
     sqrt(ln(2/delta)))))``, exponential in ``n`` (computed in log space; ``m_max`` is ``None`` above
-    ``1e300``).  Spec 10 (``eta = 0.4, eps = 1, delta = 1e-6``): ``n = 10000 -> 2990``,
+    ``1e300``).  Known values (``eta = 0.4, eps = 1, delta = 1e-6``): ``n = 10000 -> 2990``,
     ``12000 -> 309955``, ``15000 -> 327068772``."""
     eta, epsilon, delta = _check_btt(eta, epsilon, delta)
     n = check_real("num_teachers", num_teachers, minimum=0.0, min_open=True)

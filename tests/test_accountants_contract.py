@@ -1,27 +1,26 @@
-"""One contract suite, parametrized over every accountant (DESIGN.md, Test style; base.py).
+"""One contract suite, parametrized over every registered accountant (``pate_accountant.registry``).
 
-To add an accountant, append an :class:`AccountantCase` to ``ACCOUNTANT_CASES``: a factory taking
-``budget=None | (epsilon, delta)`` and ``ledger=None``, the events it supports (one or more; the first is the default), one
-event it rejects, and how to make a ``Release`` of a supported event (for accountants that charge by
-outcome, e.g. a target hit).  Properties checked for each:
+Each registered kind has one or more :class:`pate_accountant.testing.AccountantCase` in ``CASES_BY_KIND``: a
+factory taking ``budget=None | (epsilon, delta)`` and ``ledger=None``, the events it supports (the first is
+the default), one event it rejects, and how to make a ``Release`` of a supported event (for accountants that
+charge by outcome, e.g. a target hit).  A kind registered without cases here (a user's accountant, registered
+before this module is collected) is tested with ``default_accountant_case``: plain ``(epsilon, delta)``
+events, built as ``cls(budget=..., ledger=...)``.
 
-* empty is zero; ``get_epsilon`` at the delta ``spent()`` reports equals the spent epsilon;
-* monotone: the spent epsilon never decreases as events are added (hypothesis);
-* count equivalence: ``compose(e, count=k)`` equals ``k`` times ``compose(e)``;
-* unsupported events are rejected atomically (``compose``, ``record``, ``record_many``, ``can_afford``,
-  ``register``), with an error naming the event;
-* budget refusal is atomic, ``can_afford`` agrees with whether ``compose`` succeeds;
-* ``register(mechanism)`` refuses before running and records after running; ``record_many`` is
-  all-or-nothing; ``config()`` is JSON data naming the accountant's ``kind``;
-* with an in-memory ledger: refused and rejected charges add no row, the ledger verifies, and a second
-  accountant attached to it replays to the same spent budget.
+The contract properties are the public checks of ``pate_accountant.testing``:
+
+* empty is zero; monotone (hypothesis); count equivalence; unsupported events rejected atomically by every
+  entry point; budget refusal atomic, ``can_afford`` agreeing; ``register`` refusing before running.
+
+And, for each case: ``get_epsilon`` at the delta ``spent()`` reports equals the spent epsilon;
+``record_many`` is all-or-nothing; ``config()`` is JSON data naming the accountant's ``kind``; invalid and
+other-relation events are refused atomically; with an in-memory ledger, refused charges add no row, the
+ledger verifies, and a second accountant attached to it replays to the same spent budget.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Callable
 
 import dp_accounting
 import pytest
@@ -47,13 +46,20 @@ from pate_accountant.accountants.pld import PldAccountant
 from pate_accountant.accountants.rdp import RdpAccountant
 from pate_accountant.accountants.target_charging import TargetChargingAccountant
 from pate_accountant.ledger import Ledger
-
-#: Relative slack for comparing epsilons computed along different composition orders (PLD merges).
-REL = 1e-9
-
-
-def _plain_release(event: dp_accounting.DpEvent) -> Release:
-    return Release("token", event)
+from pate_accountant.registry import accountant_class, accountant_names
+from pate_accountant.testing import (
+    REL,
+    AccountantCase,
+    CountingMechanism,
+    budget_allowing,
+    check_budget_refusal_atomic,
+    check_count_equivalence,
+    check_empty_is_zero,
+    check_monotone,
+    check_register_refuses_before_running,
+    check_unsupported_rejected_atomically,
+    default_accountant_case,
+)
 
 
 def _target_release(event: dp_accounting.DpEvent) -> Release:
@@ -66,108 +72,111 @@ def _all_teachers_release(event: dp_accounting.DpEvent) -> Release:
     return Release("between", event, target_hit=True, charged_teachers=frozenset(range(4)))
 
 
-@dataclasses.dataclass(frozen=True)
-class AccountantCase:
-    """One accountant under the contract."""
-
-    name: str
-    #: ``factory(budget, ledger=None)`` with ``budget`` ``None`` or ``(epsilon, delta)`` returns a fresh accountant.
-    factory: Callable[..., object]
-    #: Events the accountant charges (the first one is used where a single event is needed).
-    supported: tuple
-    #: An event it must reject with ``UnsupportedEventError`` naming it.
-    unsupported: dp_accounting.DpEvent
-    #: ``release(event) -> Release``: what a mechanism announcing ``event`` returns when it runs.
-    release: Callable[[dp_accounting.DpEvent], Release] = _plain_release
-    #: The delta of the budgets the suite sets.
-    budget_delta: float = 1e-6
-
-    def __str__(self):
-        return self.name
-
-    @property
-    def event(self):
-        return self.supported[0]
-
-
 #: dp-accounting's Laplace (and its RDP Gaussian) noise is defined under add/remove-one: the cases charging
 #: them are built under that relation, with our events stated under it too.
 AR = "add-remove-one"
 
-ACCOUNTANT_CASES = [
-    AccountantCase(
-        "basic",
-        lambda budget=None, ledger=None: BasicCompositionAccountant(budget=budget, ledger=ledger, neighboring_relation=AR),
-        (EpsilonDeltaEvent(0.1, relation=AR), BetweenThresholdsEvent(0.05, 0.3, AR), NoisyArgMaxEvent(0.2, 1e-9, AR),
-         dp_event.LaplaceDpEvent(8.0)),
-        ThresholdPrivacyEvent(5),
-    ),
-    AccountantCase(
-        "basic-replace-one",
-        lambda budget=None, ledger=None: BasicCompositionAccountant(budget=budget, ledger=ledger),
-        (EpsilonDeltaEvent(0.1), BetweenThresholdsEvent(0.05, 0.3), NoisyArgMaxEvent(0.2, 1e-9),
-         BoundaryWrapperEvent(EpsilonDeltaEvent(0.05), 0.1, 1 / 3)),
-        dp_event.GaussianDpEvent(3.0),
-    ),
-    AccountantCase(
-        "advanced",
-        lambda budget=None, ledger=None: AdvancedCompositionAccountant(budget=budget, ledger=ledger),
-        (EpsilonDeltaEvent(0.1), EpsilonDeltaEvent(0.05, 1e-9), BetweenThresholdsEvent(0.2, 0.3),
-         WeightedSamplingEvent(0.1, 1e-10), BoundaryWrapperEvent(EpsilonDeltaEvent(0.05), 0.1, 1 / 3)),
-        ThresholdPrivacyEvent(5),
-    ),
-    AccountantCase(
-        "rdp",
-        lambda budget=None, ledger=None: RdpAccountant(budget=budget, ledger=ledger, neighboring_relation=AR),
-        (EpsilonDeltaEvent(0.1, relation=AR), dp_event.GaussianDpEvent(5.0), BetweenThresholdsEvent(0.05, 0.3, AR),
-         dp_event.LaplaceDpEvent(8.0)),
-        ThresholdPrivacyEvent(5),
-    ),
-    AccountantCase(
-        "rdp-replace-one",
-        lambda budget=None, ledger=None: RdpAccountant(budget=budget, ledger=ledger),
-        (EpsilonDeltaEvent(0.1), dp_event.RandomizedResponseDpEvent(0.9, 2), BetweenThresholdsEvent(0.05, 0.3)),
-        dp_event.GaussianDpEvent(5.0),
-    ),
-    AccountantCase(
-        "rdp-approximate-rejected",
-        lambda budget=None, ledger=None: RdpAccountant(budget=budget, ledger=ledger, neighboring_relation=AR),
-        (dp_event.GaussianDpEvent(3.0), EpsilonDeltaEvent(0.05, relation=AR)),
-        NoisyArgMaxEvent(0.5, 1e-7, AR),
-    ),
-    AccountantCase(
-        "pld",
-        lambda budget=None, ledger=None: PldAccountant(budget=budget, ledger=ledger, neighboring_relation=AR),
-        (BetweenThresholdsEvent(0.1, 0.3, AR), EpsilonDeltaEvent(0.05, 1e-9, AR), dp_event.LaplaceDpEvent(8.0),
-         dp_event.GaussianDpEvent(5.0), NoisyArgMaxEvent(0.2, 1e-10, AR)),
-        ThresholdPrivacyEvent(5),
-    ),
-    AccountantCase(
-        "pld-replace-one",
-        lambda budget=None, ledger=None: PldAccountant(budget=budget, ledger=ledger),
-        (BetweenThresholdsEvent(0.1, 0.3), EpsilonDeltaEvent(0.05, 1e-9), dp_event.GaussianDpEvent(5.0),
-         dp_event.RandomizedResponseDpEvent(0.9, 2), WeightedSamplingEvent(0.2, 1e-10)),
-        dp_event.LaplaceDpEvent(8.0),
-    ),
-    AccountantCase(
-        "target-charging",
-        lambda budget=None, ledger=None: TargetChargingAccountant(budget=budget, ledger=ledger),
-        # A budgeted target-charging accountant keeps the class of its first query: the first one covers the
-        # rest (wrapped approximate-DP queries, which pay their delta on every query, have their own tests).
-        (BoundaryWrapperEvent(EpsilonDeltaEvent(0.005), 0.01, 1 / 3), BetweenThresholdsEvent(0.01, 0.4)),
-        EpsilonDeltaEvent(0.1),
-        release=_target_release,
-    ),
-    AccountantCase(
-        "individual-charging",
-        lambda budget=None, ledger=None: IndividualChargingAccountant(
-            4, budget=budget, ledger=ledger, epsilon0=0.01, q=0.47, relation="add-remove-one"
+CASES_BY_KIND = {
+    "basic": (
+        AccountantCase(
+            "basic",
+            lambda budget=None, ledger=None: BasicCompositionAccountant(
+                budget=budget, ledger=ledger, neighboring_relation=AR),
+            (EpsilonDeltaEvent(0.1, relation=AR), BetweenThresholdsEvent(0.05, 0.3, AR), NoisyArgMaxEvent(0.2, 1e-9, AR),
+             dp_event.LaplaceDpEvent(8.0)),
+            ThresholdPrivacyEvent(5),
         ),
-        (BetweenThresholdsEvent(0.01, 0.47, "add-remove-one"), BetweenThresholdsEvent(0.005, 0.48, "add-remove-one")),
-        BoundaryWrapperEvent(EpsilonDeltaEvent(0.005, relation="add-remove-one"), 0.01, 1 / 3),
-        release=_all_teachers_release,
+        AccountantCase(
+            "basic-replace-one",
+            lambda budget=None, ledger=None: BasicCompositionAccountant(budget=budget, ledger=ledger),
+            (EpsilonDeltaEvent(0.1), BetweenThresholdsEvent(0.05, 0.3), NoisyArgMaxEvent(0.2, 1e-9),
+             BoundaryWrapperEvent(EpsilonDeltaEvent(0.05), 0.1, 1 / 3)),
+            dp_event.GaussianDpEvent(3.0),
+        ),
     ),
-]
+    "advanced": (
+        AccountantCase(
+            "advanced",
+            lambda budget=None, ledger=None: AdvancedCompositionAccountant(budget=budget, ledger=ledger),
+            (EpsilonDeltaEvent(0.1), EpsilonDeltaEvent(0.05, 1e-9), BetweenThresholdsEvent(0.2, 0.3),
+             WeightedSamplingEvent(0.1, 1e-10), BoundaryWrapperEvent(EpsilonDeltaEvent(0.05), 0.1, 1 / 3)),
+            ThresholdPrivacyEvent(5),
+        ),
+    ),
+    "rdp": (
+        AccountantCase(
+            "rdp",
+            lambda budget=None, ledger=None: RdpAccountant(budget=budget, ledger=ledger, neighboring_relation=AR),
+            (EpsilonDeltaEvent(0.1, relation=AR), dp_event.GaussianDpEvent(5.0), BetweenThresholdsEvent(0.05, 0.3, AR),
+             dp_event.LaplaceDpEvent(8.0)),
+            ThresholdPrivacyEvent(5),
+        ),
+        AccountantCase(
+            "rdp-replace-one",
+            lambda budget=None, ledger=None: RdpAccountant(budget=budget, ledger=ledger),
+            (EpsilonDeltaEvent(0.1), dp_event.RandomizedResponseDpEvent(0.9, 2), BetweenThresholdsEvent(0.05, 0.3)),
+            dp_event.GaussianDpEvent(5.0),
+        ),
+        AccountantCase(
+            "rdp-approximate-rejected",
+            lambda budget=None, ledger=None: RdpAccountant(budget=budget, ledger=ledger, neighboring_relation=AR),
+            (dp_event.GaussianDpEvent(3.0), EpsilonDeltaEvent(0.05, relation=AR)),
+            NoisyArgMaxEvent(0.5, 1e-7, AR),
+        ),
+    ),
+    "pld": (
+        AccountantCase(
+            "pld",
+            lambda budget=None, ledger=None: PldAccountant(budget=budget, ledger=ledger, neighboring_relation=AR),
+            (BetweenThresholdsEvent(0.1, 0.3, AR), EpsilonDeltaEvent(0.05, 1e-9, AR), dp_event.LaplaceDpEvent(8.0),
+             dp_event.GaussianDpEvent(5.0), NoisyArgMaxEvent(0.2, 1e-10, AR)),
+            ThresholdPrivacyEvent(5),
+        ),
+        AccountantCase(
+            "pld-replace-one",
+            lambda budget=None, ledger=None: PldAccountant(budget=budget, ledger=ledger),
+            (BetweenThresholdsEvent(0.1, 0.3), EpsilonDeltaEvent(0.05, 1e-9), dp_event.GaussianDpEvent(5.0),
+             dp_event.RandomizedResponseDpEvent(0.9, 2), WeightedSamplingEvent(0.2, 1e-10)),
+            dp_event.LaplaceDpEvent(8.0),
+        ),
+    ),
+    "target-charging": (
+        AccountantCase(
+            "target-charging",
+            lambda budget=None, ledger=None: TargetChargingAccountant(budget=budget, ledger=ledger),
+            # A budgeted target-charging accountant keeps the class of its first query: the first one covers
+            # the rest (wrapped approximate-DP queries, which pay their delta on every query, have their own
+            # tests).
+            (BoundaryWrapperEvent(EpsilonDeltaEvent(0.005), 0.01, 1 / 3), BetweenThresholdsEvent(0.01, 0.4)),
+            EpsilonDeltaEvent(0.1),
+            release=_target_release,
+        ),
+    ),
+    "individual-charging": (
+        AccountantCase(
+            "individual-charging",
+            lambda budget=None, ledger=None: IndividualChargingAccountant(
+                4, budget=budget, ledger=ledger, epsilon0=0.01, q=0.47, relation="add-remove-one"
+            ),
+            (BetweenThresholdsEvent(0.01, 0.47, "add-remove-one"), BetweenThresholdsEvent(0.005, 0.48, "add-remove-one")),
+            BoundaryWrapperEvent(EpsilonDeltaEvent(0.005, relation="add-remove-one"), 0.01, 1 / 3),
+            release=_all_teachers_release,
+        ),
+    ),
+}
+
+#: The kinds this repository registers (each with its own cases above).
+BUILTIN_KINDS = ("advanced", "basic", "individual-charging", "pld", "rdp", "target-charging")
+
+
+def _registered_cases() -> list:
+    out = []
+    for kind in accountant_names():
+        out.extend(CASES_BY_KIND.get(kind) or (default_accountant_case(accountant_class(kind)),))
+    return out
+
+
+ACCOUNTANT_CASES = _registered_cases()
 
 
 @pytest.fixture(params=ACCOUNTANT_CASES, ids=str)
@@ -175,44 +184,28 @@ def case(request) -> AccountantCase:
     return request.param
 
 
-class CountingMechanism:
-    """A fake mechanism: announces ``event``, counts its runs, returns ``release(event)``."""
-
-    def __init__(self, event, release=_plain_release, fail: bool = False):
-        self.event = event
-        self.calls = 0
-        self._release = release
-        self._fail = fail
-
-    def __call__(self, histogram=None, rng=None):
-        self.calls += 1
-        if self._fail:
-            raise RuntimeError("mechanism failed")
-        return self._release(self.event)
-
-
 def _close(a: float, b: float) -> bool:
     return a == b or abs(a - b) <= REL * max(1.0, abs(a), abs(b))
 
 
 def _budget_allowing(case: AccountantCase, k: int):
-    """A budget that admits exactly ``k`` charges of ``case.event`` (halfway between k and k + 1)."""
-    acc = case.factory(None)
-    acc.compose(case.event, count=k)
-    eps_k = acc.get_epsilon(case.budget_delta)
-    acc.compose(case.event)
-    eps_next = acc.get_epsilon(case.budget_delta)
-    assert eps_next > eps_k, "the default supported event must cost something"
-    return ((eps_k + eps_next) / 2, case.budget_delta)
+    """A budget that admits exactly ``k`` charges of ``case.event``."""
+    return budget_allowing(case.factory, case.event, k, case.budget_delta)
+
+
+# -- the registry --------------------------------------------------------------------------------------------
+def test_every_registered_kind_is_under_contract_with_its_own_class():
+    assert set(BUILTIN_KINDS) <= set(accountant_names())
+    assert set(CASES_BY_KIND) == set(BUILTIN_KINDS)
+    for kind, cases in CASES_BY_KIND.items():
+        for case in cases:
+            assert type(case.factory(None)) is accountant_class(kind), case
+    assert {c.name for c in ACCOUNTANT_CASES} >= {c.name for cases in CASES_BY_KIND.values() for c in cases}
 
 
 # -- empty, config ---------------------------------------------------------------------------------------------
 def test_empty_is_zero(case):
-    acc = case.factory(None)
-    assert acc.spent()[0] == 0.0
-    for delta in (0.0, 1e-9, 1e-6, 0.1, 0.5, 1.0):
-        assert acc.get_epsilon(delta) == 0.0
-    assert case.factory((1.0, 1e-6)).spent()[0] == 0.0
+    check_empty_is_zero(case.factory)
 
 
 def test_config_is_json_and_names_the_kind(case):
@@ -240,25 +233,14 @@ def test_get_epsilon_at_the_spent_delta_equals_spent_epsilon(case):
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(st.tuples(st.integers(0, 100), st.integers(1, 3)), min_size=1, max_size=8))
 def test_spent_epsilon_is_monotone(case, steps):
-    acc = case.factory(None)
-    previous = acc.spent()[0]
-    for index, count in steps:
-        acc.compose(case.supported[index % len(case.supported)], count=count)
-        eps = acc.spent()[0]
-        assert eps >= previous or _close(eps, previous)
-        previous = eps
+    check_monotone(case.factory, [(case.supported[index % len(case.supported)], count) for index, count in steps])
 
 
 # -- count equivalence -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("k", [1, 3, 7])
 def test_count_equivalence(case, k):
     for event in case.supported:
-        at_once, one_by_one = case.factory(None), case.factory(None)
-        at_once.compose(event, count=k)
-        for _ in range(k):
-            one_by_one.compose(event)
-        a, b = at_once.spent(), one_by_one.spent()
-        assert _close(a[0], b[0]) and _close(a[1], b[1]), (event, a, b)
+        check_count_equivalence(case.factory, event, k)
 
 
 # -- unsupported events ----------------------------------------------------------------------------------------
@@ -267,30 +249,7 @@ def _named(event) -> str:
 
 
 def test_unsupported_event_rejected_atomically(case):
-    acc = case.factory(None)
-    acc.compose(case.event, count=2)
-    before = acc.spent()
-    bad = case.unsupported
-    with pytest.raises(UnsupportedEventError, match=_named(bad)):
-        acc.compose(bad)
-    assert acc.spent() == before
-    with pytest.raises(UnsupportedEventError, match=_named(bad)):
-        acc.compose(bad, count=5)
-    with pytest.raises(UnsupportedEventError, match=_named(bad)):
-        acc.record(Release("token", bad))
-    with pytest.raises(UnsupportedEventError, match=_named(bad)):
-        acc.record_many([case.release(case.event), Release("token", bad)])
-    with pytest.raises(UnsupportedEventError, match=_named(bad)):
-        acc.can_afford(bad)
-    with pytest.raises(UnsupportedEventError, match=_named(bad)):
-        acc.compose(dp_event.ComposedDpEvent([case.event, bad]))
-    mechanism = CountingMechanism(bad)
-    with pytest.raises(UnsupportedEventError, match=_named(bad)):
-        acc.register(mechanism)
-    assert mechanism.calls == 0
-    assert acc.spent() == before
-    acc.compose(case.event)  # still usable
-    assert acc.spent()[0] >= before[0]
+    check_unsupported_rejected_atomically(case.factory, case.event, case.unsupported, case.release)
 
 
 def test_not_an_event_is_a_type_error(case):
@@ -304,25 +263,7 @@ def test_not_an_event_is_a_type_error(case):
 
 # -- budget ----------------------------------------------------------------------------------------------------
 def test_budget_refusal_is_atomic_and_can_afford_agrees(case):
-    k = 6
-    budget = _budget_allowing(case, k)
-    acc = case.factory(budget)
-    for _ in range(k):
-        assert acc.can_afford(case.event)
-        acc.compose(case.event)
-        assert acc.spent()[0] <= budget[0] + 1e-12
-    before = acc.spent()
-    assert not acc.can_afford(case.event)
-    with pytest.raises(BudgetExhaustedError):
-        acc.compose(case.event)
-    assert acc.spent() == before
-    with pytest.raises(BudgetExhaustedError):
-        acc.record(case.release(case.event))
-    assert acc.spent() == before
-    assert not acc.can_afford(case.event, count=3)
-    with pytest.raises(BudgetExhaustedError):
-        acc.compose(case.event, count=3)
-    assert acc.spent() == before
+    check_budget_refusal_atomic(case.factory, case.event, case.release, budget_delta=case.budget_delta)
 
 
 def test_can_afford_agrees_with_compose_for_every_supported_event(case):
@@ -342,39 +283,9 @@ def test_can_afford_agrees_with_compose_for_every_supported_event(case):
             assert acc.spent()[0] <= budget[0] + 1e-12
 
 
-def test_budget_at_count_k_at_once(case):
-    budget = _budget_allowing(case, 5)
-    acc = case.factory(budget)
-    assert not acc.can_afford(case.event, count=6)
-    with pytest.raises(BudgetExhaustedError):
-        acc.compose(case.event, count=6)
-    assert acc.spent()[0] == 0.0
-    assert acc.can_afford(case.event, count=5)
-    acc.compose(case.event, count=5)
-    assert 0.0 < acc.spent()[0] <= budget[0] + 1e-12
-
-
 # -- register ---------------------------------------------------------------------------------------------------
 def test_register_refuses_before_running_and_records_after(case):
-    k = 3
-    budget = _budget_allowing(case, k)
-    acc = case.factory(budget)
-    mechanism = CountingMechanism(case.event, case.release)
-    run = acc.register(mechanism)
-    assert mechanism.calls == 0 and acc.spent()[0] == 0.0
-    previous = 0.0
-    for i in range(k):
-        release = run(None, rng=None)
-        assert isinstance(release, Release)
-        assert mechanism.calls == i + 1
-        eps = acc.spent()[0]
-        assert eps > previous
-        previous = eps
-    before = acc.spent()
-    with pytest.raises(BudgetExhaustedError):
-        run(None)
-    assert mechanism.calls == k  # refused before running
-    assert acc.spent() == before
+    check_register_refuses_before_running(case.factory, case.event, case.release, budget_delta=case.budget_delta)
 
 
 def test_register_records_nothing_when_the_mechanism_raises(case):
@@ -651,3 +562,71 @@ def test_random_sequences_never_lower_the_spend_nor_pass_the_budget(case, steps)
             after = acc.get_epsilon(delta)
             assert after >= before_eps or _close(after, before_eps), (event, before_eps, after)
         assert acc.spent()[0] <= budget[0] + 1e-12
+
+
+# -- the public checks have teeth -------------------------------------------------------------------------------
+class _Faulty:
+    """A basic-composition accountant behind the public API, with one fault switched on."""
+
+    def __init__(self, fault, budget=None, ledger=None):
+        self.fault, self.calls = fault, 0
+        self.inner = BasicCompositionAccountant(budget=None if fault == "overspends" else budget)
+        self.budget = budget
+
+    def compose(self, event, count=1):
+        self.calls += 1
+        if self.fault == "ignores-count":
+            count = 1
+        if self.fault == "charges-then-checks":
+            self.inner.compose(EpsilonDeltaEvent(0.01))
+        return self.inner.compose(event, count=count)
+
+    def record(self, release):
+        return self.inner.record(release)
+
+    def record_many(self, releases):
+        return self.inner.record_many(releases)
+
+    def can_afford(self, event, count=1):
+        return self.inner.can_afford(event, count=count)
+
+    def register(self, mechanism):
+        return self.inner.register(mechanism)
+
+    def get_epsilon(self, delta):
+        return self.inner.get_epsilon(delta)
+
+    def spent(self):
+        eps, delta = self.inner.spent()
+        if self.fault == "halves-every-other-charge" and self.calls % 2 == 0:
+            eps /= 2
+        return (eps + 1.0, delta) if self.fault == "starts-above-zero" else (eps, delta)
+
+
+def _faulty(fault):
+    return lambda budget=None, ledger=None: _Faulty(fault, budget, ledger)
+
+
+def test_the_public_checks_catch_faulty_accountants():
+    event = EpsilonDeltaEvent(0.1)
+    for check in (
+        lambda f: check_empty_is_zero(f),
+        lambda f: check_count_equivalence(f, event, 3),
+        lambda f: check_unsupported_rejected_atomically(f, event, ThresholdPrivacyEvent(5)),
+        lambda f: check_budget_refusal_atomic(f, event),
+        lambda f: check_register_refuses_before_running(f, event),
+    ):
+        check(_faulty(None))  # the honest accountant passes every check
+    with pytest.raises(AssertionError, match="fresh accountant has spent"):
+        check_empty_is_zero(_faulty("starts-above-zero"))
+    with pytest.raises(AssertionError, match="count=3 at once spends"):
+        check_count_equivalence(_faulty("ignores-count"), event, 3)
+    with pytest.raises(AssertionError, match="changed the spend"):
+        check_unsupported_rejected_atomically(_faulty("charges-then-checks"), event, ThresholdPrivacyEvent(5))
+    with pytest.raises(AssertionError, match="beyond the budget"):
+        check_budget_refusal_atomic(_faulty("overspends"), event)
+    with pytest.raises(AssertionError, match="expected BudgetExhaustedError"):
+        check_register_refuses_before_running(_faulty("overspends"), event)
+    check_monotone(_faulty(None), [(event, 1)] * 4)
+    with pytest.raises(AssertionError, match="lowered the spent epsilon"):
+        check_monotone(_faulty("halves-every-other-charge"), [(event, 1)] * 4)

@@ -6,16 +6,17 @@ import attr
 import numpy as np
 import pytest
 
-from mechanisms.audit import audit_pair, clopper_pearson, exact_pair_epsilon
-from mechanisms.base import BatchRelease, OutcomeDistribution, sample_batch_outcomes
+from mechanisms.audit import audit_pair, clopper_pearson, exact_pair_epsilon, hockey_stick, law_epsilon
+from mechanisms.base import Mechanism, OutcomeDistribution
 from mechanisms.histogram import as_batch, as_histogram
-from pate_accountant import EpsilonDeltaEvent, Release
+from pate_accountant import EpsilonDeltaEvent
 
 
-@attr.s(frozen=True)
-class RandomizedCount:
+@attr.s(frozen=True, slots=True)
+class RandomizedCount(Mechanism):
     """Test mechanism: releases token 0 with probability e^{eps_true c} / (e^{eps_true c} + e^{eps_true (n - c)}),
-    where c is token 0's count: pure (2 eps_true)-DP under replace-one... it claims ``claimed``."""
+    where c is token 0's count: pure (2 eps_true)-DP under replace-one... it claims ``claimed``.  Runs and
+    batches come from the base class (exact draws from the law)."""
 
     eps_true: float = attr.ib()
     claimed: float = attr.ib()
@@ -25,24 +26,20 @@ class RandomizedCount:
         return EpsilonDeltaEvent(self.claimed)
 
     def _p(self, c, n):
-        return 1.0 / (1.0 + math.exp(self.eps_true * (n - 2 * c)))
+        return 1.0 / (1.0 + np.exp(self.eps_true * (n - 2 * np.asarray(c, dtype=float))))
 
-    def output_distribution(self, histogram):
-        h = as_histogram(histogram)
-        p = self._p(h.count(0), h.num_teachers)
+    def output_distribution(self, histogram, num_teachers=None):
+        h = as_histogram(histogram, num_teachers)
+        p = float(self._p(h.count(0), h.num_teachers))
         return OutcomeDistribution(np.array([0]), np.array([p]), 1 - p)
 
-    def __call__(self, histogram, rng=None):
-        return Release(self.output_distribution(histogram).sample(rng), self.event)
-
-    def run_batch(self, batch, rng=None):
+    def batch_distributions(self, batch):
         batch = as_batch(batch)
         counts = np.zeros(batch.num_histograms)
         zero = batch.tokens == 0
         counts[batch.sample[zero]] = batch.counts[zero]
-        p = np.array([self._p(c, batch.num_teachers) for c in counts])
-        values = sample_batch_outcomes(np.arange(batch.num_histograms), np.zeros(batch.num_histograms, np.int64), p, batch.num_histograms, rng)
-        return BatchRelease(values, self.event)
+        everyone = np.arange(batch.num_histograms)
+        return everyone, np.zeros(batch.num_histograms, np.int64), self._p(counts, batch.num_teachers)
 
 
 PAIR = ({0: 5, 1: 5}, {0: 4, 1: 6})  # one vote moved from token 0 to token 1
@@ -65,6 +62,21 @@ def test_exact_pair_epsilon_of_the_test_mechanism():
     assert exact < 1.0
 
 
+def test_hockey_stick_and_law_epsilon_on_dicts_and_vectors():
+    first, second = {0: 0.5, None: 0.5}, {0: 0.25, 1: 0.25, None: 0.5}
+    # Both ways: first over second puts 0.5 - e^eps 0.25 on token 0; second over first puts 0.25 on token 1.
+    assert hockey_stick(first, second, 0.0) == pytest.approx(0.25)
+    assert hockey_stick(first, second, math.log(2)) == pytest.approx(0.25)  # token 1 is never matched
+    vectors = ([0.5, 0.0, 0.5], [0.25, 0.25, 0.5])
+    assert hockey_stick(*vectors, 0.3) == hockey_stick(first, second, 0.3)
+    assert law_epsilon(first, second, 0.25) == 0.0
+    assert law_epsilon(first, second, 0.1) == math.inf  # token 1 alone carries 0.25 > 0.1
+    pure = ({0: 0.6, None: 0.4}, {0: 0.3, None: 0.7})
+    assert law_epsilon(*pure) == pytest.approx(math.log(2), rel=1e-12)
+    with pytest.raises(ValueError, match="mappings or 1-d vectors of one length"):
+        hockey_stick([0.5, 0.5], [1.0], 0.1)
+
+
 def test_honest_mechanism_is_not_flagged():
     mech = RandomizedCount(0.5, 1.0)  # true epsilon of the pair < 1
     result = audit_pair(mech, *PAIR, num_runs=200_000, rng=np.random.default_rng(0))
@@ -81,7 +93,7 @@ def test_broken_mechanism_is_caught():
 
 
 def test_loop_fallback_and_argument_errors():
-    class NoBatch:
+    class NoBatch:  # a duck-typed mechanism with single runs only
         def __init__(self):
             self.inner = RandomizedCount(0.5, 1.0)
             self.event = self.inner.event

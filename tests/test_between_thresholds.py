@@ -1,4 +1,5 @@
-"""BetweenThresholds (spec 3.2, discrete-Laplace version) and its q-target certificate (spec 4.1)."""
+"""BetweenThresholds on a count with discrete Laplace noise, and the q-target certificate of its ``between``
+outcome (docs/mechanisms/between_thresholds.md)."""
 
 import math
 from fractions import Fraction
@@ -7,10 +8,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.stats import chisquare
 
 from exact_enumeration import GeometricBranching, enumerate_law
-from mechanisms import OutcomeDistribution
+from mechanisms import OutcomeDistribution, as_batch
 from mechanisms.between_thresholds import (
     ABOVE,
     BELOW,
@@ -28,6 +28,7 @@ from mechanisms.between_thresholds import (
     sample_discrete_laplace,
 )
 from mechanisms.qtarget import q_star, q_target_decomposition
+from mechanisms.testing import check_counts_match_law, check_privacy_claim
 from pate_accountant import Release
 from pate_accountant.events import ADD_REMOVE_ONE, BetweenThresholdsEvent
 
@@ -56,7 +57,7 @@ def test_discrete_laplace_sampler_is_exact_in_law():
     pmf = discrete_laplace_pmf(edges, eps)
     expected_p = np.concatenate([[discrete_laplace_cdf(-7, eps)], pmf, [discrete_laplace_sf(7, eps)]])
     assert expected_p.sum() == pytest.approx(1.0)
-    assert chisquare(observed, n * expected_p).pvalue > P_VALUE_FLOOR
+    check_counts_match_law(dict(enumerate(observed)), dict(enumerate(expected_p)), alpha=P_VALUE_FLOOR)
 
 
 # --- exact outcome probabilities -------------------------------------------------------------------
@@ -144,9 +145,8 @@ def test_batch_frequencies_match_exact_probabilities(count):
     out = mech.run_batch(np.full(n, count), rng=np.random.default_rng(count))
     assert np.array_equal(out.target_hit, out.values == BETWEEN)
     assert out.event == mech.event and len(out) == n
-    observed = np.bincount(out.values, minlength=3)
-    expected = n * np.array(mech.outcome_probabilities(count))
-    assert chisquare(observed, expected).pvalue > P_VALUE_FLOOR
+    observed = dict(enumerate(np.bincount(out.values, minlength=3)))
+    check_counts_match_law(observed, dict(enumerate(mech.outcome_probabilities(count))), alpha=P_VALUE_FLOOR)
 
 
 def test_single_calls_match_exact_probabilities():
@@ -154,8 +154,8 @@ def test_single_calls_match_exact_probabilities():
     rng = np.random.default_rng(5)
     n = 3000
     labels = [mech(11, rng=rng) for _ in range(n)]
-    observed = np.array([sum(r.value == name for r in labels) for name in OUTCOME_LABELS])
-    assert chisquare(observed, n * np.array(mech.outcome_probabilities(11))).pvalue > P_VALUE_FLOOR
+    observed = {name: sum(r.value == name for r in labels) for name in OUTCOME_LABELS}
+    check_counts_match_law(observed, dict(zip(OUTCOME_LABELS, mech.outcome_probabilities(11))), alpha=P_VALUE_FLOOR)
     assert all(r.target_hit == (r.value == "between") for r in labels)
 
 
@@ -164,9 +164,9 @@ def test_thresholding_a_noisy_count_has_the_same_law():
     eps, low, high, c, n = 0.3, 20, 30, 18, 100_000
     z = sample_discrete_laplace(eps, np.random.default_rng(3), size=n)
     noisy = c + z
-    observed = np.array([(noisy < low).sum(), ((noisy >= low) & (noisy <= high)).sum(), (noisy > high).sum()])
+    observed = [(noisy < low).sum(), ((noisy >= low) & (noisy <= high)).sum(), (noisy > high).sum()]
     expected = BetweenThresholds(eps, low, high).outcome_probabilities(c)
-    assert chisquare(observed, n * np.array(expected)).pvalue > P_VALUE_FLOOR
+    check_counts_match_law(dict(enumerate(observed)), dict(enumerate(expected)), alpha=P_VALUE_FLOOR)
 
 
 def test_call_api_count_or_histogram():
@@ -226,6 +226,35 @@ def test_output_distribution_uses_outcome_codes():
     assert tuple(dist.probabilities) == mech.outcome_probabilities(12)
 
 
+def test_the_query_on_one_token_is_a_histogram_mechanism():
+    mech = BetweenThresholds(0.5, 2, 6)
+    query = mech.on_token(1)
+    assert query.event == mech.event and query.privacy_claim() == mech.privacy_claim()
+    claim = mech.privacy_claim()
+    assert (claim.epsilon, claim.delta, claim.relation) == (0.5, 0.0, "replace-one")
+    assert (claim.target.outcome, claim.target.epsilon, claim.target.q) == (BETWEEN, 0.5, mech.q)
+    with pytest.raises(ValueError, match="claims nothing under relation 'add-remove-one'"):
+        mech.privacy_claim("add-remove-one")
+    hist = {1: 4, 3: 2}
+    for seed in range(20):  # the same draw, the same release as the query on token 1
+        run = query(hist, rng=np.random.default_rng(seed))
+        assert run == mech(hist, token=1, rng=np.random.default_rng(seed))
+        assert OUTCOME_LABELS[query.outcome_code(run.value)] == run.value
+    assert query.output_distribution(hist).as_dict() == mech.output_distribution(4).as_dict()
+    batch = as_batch([hist, {}], num_teachers=6)
+    sample, codes, probs = query.batch_distributions(batch)
+    assert sample.tolist() == [0, 0, 0, 1, 1, 1] and codes.tolist() == [BELOW, BETWEEN, ABOVE] * 2
+    assert probs.tolist() == list(mech.outcome_probabilities(4)) + list(mech.outcome_probabilities(0))
+    assert np.array_equal(mech.batch_distributions(batch, token=1)[2], probs)
+    with pytest.raises(ValueError, match="token is required"):
+        mech.batch_distributions([hist])
+    batch = query.run_batch([hist] * 5, rng=np.random.default_rng(3))
+    assert np.array_equal(batch.values, mech.run_batch([hist] * 5, rng=np.random.default_rng(3), token=1).values)
+    # Its claim, pure epsilon with `between` a q-target, holds on every neighbouring pair of small histograms.
+    (report,) = check_privacy_claim(query)
+    assert report.worst_delta <= 1e-12 and report.worst_q == pytest.approx(mech.q, rel=1e-9)
+
+
 # --- the gap requirement and validation ------------------------------------------------------------
 @pytest.mark.parametrize(
     "args, kwargs, error, message",
@@ -266,7 +295,8 @@ def test_gap_requirement_guarantees_a_fraction_of_the_limit(eps, extra, low):
 
 
 # --- the q-target: certified value, closed form and the continuous formula -------------------------
-SPEC_VECTORS = [
+#: (epsilon, gap, the continuous q_BT at that gap to six decimals), computed once from the closed form.
+REFERENCE_Q = [
     (0.1, 10, 0.300270),
     (0.1, 20, 0.410734),
     (0.1, 30, 0.451371),
@@ -276,9 +306,9 @@ SPEC_VECTORS = [
 ]
 
 
-@pytest.mark.parametrize("eps, gap, spec_q", SPEC_VECTORS)
-def test_discrete_q_is_the_continuous_formula_at_gap_plus_one(eps, gap, spec_q):
-    assert continuous_q(eps, gap) == pytest.approx(spec_q, abs=5e-7)
+@pytest.mark.parametrize("eps, gap, reference_q", REFERENCE_Q)
+def test_discrete_q_is_the_continuous_formula_at_gap_plus_one(eps, gap, reference_q):
+    assert continuous_q(eps, gap) == pytest.approx(reference_q, abs=5e-7)
     exact = between_thresholds_q(eps, gap)
     assert exact == pytest.approx(continuous_q(eps, gap + 1), rel=1e-14)
     assert exact > continuous_q(eps, gap)

@@ -1,6 +1,6 @@
-"""The q-target certifier (spec 4.1) and the TCT boundary wrapper (spec 4.3)."""
+"""The q-target certifier (``mechanisms.qtarget``) and the TCT boundary wrapper (paper, "Privacy analysis
+considerations"; docs/mechanisms/boundary_wrapper.md)."""
 
-import itertools
 import math
 from fractions import Fraction
 
@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.stats import chisquare
-
 from mechanisms import FAIL_VALUE, OutcomeDistribution, ThresholdArgMax, ThresholdWeightedSampling, as_histogram
 from mechanisms.between_thresholds import BetweenThresholds, discrete_laplace_sf
 from mechanisms.boundary_wrapper import (
@@ -24,6 +22,7 @@ from mechanisms.boundary_wrapper import (
     wrap_probabilities,
 )
 from mechanisms.qtarget import pure_dp_level, q_star, q_star_rows, q_target_decomposition, worst_case_q
+from mechanisms.testing import check_counts_match_law, check_privacy_claim
 from pate_accountant import Release
 from pate_accountant.events import BoundaryWrapperEvent, EpsilonDeltaEvent
 
@@ -184,8 +183,8 @@ def test_pure_dp_level():
 
 
 # --- the target probability ---------------------------------------------------------------------------
-def test_target_probability_spec_examples():
-    # Spec 4.3: pi = 0.5 -> 1/3, 0.9 -> 0.0909, 0.99 -> 0.0099.
+def test_target_probability_worked_examples():
+    # (1 - pi) / (2 - pi): pi = 0.5 -> 1/3, 0.9 -> 0.0909, 0.99 -> 0.0099.
     assert target_probability(0.5) == pytest.approx(1 / 3, rel=1e-15)
     assert target_probability(0.9) == pytest.approx(0.1 / 1.1, rel=1e-15)
     assert target_probability(0.99) == pytest.approx(0.01 / 1.01, rel=1e-15)
@@ -205,11 +204,13 @@ def test_wrap_probabilities_layout():
     assert w.sum() == pytest.approx(1.0)
 
 
-# --- spec 10 vectors: a binary eps_A-DP mechanism, wrapped ---------------------------------------------
-@pytest.mark.parametrize("eps_a, spec_q", [(0.01, 0.3980), (0.1, 0.3794)])
-def test_spec_vectors_at_level_two_eps(eps_a, spec_q):
+# --- reference values: a binary eps_A-DP mechanism, wrapped ---------------------------------------------
+@pytest.mark.parametrize("eps_a, reference_q", [(0.01, 0.3980), (0.1, 0.3794)])
+def test_binary_inner_q_at_level_two_eps_reference_values(eps_a, reference_q):
+    """The worst q of a wrapped binary eps_A-DP mechanism at level 2 eps_A (to 1e-4: the closed form
+    (E + 1) / (2 E^2 + E + 2), E = e^{eps_A}), about 0.33 at 1.5 eps_A, 0 at eps_A."""
     q, level = binary_worst_case_q(eps_a, 2 * eps_a)
-    assert q == pytest.approx(spec_q, abs=1e-4)
+    assert q == pytest.approx(reference_q, abs=1e-4)
     assert level <= 2 * eps_a
     # Level 1.5 eps_A gives about 0.33 (0.3317 at eps_A = 0.01); at level eps_A it is not a target.
     q15, _ = binary_worst_case_q(eps_a, 1.5 * eps_a)
@@ -405,8 +406,7 @@ def test_single_calls_follow_the_wrapped_law():
     fails = sum(r.value is None and not r.target_hit for r in runs)
     assert all(r.value is None for r in runs if r.target_hit)
     assert all(r.outcome == "target" for r in runs if r.target_hit)
-    expected = n * np.array([dist.target, dist.probability(3), dist.fail])
-    assert chisquare([hits, tokens, fails], expected).pvalue > P_VALUE_FLOOR
+    check_counts_match_law({TARGET: hits, 3: tokens, None: fails}, dist.as_dict(), alpha=P_VALUE_FLOOR)
 
 
 @pytest.mark.parametrize(
@@ -423,36 +423,13 @@ def test_run_batch_follows_the_wrapped_law(inner, n):
     assert out.event == wrapped.event and out.target_hit.dtype == bool
     assert (out.values[out.target_hit] == FAIL_VALUE).all()
     keys = [k for k in dist.as_dict() if k not in (None, TARGET)]
-    observed = [out.target_hit.sum(), (out.failed & ~out.target_hit).sum()] + [(out.values == k).sum() for k in keys]
-    expected = n * np.array([dist.target, dist.fail] + [dist.probability(k) for k in keys])
-    keep = expected > 0
-    assert sum(observed) == n
-    assert chisquare(np.array(observed)[keep], expected[keep]).pvalue > P_VALUE_FLOOR
+    observed = {TARGET: int(out.target_hit.sum()), None: int((out.failed & ~out.target_hit).sum()),
+                **{k: int((out.values == k).sum()) for k in keys}}
+    assert sum(observed.values()) == n
+    check_counts_match_law(observed, dist.as_dict(), alpha=P_VALUE_FLOOR)
 
 
 # --- exact privacy checks on neighbouring histograms -------------------------------------------------
-def all_histograms(n, bins):
-    """All ways to spread n teachers over ``bins`` tokens plus the tail (last coordinate)."""
-    for cut in itertools.combinations(range(n + bins), bins):
-        parts = np.diff([-1, *cut, n + bins]) - 1
-        yield tuple(int(x) for x in parts)
-
-
-def neighbours(h):
-    """Replace-one: one vote moves between two bins (tokens or tail)."""
-    for a, b in itertools.permutations(range(len(h)), 2):
-        if h[a] > 0:
-            g = list(h)
-            g[a] -= 1
-            g[b] += 1
-            yield tuple(g)
-
-
-def aligned(d0, d1):
-    keys = sorted(set(d0) | set(d1), key=str)
-    return np.array([d0.get(k, 0.0) for k in keys]), np.array([d1.get(k, 0.0) for k in keys]), keys.index(TARGET)
-
-
 @pytest.mark.parametrize(
     "inner",
     [
@@ -465,28 +442,21 @@ def aligned(d0, d1):
     ids=repr,
 )
 def test_wrapped_pairs_are_certified_at_two_eps(inner):
-    # Enumerate every histogram of n = 7 teachers over 3 tokens + tail and every replace-one neighbour:
-    # the inner law is eps_A-DP, the wrapped law is 2 eps_A-DP, and the target is a q-target at level
-    # 2 eps_A with q at least the event's q (1/3 up to eps_A = 0.3119) -- the bound TCT accounting uses.
-    n, eps_a = 7, inner.epsilon
+    # Every histogram of at most 7 teachers over 3 tokens + tail and every replace-one neighbour: the inner law
+    # is eps_A-DP, the wrapped law is 2 eps_A-DP, and the target is a q-target at level 2 eps_A with q at least
+    # the event's q (1/3 up to eps_A = 0.3119) -- the bound TCT accounting uses.
+    eps_a = inner.epsilon
     wrapped = BoundaryWrapper(inner)
     event = wrapped.event
     assert event.epsilon == pytest.approx(2 * eps_a)
-    laws = {}
-    for h in all_histograms(n, 3):
-        hist = as_histogram(np.array(h[:3]), num_teachers=n)
-        laws[h] = (inner.output_distribution(hist).as_dict(), wrapped.output_distribution(hist).as_dict())
-    worst_q, worst_level, worst_inner = 1.0, 0.0, 0.0
-    for h, (inner_law, wrapped_law) in laws.items():
-        for g in neighbours(h):
-            a = np.array([inner_law[k] for k in inner_law])
-            b = np.array([laws[g][0].get(k, 0.0) for k in inner_law])
-            worst_inner = max(worst_inner, pure_dp_level(a, b))
-            w0, w1, t = aligned(wrapped_law, laws[g][1])
-            worst_level = max(worst_level, pure_dp_level(w0, w1))
-            worst_q = min(worst_q, q_star(w0, w1, 2 * eps_a, t))
-    assert worst_inner <= eps_a * (1 + 1e-9)
-    assert worst_level <= 2 * eps_a * (1 + 1e-9)
-    assert worst_q >= event.q
+    claim = wrapped.privacy_claim()
+    assert (claim.epsilon, claim.delta) == (2 * eps_a, 0.0)
+    assert (claim.target.outcome, claim.target.epsilon, claim.target.q) == (TARGET, event.epsilon, event.q)
+    # The inner claim read from its event is pure eps_A; the check bounds the tight delta at the claimed
+    # epsilon by 1e-12 on every pair (pure DP up to float rounding), and the target's q on every pair.
+    (inner_report,) = check_privacy_claim(inner, max_teachers=7)
+    (report,) = check_privacy_claim(wrapped, max_teachers=7)
+    assert inner_report.claim.epsilon == eps_a and inner_report.worst_delta <= 1e-12
+    assert report.worst_delta <= 1e-12 and report.worst_q >= event.q
     if eps_a <= MAX_EPSILON_FOR_ONE_THIRD:
         assert event.q == 1 / 3

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.stats import chisquare
 
 import mechanisms.randomness as randomness
 from exact_enumeration import (
@@ -30,6 +29,7 @@ from mechanisms import (
     DPArgMax,
     DPWeightedSampling,
     OutcomeDistribution,
+    ThresholdWeightedSampling,
     TruncatedGeometricNoisyArgMax,
 )
 from mechanisms.base import sample_batch_outcomes
@@ -56,8 +56,9 @@ from mechanisms.randomness import (
     truncated_geometric_law,
     uniform_below,
 )
+from mechanisms.testing import check_counts_match_law
 
-P_FLOOR = 1e-6  # chi-square p-value floor (the seeds are fixed, so each check is deterministic)
+P_FLOOR = 1e-6  # chi-square significance (the seeds are fixed, so each check is deterministic)
 
 
 def exp_decimal(x: Fraction, digits: int = 60) -> Fraction:
@@ -67,19 +68,10 @@ def exp_decimal(x: Fraction, digits: int = 60) -> Fraction:
         return Fraction((Decimal(x.numerator) / Decimal(x.denominator)).exp())
 
 
-def chi_square(observed: np.ndarray, probabilities: np.ndarray) -> float:
-    """p-value, pooling the bins expected to hold fewer than 5 draws into the smallest other bin."""
-    observed = np.asarray(observed, dtype=float)
-    expected = np.asarray(probabilities, dtype=float) * observed.sum()
-    small = expected < 5
-    if small.any():
-        assert observed[expected == 0].sum() == 0, "an outcome of probability zero was drawn"
-        big = np.flatnonzero(~small)
-        j = big[np.argmin(expected[big])]
-        observed[j] += observed[small].sum()
-        expected[j] += expected[small].sum()
-        observed, expected = observed[~small], expected[~small]
-    return float(chisquare(observed, expected * observed.sum() / expected.sum()).pvalue)
+def check_law(observed, probabilities) -> None:
+    """Chi-square of the counts ``observed[i]`` against the probabilities ``probabilities[i]`` at ``P_FLOOR``
+    (``mechanisms.testing.check_counts_match_law``: rare bins pooled, impossible outcomes refused)."""
+    check_counts_match_law(dict(enumerate(observed)), dict(enumerate(probabilities)), alpha=P_FLOOR)
 
 
 def tg_probabilities(epsilon: float, k: int) -> np.ndarray:
@@ -360,22 +352,22 @@ def test_scalar_samplers_chi_square():
     # Bernoulli of floats
     for p in (0.3, 0.97):
         hits = sum(source.bernoulli(p) for _ in range(n))
-        assert chi_square([hits, n - hits], [p, 1 - p]) > P_FLOOR
+        check_law([hits, n - hits], [p, 1 - p])
     # Bernoulli(e^-gamma)
     for gamma in (Fraction(1, 3), Fraction(2.5)):
         hits = sum(source.bernoulli_exp(gamma) for _ in range(n))
         p = math.exp(-float(gamma))
-        assert chi_square([hits, n - hits], [p, 1 - p]) > P_FLOOR
+        check_law([hits, n - hits], [p, 1 - p])
     # below
     draws = np.array([source.below(7) for _ in range(n)])
-    assert chi_square(np.bincount(draws, minlength=7), np.full(7, 1 / 7)) > P_FLOOR
+    check_law(np.bincount(draws, minlength=7), np.full(7, 1 / 7))
     # geometric
     gamma = 0.4
     draws = np.array([source.geometric_exp(gamma) for _ in range(n)])
     top = 15
     observed = np.append(np.bincount(np.minimum(draws, top), minlength=top + 1)[:top], (draws >= top).sum())
     pmf = (1 - math.exp(-gamma)) * np.exp(-gamma * np.arange(top))
-    assert chi_square(observed, np.append(pmf, math.exp(-gamma * top))) > P_FLOOR
+    check_law(observed, np.append(pmf, math.exp(-gamma * top)))
     # discrete Laplace
     draws = np.array([source.discrete_laplace(0.8) for _ in range(n)])
     r = math.exp(-0.8)
@@ -383,40 +375,40 @@ def test_scalar_samplers_chi_square():
     observed = [(draws < -6).sum()] + [(draws == z).sum() for z in edges] + [(draws > 6).sum()]
     pmf = (1 - r) / (1 + r) * r ** np.abs(edges)
     tail = r**7 / (1 + r)
-    assert chi_square(observed, np.concatenate([[tail], pmf, [tail]])) > P_FLOOR
+    check_law(observed, np.concatenate([[tail], pmf, [tail]]))
     # TG
     draws = np.array([source.truncated_geometric(0.6, 5) for _ in range(n)])
-    assert chi_square(np.bincount(draws + 5, minlength=11), tg_probabilities(0.6, 5)) > P_FLOOR
+    check_law(np.bincount(draws + 5, minlength=11), tg_probabilities(0.6, 5))
     # categorical
     weights = [0.2, 0.5, 0.3]
     draws = np.array([source.categorical(weights) for _ in range(n)])
-    assert chi_square(np.bincount(draws, minlength=3), weights) > P_FLOOR
+    check_law(np.bincount(draws, minlength=3), weights)
 
 
 def test_vectorised_samplers_chi_square():
     source = random_bits(np.random.default_rng(202))
     n = 200_000
     draws = TruncatedGeometric(0.5, 9).sample(source, n)
-    assert chi_square(np.bincount(draws + 9, minlength=19), tg_probabilities(0.5, 9)) > P_FLOOR
+    check_law(np.bincount(draws + 9, minlength=19), tg_probabilities(0.5, 9))
     gamma, top = 0.3, 30
     draws = sample_geometric(gamma, n, source)
     observed = np.append(np.bincount(np.minimum(draws, top), minlength=top + 1)[:top], (draws >= top).sum())
     pmf = (1 - math.exp(-gamma)) * np.exp(-gamma * np.arange(top))
-    assert chi_square(observed, np.append(pmf, math.exp(-gamma * top))) > P_FLOOR
+    check_law(observed, np.append(pmf, math.exp(-gamma * top)))
     draws = sample_discrete_laplace(0.7, source, size=n)
     r = math.exp(-0.7)
     edges = np.arange(-8, 9)
     observed = [(draws < -8).sum()] + [(draws == z).sum() for z in edges] + [(draws > 8).sum()]
     tail = r**9 / (1 + r)
-    assert chi_square(observed, np.concatenate([[tail], (1 - r) / (1 + r) * r ** np.abs(edges), [tail]])) > P_FLOOR
+    check_law(observed, np.concatenate([[tail], (1 - r) / (1 + r) * r ** np.abs(edges), [tail]]))
     draws = uniform_below(np.array([3, 5, 7] * (n // 3)), source)
     for m, offset in ((3, 0), (5, 1), (7, 2)):
-        assert chi_square(np.bincount(draws[offset::3], minlength=m), np.full(m, 1 / m)) > P_FLOOR
+        check_law(np.bincount(draws[offset::3], minlength=m), np.full(m, 1 / m))
     laws = [RationalLaw([1, 1, 2]), RationalLaw([Fraction(1, 3), 0, Fraction(2, 3)])]
     which = np.arange(n) % 2
     draws = sample_laws(laws, which, source)
-    assert chi_square(np.bincount(draws[which == 0], minlength=3), [0.25, 0.25, 0.5]) > P_FLOOR
-    assert chi_square(np.bincount(draws[which == 1], minlength=3), [1 / 3, 0, 2 / 3]) > P_FLOOR
+    check_law(np.bincount(draws[which == 0], minlength=3), [0.25, 0.25, 0.5])
+    check_law(np.bincount(draws[which == 1], minlength=3), [1 / 3, 0, 2 / 3])
 
 
 def test_batch_outcomes_exact_fallback():
@@ -444,7 +436,7 @@ def test_batch_outcomes_exact_fallback():
     tokens = np.tile([3, 4], n)
     probs = np.tile([0.2, 0.7], n)
     values = sample_batch_outcomes(sample, tokens, probs, n, source)
-    assert chi_square([(values == 3).sum(), (values == 4).sum(), (values == -1).sum()], [0.2, 0.7, 0.1]) > P_FLOOR
+    check_law([(values == 3).sum(), (values == 4).sum(), (values == -1).sum()], [0.2, 0.7, 0.1])
 
 
 def test_outcome_distribution_sample_is_exact_and_normalised():
@@ -523,6 +515,10 @@ def _mechanism_runs():
         ("DPWeightedSampling.run_batch", lambda rng: DPWeightedSampling(1.0, 1e-6).run_batch([hist] * 3, rng=rng)),
         ("BetweenThresholds", lambda rng: BetweenThresholds(0.5, 10, 20)(15, rng=rng)),
         ("BetweenThresholds.run_batch", lambda rng: BetweenThresholds(0.5, 10, 20).run_batch([1, 15, 30], rng=rng)),
+        ("BetweenThresholds.on_token", lambda rng: BetweenThresholds(0.5, 5, 20).on_token(1)(hist, rng=rng)),
+        ("ThresholdWeightedSampling", lambda rng: ThresholdWeightedSampling(2)(hist, rng=rng)),
+        ("ThresholdWeightedSampling.run_batch",
+         lambda rng: ThresholdWeightedSampling(2).run_batch([hist] * 3, rng=rng)),
         ("TruncatedGeometric.sample", lambda rng: TruncatedGeometric(0.5, 10).sample(rng)),
         ("sample_discrete_laplace", lambda rng: sample_discrete_laplace(0.5, rng, size=4)),
         ("OutcomeDistribution.sample", lambda rng: OutcomeDistribution(np.array([1, 2]), np.array([0.5, 0.3]), 0.2).sample(rng)),

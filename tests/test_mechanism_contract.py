@@ -1,335 +1,306 @@
-"""One contract suite, parametrized over every mechanism class in ``mechanisms`` and every relation.
+"""One contract suite, parametrized over every registered mechanism (``mechanisms.registry``) and every relation.
 
-Discovery: every class named in ``mechanisms.__all__`` that has an ``event`` and an ``output_distribution``
-is a mechanism under contract.  ``BUILDERS`` says how to build a few instances of each under a relation
-(small noise, so that histograms of at most six teachers exercise every branch); a mechanism with no
-builder fails ``test_every_mechanism_has_a_builder``, so one added later cannot slip through.
+Each registered name gives a few small instances under a relation (``registry.contract_examples``: the
+entry's ``examples``, or its ``build`` at a few large budgets), or refuses the relation with a ``ValueError``
+naming it.  For every instance the public checks of ``mechanisms.testing`` run:
 
-For each mechanism and each neighbouring relation (replace-one: a vote moves, ``n`` fixed; add/remove-one:
-a teacher with any vote, tail votes included, joins or leaves, ``n`` changes by one), either
+* its privacy claim (``privacy_claim(relation)``) holds on **every** neighbouring pair of histograms with at
+  most six teachers over three tokens, tail votes included, computed from the exact output laws: the tight
+  hockey-stick divergence at the claimed epsilon is at most the claimed delta, a claimed q-target is
+  certified on each pair, a threshold claim releases no token below its threshold;
+* its event charges at least that claim (a composition accountant spends no less);
+* its sampler matches its exact law: a chi-square test at a fixed seed, by ``run_batch`` and by single calls.
 
-* the mechanism refuses the relation at construction with a ``ValueError`` naming it, or
-* every instance's event states that relation, and for **every** neighbouring pair of histograms with at
-  most ``MAX_TEACHERS`` teachers over ``VOCAB`` tokens, the tight hockey-stick divergence of the exact
-  output laws at the claimed epsilon is at most the claimed delta.  The claim is the event's
-  ``(epsilon, delta)`` as an accountant charges it (``epsilon_delta_terms``; for the boundary wrapper that
-  is the wrapped claim, the q-target side is tested with target charging); a threshold-privacy event
-  claims instead that no token below its threshold is ever released.
-
-And every sampler matches its exact law: a chi-square test at a fixed seed on a few histograms.
+A mechanism registered by a user (before this module is collected) gets the same tests; so does every
+mechanism class the package exports, which must be reachable from some registered name.
 """
 
 from __future__ import annotations
 
 import math
 
+import attr
 import numpy as np
 import pytest
-from scipy import stats
 
 import mechanisms
-from mechanisms.audit import exact_pair_delta, neighbouring_pairs, small_histograms
-from mechanisms.base import FAIL_VALUE
-from mechanisms.histogram import CountHistogram, HistogramBatch
-from pate_accountant.accountants.translate import epsilon_delta_terms
-from pate_accountant.events import ADD_REMOVE_ONE, NEIGHBOURING_RELATIONS, REPLACE_ONE, ThresholdPrivacyEvent
+from mechanisms import registry
+from mechanisms.audit import neighbouring_pairs, small_histograms
+from mechanisms.base import EpsilonDeltaClaim, Mechanism, OutcomeDistribution, ThresholdClaim
+from mechanisms.testing import (
+    MAX_TEACHERS,
+    ROUNDING,
+    SAMPLER_HISTOGRAMS,
+    VOCAB_SIZE,
+    check_counts_match_law,
+    check_event_covers_claim,
+    check_privacy_claim,
+    check_registered_mechanism,
+    check_sampler_matches_law,
+    worst_pair_delta,
+)
+from pate_accountant.events import ADD_REMOVE_ONE, NEIGHBOURING_RELATIONS, REPLACE_ONE, EpsilonDeltaEvent
 
-#: Histograms of at most this many teachers over this many tokens (plus tail votes) are enumerated.
-MAX_TEACHERS = 6
-VOCAB = 3
-#: Slack on the claimed delta for float64 rounding of the exact laws (probabilities are sums of a few
-#: dozen terms, each exact to about 1e-16 relative).
-ROUNDING = 1e-12
+NAMES = registry.mechanism_names()
+CASES = [(name, relation) for name in NAMES for relation in NEIGHBOURING_RELATIONS]
+
+#: The relations the built-in mechanisms refuse (every sampling rate c/n of weighted sampling moves with n).
+BUILTIN_REFUSALS = {("dp-weighted-sampling", ADD_REMOVE_ONE), ("boundary-dp-weighted-sampling", ADD_REMOVE_ONE)}
 
 
-def _discovered() -> list[type]:
-    out = []
-    for name in mechanisms.__all__:
-        obj = getattr(mechanisms, name)
-        if isinstance(obj, type) and hasattr(obj, "event") and hasattr(obj, "output_distribution"):
-            out.append(obj)
+def _examples(name, relation):
+    """The instances of ``name`` under ``relation``, or ``None`` when it refuses the relation (checked to be
+    a ``ValueError`` naming it)."""
+    try:
+        return registry.contract_examples(name, relation)
+    except ValueError as exc:
+        assert relation in str(exc), f"{name} refused {relation} without naming it: {exc}"
+        return None
+
+
+def _reached_classes(mechanism) -> set:
+    """The mechanism's class and those of the mechanisms it runs (a wrapper's inner, a token query's query)."""
+    out = {type(mechanism)}
+    for part in ("inner", "query"):
+        inner = getattr(mechanism, part, None)
+        if inner is not None:
+            out |= _reached_classes(inner)
     return out
 
 
-MECHANISMS = _discovered()
+# -- the registry covers the package ---------------------------------------------------------------------
+def test_every_exported_mechanism_class_is_reached_by_a_registered_name():
+    exported = {getattr(mechanisms, n) for n in mechanisms.__all__}
+    classes = {c for c in exported if isinstance(c, type) and issubclass(c, Mechanism) and c is not Mechanism}
+    assert {"ThresholdArgMax", "ThresholdWeightedSampling", "TruncatedGeometricNoisyArgMax", "DPArgMax",
+            "DPWeightedSampling", "BetweenThresholds", "BoundaryWrapper", "TokenQuery"} <= {c.__name__ for c in classes}
+    reached = set()
+    for name, relation in CASES:
+        for example in _examples(name, relation) or []:
+            reached |= _reached_classes(example)
+    assert classes <= reached, f"not reached by any registered name: {sorted(c.__name__ for c in classes - reached)}"
 
 
-class TokenQuery:
-    """A count query (``BetweenThresholds``) run on token ``token`` of each histogram: the mechanism the
-    privacy claim is about when the token is fixed in advance."""
-
-    def __init__(self, mechanism, token: int = 0):
-        self.mechanism, self.token = mechanism, token
-
-    @property
-    def event(self):
-        return self.mechanism.event
-
-    def output_distribution(self, histogram):
-        return self.mechanism.output_distribution(histogram, token=self.token)
-
-    def run_batch(self, batch, rng=None):
-        return self.mechanism.run_batch(batch, rng=rng, token=self.token)
-
-    def __repr__(self):
-        return f"TokenQuery({self.mechanism!r}, token={self.token})"
+def test_the_builtin_refusals_are_exactly_the_known_ones():
+    refused = {(name, relation) for name, relation in CASES if _examples(name, relation) is None}
+    assert BUILTIN_REFUSALS <= refused
+    assert {case for case in refused if case[0] in _BUILTIN_NAMES} == BUILTIN_REFUSALS
 
 
-def _noisy_argmax(relation):
-    cls = mechanisms.TruncatedGeometricNoisyArgMax
-    return [cls(2.0, 0.2, relation=relation), cls(1.0, 0.1, relation=relation), cls(4.0, 0.05, relation=relation)]
+_BUILTIN_NAMES = {"dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling", "boundary-dp-weighted-sampling",
+                  "noisy-argmax", "between-thresholds", "threshold-argmax", "threshold-weighted-sampling"}
 
 
-def _dp_argmax(relation):
-    cls = mechanisms.DPArgMax
-    return [cls(2.0, 0.2, relation=relation), cls(1.0, 0.1, relation=relation), cls(4.0, 0.05, relation=relation),
-            cls(0.5, 0.3, relation=relation)]
+def test_the_builtin_names_are_registered():
+    assert _BUILTIN_NAMES <= set(NAMES)
 
 
-def _weighted_sampling(relation):
-    cls = mechanisms.DPWeightedSampling
-    return [cls(1.0, 0.05, relation), cls(2.0, 0.1, relation), cls(0.5, 1e-3, relation),
-            cls(1.0, 0.05, relation, release_counts=True)]
-
-
-def _between_thresholds(relation):
-    cls = mechanisms.BetweenThresholds
-    return [TokenQuery(cls(1.0, 1, 3, relation=relation)), TokenQuery(cls(0.5, 0, 4, relation=relation)),
-            TokenQuery(cls(2.0, 2, 3, relation=relation))]
-
-
-def _threshold_argmax(relation):
-    return [mechanisms.ThresholdArgMax(2), mechanisms.ThresholdArgMax(4)]
-
-
-def _threshold_weighted_sampling(relation):
-    return [mechanisms.ThresholdWeightedSampling(2, 1.0), mechanisms.ThresholdWeightedSampling(3, 2.0)]
-
-
-def _boundary_wrapper(relation):
-    inner = [mechanisms.DPArgMax(2.0, 0.2, relation=relation), mechanisms.DPArgMax(0.6, 0.3, relation=relation)]
-    if relation == REPLACE_ONE:
-        inner.append(mechanisms.DPWeightedSampling(1.0, 0.05))
-    return [mechanisms.BoundaryWrapper(m) for m in inner]
-
-
-#: ``builder(relation) -> [mechanism, ...]``; raises ``ValueError`` when the class refuses the relation.
-BUILDERS = {
-    mechanisms.TruncatedGeometricNoisyArgMax: _noisy_argmax,
-    mechanisms.DPArgMax: _dp_argmax,
-    mechanisms.DPWeightedSampling: _weighted_sampling,
-    mechanisms.BetweenThresholds: _between_thresholds,
-    mechanisms.ThresholdArgMax: _threshold_argmax,
-    mechanisms.ThresholdWeightedSampling: _threshold_weighted_sampling,
-    mechanisms.BoundaryWrapper: _boundary_wrapper,
-}
-
-#: Relations a class refuses at construction (it must raise a clear ValueError naming the relation).
-REFUSED = {(mechanisms.DPWeightedSampling, ADD_REMOVE_ONE)}
-
-
-def _build(cls, relation):
-    builder = BUILDERS.get(cls)
-    if builder is None:
-        pytest.fail(f"no builder for mechanism {cls.__name__}: add one to BUILDERS in {__name__}")
-    return builder(relation)
-
-
-def _stated_relation(event):
-    inner = getattr(event, "inner", None)
-    return getattr(event if inner is None else inner, "relation", None)
-
-
-def _claim(event) -> tuple[float, float]:
-    terms = epsilon_delta_terms(event)
-    return math.fsum(e * m for e, _, m in terms), min(1.0, math.fsum(d * m for _, d, m in terms))
-
-
-def _law(mechanism, histogram) -> dict:
-    return mechanism.output_distribution(histogram).as_dict()
-
-
-# -- discovery ---------------------------------------------------------------------------------------------------
-def test_discovery_finds_the_mechanisms():
-    names = {cls.__name__ for cls in MECHANISMS}
-    assert {"TruncatedGeometricNoisyArgMax", "DPArgMax", "DPWeightedSampling", "BetweenThresholds",
-            "BoundaryWrapper", "ThresholdArgMax", "ThresholdWeightedSampling"} <= names
-
-
-@pytest.mark.parametrize("cls", MECHANISMS, ids=lambda c: c.__name__)
-def test_every_mechanism_has_a_builder(cls):
-    assert cls in BUILDERS, f"no builder for mechanism {cls.__name__}: add one to BUILDERS"
+@pytest.mark.parametrize("name", NAMES)
+def test_every_name_accepts_a_relation_and_its_instances_claim_it(name):
+    accepted = [relation for relation in NEIGHBOURING_RELATIONS if _examples(name, relation) is not None]
+    assert accepted, f"{name} refuses every relation"
+    for relation in accepted:
+        for example in _examples(name, relation):
+            assert relation in example.claimed_relations, (name, example)
+            claim = example.privacy_claim(relation)
+            assert isinstance(claim, (EpsilonDeltaClaim, ThresholdClaim)), claim
 
 
 def test_the_enumeration_covers_both_relations():
-    hists = small_histograms(MAX_TEACHERS, VOCAB)
-    assert len(hists) == sum(math.comb(n + VOCAB, VOCAB) for n in range(MAX_TEACHERS + 1))  # tokens + tail
-    replace = neighbouring_pairs(MAX_TEACHERS, VOCAB, REPLACE_ONE)
-    add = neighbouring_pairs(MAX_TEACHERS, VOCAB, ADD_REMOVE_ONE)
+    hists = small_histograms(MAX_TEACHERS, VOCAB_SIZE)
+    assert len(hists) == sum(math.comb(n + VOCAB_SIZE, VOCAB_SIZE) for n in range(MAX_TEACHERS + 1))  # tokens + tail
+    replace = neighbouring_pairs(MAX_TEACHERS, VOCAB_SIZE, REPLACE_ONE)
+    add = neighbouring_pairs(MAX_TEACHERS, VOCAB_SIZE, ADD_REMOVE_ONE)
     assert all(a.num_teachers == b.num_teachers for a, b in replace)
     assert all(b.num_teachers == a.num_teachers + 1 for a, b in add)
     # one vote differs: replace-one moves it (L1 distance 2 over tokens and tail), add/remove adds it.
     for a, b in replace:
-        diff = np.abs(b.to_dense(VOCAB) - a.to_dense(VOCAB)).sum() + abs(b.tail - a.tail)
+        diff = np.abs(b.to_dense(VOCAB_SIZE) - a.to_dense(VOCAB_SIZE)).sum() + abs(b.tail - a.tail)
         assert diff == 2
     for a, b in add:
-        assert (b.to_dense(VOCAB) - a.to_dense(VOCAB)).sum() + (b.tail - a.tail) == 1
+        assert (b.to_dense(VOCAB_SIZE) - a.to_dense(VOCAB_SIZE)).sum() + (b.tail - a.tail) == 1
     assert len({(a, b) for a, b in replace} | {(b, a) for a, b in replace}) == 2 * len(replace)
 
 
-# -- privacy by exact enumeration -----------------------------------------------------------------------------------
-CASES = [(cls, relation) for cls in MECHANISMS for relation in NEIGHBOURING_RELATIONS]
-
-
-@pytest.mark.parametrize("cls, relation", CASES, ids=lambda x: getattr(x, "__name__", x))
-def test_claim_bounds_the_tight_divergence_on_every_neighbouring_pair(cls, relation):
-    if (cls, relation) in REFUSED:
-        with pytest.raises(ValueError, match=relation):
-            _build(cls, relation)
+# -- privacy by exact enumeration --------------------------------------------------------------------------
+@pytest.mark.parametrize("name, relation", CASES)
+def test_claim_holds_on_every_neighbouring_pair_and_the_event_covers_it(name, relation):
+    examples = _examples(name, relation)
+    if examples is None:  # refused at construction, naming the relation (checked in _examples)
         return
-    built = _build(cls, relation)
-    assert built
-    pairs = neighbouring_pairs(MAX_TEACHERS, VOCAB, relation)
-    for mechanism in built:
-        event = mechanism.event
-        if isinstance(event, ThresholdPrivacyEvent):
-            _check_threshold_claim(mechanism, event.threshold)
-            continue
-        assert _stated_relation(event) == relation, (mechanism, event)
-        epsilon, delta = _claim(event)
-        cached = _Cached(mechanism)
-        worst, where = 0.0, None
-        for first, second in pairs:
-            value = exact_pair_delta(cached, first, second, epsilon)
-            if value > worst:
-                worst, where = value, (first, second)
-        assert worst <= delta + ROUNDING, f"{mechanism!r}: tight delta {worst:.6g} > {delta:.6g} at eps {epsilon} on {where}"
-        # The check has teeth: the output law moves on some neighbouring pair (total variation > 0), so the
-        # enumerated histograms exercise the mechanism.
-        assert max(exact_pair_delta(cached, a, b, 0.0) for a, b in pairs) > 1e-3, mechanism
+    for mechanism in examples:
+        (report,) = check_privacy_claim(mechanism, relations=(relation,))
+        assert report.relation == relation and report.num_pairs > 100
+        check_event_covers_claim(mechanism, relations=(relation,))
 
 
-class _Cached:
-    """The exact laws of one mechanism, computed once per histogram."""
-
-    def __init__(self, mechanism):
-        self.mechanism, self.laws = mechanism, {}
-
-    def output_distribution(self, histogram):
-        key = (histogram.num_teachers, histogram.tokens.tobytes(), histogram.counts.tobytes())
-        if key not in self.laws:
-            self.laws[key] = _law(self.mechanism, histogram)
-        return _Dict(self.laws[key])
+# -- sampler against exact law ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name, relation", CASES)
+def test_sampler_matches_the_exact_law(name, relation):
+    for index, mechanism in enumerate(_examples(name, relation) or []):
+        for i, hist in enumerate(SAMPLER_HISTOGRAMS):
+            check_sampler_matches_law(mechanism, hist, seed=20261123 + 10 * index + i)
+        # single calls take the same law (fewer draws: one Python call each)
+        check_sampler_matches_law(mechanism, SAMPLER_HISTOGRAMS[0], 2_000, seed=7 + index, path="call")
 
 
-class _Dict:
-    def __init__(self, law):
-        self.law = law
+# -- the checks have teeth -----------------------------------------------------------------------------------
+@attr.s(frozen=True, slots=True)
+class Overclaiming(Mechanism):
+    """Runs ``actual`` (its law, its sampler) but states the claim and event of ``honest``."""
 
-    def as_dict(self):
-        return self.law
+    honest = attr.ib()
+    actual = attr.ib()
 
+    @property
+    def event(self):
+        return self.honest.event
 
-def _check_threshold_claim(mechanism, threshold: int) -> None:
-    """Threshold privacy: only tokens with count at least the threshold are ever released."""
-    for hist in small_histograms(MAX_TEACHERS, VOCAB):
-        for token, p in _law(mechanism, hist).items():
-            if token is not None and p > 0:
-                assert hist.count(token) >= threshold, (mechanism, hist, token, p)
+    def privacy_claim(self, relation=None):
+        return self.honest.privacy_claim(relation)
 
-
-# -- sampler against exact law ---------------------------------------------------------------------------------------
-SAMPLER_HISTOGRAMS = [
-    CountHistogram([0, 1, 2], [4, 1, 1], num_teachers=6),
-    CountHistogram([0, 1, 2], [2, 2, 1], num_teachers=6),
-    CountHistogram([0, 1], [5, 0], num_teachers=6),
-    CountHistogram([0, 1, 2], [3, 3, 0], num_teachers=7),
-]
-DRAWS = 20_000
-#: Per-test significance: the chi-square statistic is compared with its (1 - ALPHA) quantile, so an honest
-#: sampler fails with probability ALPHA per histogram (the seed is fixed, so the outcome is reproducible).
-ALPHA = 1e-6
-_TARGET_CODE = FAIL_VALUE - 1
-
-
-def _sample(mechanism, histogram, rng, target: bool) -> np.ndarray:
-    """``DRAWS`` runs on ``histogram``: released values, with ``_TARGET_CODE`` for a target outcome when the
-    law has one (``target``; a count query's ``between`` is an ordinary outcome code of its law)."""
-    batch = HistogramBatch(np.repeat(np.arange(DRAWS), histogram.tokens.size), np.tile(histogram.tokens, DRAWS),
-                           np.tile(histogram.counts, DRAWS), DRAWS, histogram.num_teachers)
-    released = mechanism.run_batch(batch, rng=rng)
-    values = np.asarray(released.values, dtype=np.int64).copy()
-    if target and released.target_hit is not None:
-        values[np.asarray(released.target_hit, dtype=bool)] = _TARGET_CODE
-    return values
-
-
-def _code(outcome) -> int:
-    return FAIL_VALUE if outcome is None else (_TARGET_CODE if outcome == "target" else int(outcome))
-
-
-@pytest.mark.parametrize("cls", MECHANISMS, ids=lambda c: c.__name__)
-def test_sampler_matches_the_exact_law(cls):
-    rng = np.random.default_rng(20261123)
-    built = _build(cls, REPLACE_ONE)
-    for mechanism in built:
-        for hist in SAMPLER_HISTOGRAMS:
-            exact = mechanism.output_distribution(hist).as_dict()
-            law = {_code(k): v for k, v in exact.items() if v > 0}
-            assert math.isclose(sum(law.values()), 1.0, abs_tol=1e-9), (mechanism, hist, law)
-            values = _sample(mechanism, hist, rng, "target" in exact)
-            observed = dict(zip(*np.unique(values, return_counts=True)))
-            impossible = set(int(k) for k in observed) - set(law)
-            assert not impossible, f"{mechanism!r} on {hist}: outcomes {impossible} have probability zero"
-            codes = sorted(law)
-            expected = np.array([law[c] * DRAWS for c in codes])
-            counts = np.array([observed.get(c, 0) for c in codes], dtype=np.float64)
-            small = expected < 5  # pool rare outcomes so the chi-square approximation holds
-            if small.any():
-                expected = np.append(expected[~small], expected[small].sum())
-                counts = np.append(counts[~small], counts[small].sum())
-            if expected.size < 2 or expected[-1] == 0:
-                expected, counts = expected[expected > 0], counts[expected > 0]
-            if expected.size < 2:
-                assert counts.sum() == DRAWS
-                continue
-            statistic = float(((counts - expected) ** 2 / expected).sum())
-            limit = float(stats.chi2.isf(ALPHA, expected.size - 1))
-            assert statistic <= limit, f"{mechanism!r} on {hist}: chi-square {statistic:.1f} > {limit:.1f}"
-
-
-# -- the enumeration has teeth ---------------------------------------------------------------------------------------
-def _worst(mechanism, relation, epsilon) -> float:
-    cached = _Cached(mechanism)
-    return max(exact_pair_delta(cached, a, b, epsilon) for a, b in neighbouring_pairs(MAX_TEACHERS, VOCAB, relation))
+    def output_distribution(self, histogram, num_teachers=None):
+        return self.actual.output_distribution(histogram, num_teachers)
 
 
 @pytest.mark.parametrize(
     "honest, broken",
     [
-        # DPArgMax's release reads one count (at most one token exceeds n/2), so doubling its epsilon stays
-        # within the claim; four times is caught.
-        (mechanisms.DPArgMax(1.0, 0.1), mechanisms.DPArgMax(4.0, 0.1)),
+        # DPArgMax's claim is tight (the truncation's delta is reached), so even a little less noise breaks it.
+        (mechanisms.DPArgMax(1.0, 0.1), mechanisms.DPArgMax(1.5, 0.1)),
         (mechanisms.TruncatedGeometricNoisyArgMax(2.0, 0.2), mechanisms.TruncatedGeometricNoisyArgMax(4.0, 0.2)),
         (mechanisms.DPWeightedSampling(1.0, 0.05), mechanisms.DPWeightedSampling(2.0, 0.05)),
-        (TokenQuery(mechanisms.BetweenThresholds(1.0, 1, 3)), TokenQuery(mechanisms.BetweenThresholds(2.0, 1, 3))),
+        (mechanisms.BetweenThresholds(1.0, 1, 3).on_token(0), mechanisms.BetweenThresholds(2.0, 1, 3).on_token(0)),
     ],
     ids=lambda m: repr(m),
 )
-def test_the_enumeration_catches_a_claim_with_too_little_noise(honest, broken):
-    """The same mechanism with its noise scaled down (epsilon doubled) but the honest claim: some
-    replace-one pair of small histograms exceeds the claimed delta."""
-    epsilon, delta = _claim(honest.event)
-    assert _worst(honest, REPLACE_ONE, epsilon) <= delta + ROUNDING
-    assert _worst(broken, REPLACE_ONE, epsilon) > delta
+def test_a_claim_with_too_little_noise_is_caught(honest, broken):
+    """The same mechanism with its noise scaled down but the honest claim: some replace-one pair of small
+    histograms exceeds the claimed delta, and the check says so."""
+    claim = honest.privacy_claim()
+    assert worst_pair_delta(honest, claim.epsilon).delta <= claim.delta + ROUNDING
+    assert worst_pair_delta(broken, claim.epsilon).delta > claim.delta
+    with pytest.raises(AssertionError, match="tight delta .* > claimed|is only a .*-target"):
+        check_privacy_claim(Overclaiming(honest, broken))
+
+
+def test_a_target_claim_that_is_too_generous_is_caught():
+    query = mechanisms.BetweenThresholds(1.0, 1, 3)
+    honest = query.privacy_claim()
+
+    @attr.s(frozen=True, slots=True)
+    class Generous(Overclaiming):
+        def privacy_claim(self, relation=None):
+            target = attr.evolve(honest.target, q=honest.target.q * 1.05)
+            return attr.evolve(honest, target=target)
+
+    with pytest.raises(AssertionError, match="is only a .*-target at level"):
+        check_privacy_claim(Generous(query.on_token(0), query.on_token(0)))
+
+
+def test_an_event_charging_less_than_the_claim_is_caught():
+    @attr.s(frozen=True, slots=True)
+    class Undercharged(Overclaiming):
+        @property
+        def event(self):
+            return EpsilonDeltaEvent(0.5 * self.honest.epsilon, self.honest.delta)
+
+    honest = mechanisms.DPArgMax(1.0, 0.1)
+    check_event_covers_claim(honest)
+    with pytest.raises(AssertionError, match="less than the claim .* under-count"):
+        check_event_covers_claim(Undercharged(honest, honest))
+
+    @attr.s(frozen=True, slots=True)
+    class StatedElsewhere(Overclaiming):
+        """Claims add/remove-one but announces the replace-one event."""
+
+        @property
+        def event(self):
+            return self.actual.event
+
+    with pytest.raises(AssertionError, match="cannot charge the event .*'replace-one'"):
+        check_event_covers_claim(StatedElsewhere(mechanisms.DPArgMax(1.0, 0.1, relation=ADD_REMOVE_ONE), honest))
+
+
+def test_a_threshold_claim_is_checked_and_never_charged_as_dp():
+    check_event_covers_claim(mechanisms.ThresholdArgMax(3))
+    lying = Overclaiming(mechanisms.ThresholdArgMax(4), mechanisms.ThresholdArgMax(2))
+    with pytest.raises(AssertionError, match="below the claimed threshold 4"):
+        check_privacy_claim(lying)
+
+
+def test_a_vacuous_check_is_refused():
+    # DPArgMax at (0.1, 1e-6) has L = 128: with six teachers it releases with probability about delta at
+    # most, so its law hardly moves and passing would prove little.
+    quiet = mechanisms.DPArgMax(0.1, 1e-6)
+    with pytest.raises(AssertionError, match="would be vacuous"):
+        check_privacy_claim(quiet)
+    (report,) = check_privacy_claim(quiet, min_movement=0.0)
+    assert 0.0 < report.movement < 1e-5 and report.worst_delta <= quiet.privacy_claim().delta + ROUNDING
+
+
+def test_a_sampler_that_does_not_follow_its_law_is_caught():
+    honest = mechanisms.ThresholdWeightedSampling(2, 1.0)
+
+    @attr.s(frozen=True, slots=True)
+    class Skewed(Overclaiming):
+        def output_distribution(self, histogram, num_teachers=None):
+            law = self.honest.output_distribution(histogram, num_teachers)
+            probs = law.probabilities * 0.9
+            return OutcomeDistribution(law.tokens, probs, 1.0 - probs.sum())
+
+        def batch_distributions(self, batch):
+            return self.honest.batch_distributions(batch)
+
+    hist = SAMPLER_HISTOGRAMS[0]
+    check_sampler_matches_law(honest, hist)
+    with pytest.raises(AssertionError, match="chi-square .* do not follow the exact law"):
+        check_sampler_matches_law(Skewed(honest, honest), hist)
+    with pytest.raises(AssertionError, match="outcomes of probability zero: 7"):
+        check_counts_match_law({0: 10, 7: 1}, {0: 1.0, None: 0.0})
 
 
 def test_weighted_sampling_per_count_calibration_fails_add_remove_one():
-    """Why DPWeightedSampling refuses add/remove-one: calibrated per count at (1, 0.05) (the old reading,
-    one count changes), the add/remove-one pairs, where n and every sampling rate c/n change too, need
-    more than delta 0.05 at epsilon 1."""
+    """Why DPWeightedSampling refuses add/remove-one: calibrated per count at (1, 0.05) (the reading where one
+    count changes), the add/remove-one pairs, where n and every sampling rate c/n change too, need more than
+    delta 0.05 at epsilon 1."""
     per_count_one = mechanisms.DPWeightedSampling(2.0, 0.1)  # replace-one: per-count (1, 0.05)
     assert per_count_one.per_count == (1.0, 0.05)
-    assert _worst(per_count_one, ADD_REMOVE_ONE, 1.0) > 0.05
+    assert worst_pair_delta(per_count_one, 1.0, ADD_REMOVE_ONE).delta > 0.05
     with pytest.raises(ValueError, match="relation must be 'replace-one' for DPWeightedSampling, got 'add-remove-one'"):
         mechanisms.DPWeightedSampling(1.0, 0.05, ADD_REMOVE_ONE)
+
+
+def test_a_user_registered_mechanism_gets_the_contract(monkeypatch):
+    """A mechanism registered with examples (here: the exponential mechanism over three tokens and the tail)
+    passes the registry-wide check; the same one with half the noise but the same claim fails it."""
+    monkeypatch.setattr(registry, "_ENTRIES", dict(registry._ENTRIES))
+
+    @attr.s(frozen=True, slots=True)
+    class ExponentialVote(Mechanism):
+        epsilon = attr.ib()
+        relation = attr.ib(default=REPLACE_ONE)
+        noise_scale = attr.ib(default=1.0)
+
+        @property
+        def event(self):
+            return EpsilonDeltaEvent(self.epsilon, 0.0, self.relation)
+
+        def output_distribution(self, histogram, num_teachers=None):
+            h = mechanisms.as_histogram(histogram, num_teachers)
+            scores = np.array([h.count(j) for j in range(3)] + [h.tail], dtype=float)
+            weights = np.exp(self.epsilon / self.noise_scale / 2 * (scores - scores.max()))
+            p = weights / weights.sum()
+            return OutcomeDistribution(np.arange(3), p[:3], p[3])
+
+    registry.register_mechanism("test-exponential-vote",
+                                examples=lambda r: [ExponentialVote(1.0, r), ExponentialVote(0.3, r)])
+    reports = check_registered_mechanism("test-exponential-vote", num_samples=4000, histograms=SAMPLER_HISTOGRAMS[:2])
+    assert set(reports) == set(NEIGHBOURING_RELATIONS) and all(len(v) == 2 for v in reports.values())
+    registry.register_mechanism("test-exponential-vote-broken",
+                                examples=lambda r: [ExponentialVote(1.0, r, noise_scale=0.5)])
+    with pytest.raises(AssertionError, match="tight delta"):
+        check_registered_mechanism("test-exponential-vote-broken", num_samples=4000)
+    registry.register_mechanism("test-no-examples")
+    with pytest.raises(LookupError, match="has no examples"):
+        check_registered_mechanism("test-no-examples")

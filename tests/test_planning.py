@@ -1,5 +1,5 @@
 """Budget planning (pate_accountant/planning.py), the Section 6 figures (pate_app/experiments/section6.py) and
-``pate-accountant plan`` (docs/planning.md).  Known values are spec/MECHANISMS.md section 10."""
+``pate-accountant plan`` (docs/planning.md).  Known values are our own computations of the formulas (docs/planning.md)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FAST = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-# -- target hits: spec 10 tau_max table -------------------------------------------------------------------
+# -- target hits: the known tau_max table -----------------------------------------------------------------
 
 TAU_TABLE = {  # eps0: (opt q=1/3, opt q=0.4, opt q=0.5, drv q=1/3, drv q=0.4, drv q=0.5), total (1, 1e-6)
     0.02: (20, 28, 41, 8, 12, 19),
@@ -48,7 +48,7 @@ QS = (1 / 3, 0.4, 0.5)
 
 
 @pytest.mark.parametrize("eps0", sorted(TAU_TABLE))
-def test_target_hits_reproduce_the_spec_tau_max_table(eps0):
+def test_target_hits_reproduce_the_known_tau_max_table(eps0):
     expected = TAU_TABLE[eps0]
     for i, (composition, q) in enumerate([(c, q) for c in ("optimal", "drv") for q in QS]):
         plan = planning.target_hits(1.0, 1e-6, eps0, q=q, composition=composition)
@@ -65,7 +65,7 @@ def test_target_hits_result_fields_and_plain_composition():
     assert d["max_queries"] is None and d["per_query_delta"] == 0.0 and d["reserved_delta"] == 0.0
     assert plan.epsilon_spent == tct_epsilon(130, 1 / 3, 0.01, 1e-6)
     assert plan.epsilon_next_hit == tct_epsilon(131, 1 / 3, 0.01, 1e-6)
-    # spec 10: k_max for total (1, 1e-6) under exact optimal composition: eps0 = 0.01 -> 562
+    # known values: k_max for total (1, 1e-6) under exact optimal composition: eps0 = 0.01 -> 562
     assert d["plain_queries"]["optimal"] == 562
     assert d["plain_queries"]["basic"] == 100
     assert d["plain_queries"]["kov"] <= d["plain_queries"]["optimal"]
@@ -76,7 +76,7 @@ def test_target_hits_result_fields_and_plain_composition():
 
 
 @pytest.mark.parametrize("eps0, k_max", [(0.1, 10), (0.05, 26), (0.01, 562)])
-def test_plain_max_queries_spec_vectors(eps0, k_max):
+def test_plain_max_queries_known_values(eps0, k_max):
     assert planning.plain_max_queries(eps0, 1.0, 1e-6) == k_max
     assert planning.plain_epsilon(k_max, eps0, 1e-6) <= 1.0 < planning.plain_epsilon(k_max + 1, eps0, 1e-6)
 
@@ -91,7 +91,7 @@ def test_plain_max_queries_spec_vectors(eps0, k_max):
         (50, 0.5, 1e-6, 34.802643, 21.0, 20.301001),
     ],
 )
-def test_plain_epsilon_spec_composition_table(k, eps0, delta, drv, kov33, optimal):
+def test_plain_epsilon_composition_table(k, eps0, delta, drv, kov33, optimal):
     assert planning.plain_epsilon(k, eps0, delta, method="basic") == pytest.approx(k * eps0)
     assert planning.plain_epsilon(k, eps0, delta, method="drv") == pytest.approx(drv, abs=1e-6)
     assert planning.plain_epsilon(k, eps0, delta, method="optimal") == pytest.approx(optimal, abs=1e-6)
@@ -116,7 +116,7 @@ def test_plain_composition_with_per_step_delta():
 
 @pytest.mark.parametrize("eps0", [0.01, 0.005, 0.002])
 def test_section6_curve_within_factor_of_paper(eps0):
-    """Spec 4.4 / Decisions 4: with exact optimal composition inside and q = 1/3 (the charge of a
+    """With exact optimal composition inside and q = 1/3 (the charge of a
     BoundaryWrapper event), our target hits for total (1, 1e-6) lie within [0.7, 2.7] x (10 eps0)^-2.
     (DRV inside with q = 1/3 gives 69 at eps0 = 0.01, just below 0.7; DRV with q = 0.4 is within.)"""
     plan = planning.target_hits(1.0, 1e-6, eps0)
@@ -128,8 +128,8 @@ def test_section6_curve_within_factor_of_paper(eps0):
 # -- yields and teachers ----------------------------------------------------------------------------------
 
 
-def test_teachers_and_yields_spec_relation():
-    # spec 10: eps0 = 0.01, delta0 = 1e-6: n = 2763.1 and about 1381.6 yields for eps = 1
+def test_teachers_and_yields_paper_relation():
+    # eps0 = 0.01, delta0 = 1e-6: n = 2763.1 and about 1381.6 yields for eps = 1
     assert planning.c_delta(1e-6) == pytest.approx(2 * math.log(1e6))
     assert planning.teachers_for(0.01, 1e-6) == pytest.approx(2763.1, abs=0.05)
     y = planning.yields(1.0, 1e-6, 0.01)
@@ -214,13 +214,13 @@ def test_target_hits_monotone_in_epsilon(eps0, e1, e2):
 # -- compare accounting -------------------------------------------------------------------------------------
 
 
-def test_compare_accounting_spec_values():
+def test_compare_accounting_known_values():
     r = planning.compare_accounting(10000, 0.01, 1e-6, 20000, target_rate=0.01, budget_epsilon=1.0)
     assert r.hits == 100
     assert r.plain["drv"] == pytest.approx(6.261538, abs=1e-6)
     assert r.plain["optimal"] == pytest.approx(4.885516, abs=1e-6)
     assert r.plain["best"] == min(r.plain[m] for m in planning.PLAIN_METHODS)
-    assert r.target_charging == pytest.approx(0.889968, abs=1e-6)  # spec 10: tau = 100, q = 1/3, eps0 = 0.01
+    assert r.target_charging == pytest.approx(0.889968, abs=1e-6)  # tau = 100, q = 1/3, eps0 = 0.01
     assert r.charged_per_hit == math.ceil(planning.c_delta(1e-6) / 0.01)
     assert r.charges_per_teacher == math.ceil(100 * r.charged_per_hit / 20000)
     assert r.individual_charging <= r.target_charging < r.plain["best"]
@@ -423,14 +423,14 @@ def test_compare_accounting_charges_every_query_of_an_approximate_inner():
     "eta, eps, delta, m, n",
     [(0.4, 1, 1e-6, 1e3, 9527.93), (0.4, 1, 1e-6, 1e6, 12504.77), (0.4, 0.5, 1e-6, 1e3, 19055.87), (0.2, 1, 1e-5, 100, 13837.89)],
 )
-def test_bassily_tt_teachers_spec(eta, eps, delta, m, n):
+def test_bassily_tt_teachers_known_values(eta, eps, delta, m, n):
     r = planning.bassily_tt_teachers(eta, eps, delta, int(m))
     assert r.n_required == pytest.approx(n, abs=0.005)
     assert r.num_teachers == math.ceil(r.n_required)
 
 
 @pytest.mark.parametrize("n, m_max", [(10000, 2990), (12000, 309955), (15000, 327068772)])
-def test_bassily_tt_tokens_spec(n, m_max):
+def test_bassily_tt_tokens_known_values(n, m_max):
     assert planning.bassily_tt_tokens(0.4, 1.0, 1e-6, n).m_max == m_max
 
 

@@ -4,7 +4,7 @@ Paper ("Privacy analysis considerations"): with alpha-mixture teachers the yield
 alpha" however small alpha is, queries per target hit are ">~ eps0 n", lowest at alpha ~ T/n and very high
 for small and large alpha; the target hits for total epsilon 1 are "about (10 eps0)^-2" for eps0 <= 0.01.
 The margins below come from the sample size (normal bounds at family level 1e-4, conftest.z_bound; DKW
-for distribution functions); the TCT numbers are deterministic bounds checked against the spec's stated
+for distribution functions); the TCT numbers are deterministic bounds checked against our stated
 tolerances.
 """
 
@@ -158,7 +158,7 @@ def test_queries_per_target_hit_about_eps0_n(sweep):
 
 def test_yields_per_budget_follow_planning(sweep):
     """(d): n = C_delta / eps0 teachers, TCT hits times eps0 n / 2 yields; the paper's 0.005 n^2 / C_delta
-    (spec 10: eps0 = 0.01, delta0 = 1e-6 gives n = 2763.1 and 1381.6 yields)."""
+    (eps0 = 0.01, delta0 = 1e-6 gives n = 2763.1 and 1381.6 yields)."""
     p = sweep["parameters"]
     rows = {r["eps0"]: r for r in sweep["yields_per_budget"]}
     assert sorted(rows) == sorted(p["eps0"])
@@ -229,10 +229,10 @@ def test_alpha_sweep_cli(tmp_path, capsys):
 # -- tct-budget ------------------------------------------------------------------------------------------
 
 
-def test_tct_hits_within_the_spec_tolerances(budget):
-    """Spec 4.4: "(10 eps0)^-2" is within +-25% of the DRV bound at the wrapper's q ~ 0.4 at the points it
+def test_tct_hits_within_our_tolerances(budget):
+    """The paper's "(10 eps0)^-2" is within +-25% of the DRV bound at the wrapper's q ~ 0.4 at the points it
     lists (eps0 = 0.01 and 0.005), and within a factor [0.7, 2.7] of our default bound (exact optimal,
-    q = 1/3) in the paper's range eps0 <= 0.01 (Decisions 4)."""
+    q = 1/3) in the paper's range eps0 <= 0.01 (our own check: the paper gives the curve only as a figure)."""
     eps0 = budget["parameters"]["eps0"]
     ratios = budget["ratio_to_paper"]
     for point in (0.005, 0.01):
@@ -283,7 +283,7 @@ def test_tct_budget_cli(tmp_path, capsys):
     result = json.loads((out / "tct-budget.json").read_text())
     assert result["experiment"] == "tct-budget"
     assert result["parameters"]["eps0"] == [0.01, 0.02]
-    assert result["curve"]["tct"]["optimal q=1/3"] == [130, 20]  # spec 10
+    assert result["curve"]["tct"]["optimal q=1/3"] == [130, 20]  # eps0 = 0.01 and 0.02, as `plan hits` says
     assert len(result["files"]["plots"]) == 2
     for path in result["files"]["plots"]:
         assert path.split("/")[-1].startswith("tct_budget")

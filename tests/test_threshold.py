@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.stats import chisquare
 
 from conftest import z_bound
 from ensembles import EnsembleSampler, TeacherDistributions, coordinated_votes, histograms_from_votes
 from ensembles.synthetic import disjoint_groups
 from mechanisms import CountHistogram, ThresholdArgMax, ThresholdWeightedSampling, as_histogram
+from mechanisms.testing import check_sampler_matches_law
 from pate_accountant import Release, ThresholdPrivacyEvent
 
 
@@ -76,15 +76,11 @@ def test_weighted_sampling_exact_distribution():
 
 def test_weighted_sampling_draws_follow_the_exact_distribution():
     mech = ThresholdWeightedSampling(2, gamma=1.5)
-    hist = {0: 1, 1: 2, 2: 3, 3: 6}
-    dist = mech.output_distribution(hist, num_teachers=20)
-    rng = np.random.default_rng(3)
-    num = 20000
-    outcomes = [mech(hist, rng=rng, num_teachers=20).value for _ in range(num)]
-    labels = [1, 2, 3, None]
-    observed = [sum(o == k for o in outcomes) for k in labels]
-    expected = [num * dist.probability(k) for k in labels]
-    assert chisquare(observed, expected).pvalue > 1e-4
+    hist = as_histogram({0: 1, 1: 2, 2: 3, 3: 6}, num_teachers=20)
+    # M_T = 11 < n / gamma = 40/3: token j with probability c_j / (40/3), fail 1 - 11 / (40/3).
+    assert mech.output_distribution(hist).as_dict() == pytest.approx({1: 0.15, 2: 0.225, 3: 0.45, None: 0.175})
+    report = check_sampler_matches_law(mech, hist, 20000, seed=3, alpha=1e-4, path="call")
+    assert report.degrees_of_freedom == 3
 
 
 @settings(max_examples=60, deadline=None)
@@ -140,8 +136,8 @@ FAMILIES = {
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_tws_is_diversity_preserving_with_beta_017(family, rng):
-    spec = FAMILIES[family]
-    n, tau, q = spec["num_teachers"], spec["group_size"], spec["q"]
+    params = FAMILIES[family]
+    n, tau, q = params["num_teachers"], params["group_size"], params["q"]
     teachers = disjoint_groups(n, tau, vocab_size=n + n // tau + 1, q=q)
     aggregator = ThresholdWeightedSampling(tau // 2, gamma=1.0)
     estimate, se = token_probability(teachers, aggregator, 0, 20000, rng)
@@ -224,13 +220,4 @@ def test_threshold_batches_follow_the_exact_distribution(mechanism):
         exact = mechanism.output_distribution(h, num_teachers=8).as_dict()
         got = {int(t): p for s, t, p in zip(sample, tokens, probs) if s == i}
         assert got == pytest.approx({k: v for k, v in exact.items() if k is not None and v > 0})
-    num = 20000
-    big = as_batch([hists[0]] * num, num_teachers=8)
-    values = mechanism.run_batch(big, rng=np.random.default_rng(4)).values
-    exact = mechanism.output_distribution(hists[0], num_teachers=8)
-    labels = [0, 1, 2, -1]
-    observed = [int((values == k).sum()) for k in labels]
-    expected = [num * exact.probability(k if k >= 0 else None) for k in labels]
-    keep = [e > 0 for e in expected]
-    assert sum(o for o, k in zip(observed, keep) if not k) == 0
-    assert chisquare([o for o, k in zip(observed, keep) if k], [e for e, k in zip(expected, keep) if k]).pvalue > 1e-4
+    check_sampler_matches_law(mechanism, as_histogram(hists[0], num_teachers=8), 20000, seed=4, alpha=1e-4)

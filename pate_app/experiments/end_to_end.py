@@ -5,7 +5,7 @@ token by token: every teacher gives its next-token distribution, one vote histog
 Hot PATE, Algorithm 1; independent: Cold PATE), a DP aggregator releases a token or fails, and a failure is
 answered by a fallback (a public model).  Section 6 ("Privacy analysis considerations") charges the
 aggregation with the Target Charging Technique through the boundary wrapper (only ``top`` outcomes are
-charged), and Appendix "DP methods for heterogeneous ensembles" (spec MECHANISMS.md 5.1) charges
+charged), and Appendix "DP methods for heterogeneous ensembles" (docs/tct_and_individual.md) charges
 BetweenThresholds queries to the individual teachers counted in them.  The paper states the ingredients
 and their guarantees but runs no end-to-end generation; this experiment runs it, with our mechanisms and
 accountants, for three configurations, each under Hot and Cold histograms with the same seed, budget and

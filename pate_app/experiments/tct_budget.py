@@ -54,7 +54,7 @@ FULL_RUNTIME = "71 s wall, 23 s CPU on a shared 2-core CPU"  # measured: docs/re
 DEFAULT_EPSILON = 1.0
 DEFAULT_DELTA = 1e-6
 DEFAULT_AGGREGATOR_DELTA = 1e-6
-#: The paper's range for (10 eps0)^-2 and the spec's tolerances (module docstring).
+#: The paper's range for (10 eps0)^-2 and our tolerances (module docstring).
 PAPER_RANGE_MAX_EPS0 = 0.01
 FACTOR_RANGE = (0.7, 2.7)
 DRV_TOLERANCE = 0.25
@@ -203,9 +203,9 @@ def _plot_ratios(result: dict, path: Path) -> None:
     fig = new_figure((12.0, 4.4))
     left, right = fig.subplots(1, 2)
     lo, hi = p["factor_range"]
-    left.axhspan(lo, hi, color="tab:orange", alpha=0.12, label=f"spec factor [{lo}, {hi}]")
+    left.axhspan(lo, hi, color="tab:orange", alpha=0.12, label=f"our check: factor [{lo}, {hi}]")
     tol = p["drv_tolerance"]
-    left.axhspan(1 - tol, 1 + tol, color="tab:blue", alpha=0.12, label=f"spec +-{tol:.0%}")
+    left.axhspan(1 - tol, 1 + tol, color="tab:blue", alpha=0.12, label=f"our check: +-{tol:.0%}")
     styles = (("optimal q=1/3", "o-"), ("optimal q=wrapper", "^--"), ("drv q=1/3", "s-"), ("drv q=wrapper", "v--"))
     for name, style in styles:
         left.plot(x, _none_to_nan(ratios[name]), style, markersize=3, label=name)
