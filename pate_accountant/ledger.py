@@ -19,15 +19,22 @@ A ledger is two SQLite files with different readers.
   ``HMAC-SHA256(salt, row id | teacher set)``, which reveals nothing without the salt (a plain hash of a
   small teacher set could be found by trying every set) but binds the confidential rows to the chain.
 
+Storage, not logic.  The accountant owns its state; the ledger stores and verifies rows and calls only the
+accountant's public methods: ``config()``, ``replay(charges)`` (rows other writers appended, or every row
+when attaching) and ``spent()`` (the totals stored with the rows).  It never checks a budget itself.
+
 Writing.  ``SomeAccountant(budget=..., ledger=ledger)`` attaches an accountant: the first one writes
 its configuration; a later one (another process, a restart) must have an equal configuration and
 catches up by replaying the rows already there (an accountant with confidential charges needs the
 confidential file for that).  Each charge runs in one write transaction (``BEGIN IMMEDIATE`` on the
-shareable file, which serialises writers across processes): rows other processes appended since are
-replayed first, then the budget is checked, then the rows are written.  With a confidential file its
-transaction commits first, then the shareable one: a crash between the two leaves confidential rows that
-no shareable row names, for a charge whose release was never returned; readers ignore them and the next
-writer removes them.
+shareable file, which serialises writers across processes, see :meth:`Ledger.transaction`): rows other
+processes appended since are replayed first (only when the head shows some), then the accountant checks
+the charge against its budget and applies it, then the rows are written with its ``spent()`` and
+committed.  If anything fails before the commit, it rolls back and the accountant takes its charge back.
+A charged generation step is therefore one read transaction (``sync``, for ``can_afford``) and one write
+transaction.  With a confidential file its transaction commits first, then the shareable one: a crash
+between the two leaves confidential rows that no shareable row names, for a charge whose release was never
+returned; readers ignore them and the next writer removes them.
 
 Hashing.  Each shareable row's hash is ``sha256`` of the previous hash and the row's fields (id, run and
 commitment included); the first row chains to a genesis hash of the metadata (accountant configuration,
@@ -608,59 +615,95 @@ def _check_dataset(name) -> str:
 
 
 class _Position:
-    __slots__ = ("ref", "last_id", "last_hash", "confidential", "conf_id", "conf_hash")
+    """What one attached accountant has seen: ``mark = (last row id, its hash, last confidential row id, its
+    hash)``, replaced as a whole (one attribute store), so that it never names a half-updated position."""
 
-    def __init__(self, accountant, last_id: int, last_hash: str | None, confidential: bool = False):
+    __slots__ = ("ref", "mark", "confidential")
+
+    def __init__(self, accountant, confidential: bool = False):
         try:
             self.ref = weakref.ref(accountant)
         except TypeError:  # no weak references (a class with __slots__): hold it
             self.ref = lambda: accountant
-        self.last_id = last_id
-        self.last_hash = last_hash
+        self.mark = (0, None, 0, None)
         self.confidential = confidential
-        self.conf_id = 0  # the last confidential row replayed, and its hash
-        self.conf_hash = None
+
+    @property
+    def last_id(self) -> int:
+        return self.mark[0]
+
+    @property
+    def last_hash(self) -> str | None:
+        return self.mark[1]
+
+    @property
+    def conf_id(self) -> int:
+        return self.mark[2]
+
+    @property
+    def conf_hash(self) -> str | None:
+        return self.mark[3]
 
 
 class _Transaction:
-    """What ``Ledger.transaction(accountant)`` yields: ``append(charges)`` once, inside the block."""
+    """What ``Ledger.transaction(accountant)`` yields: the accountant appends each charge it has checked and
+    applied with ``append(charge)``; the ledger writes the rows, with the accountant's ``spent()``, when
+    the block ends, then commits.  ``committed`` says whether the rows are in the ledger *and* the
+    accountant's position has moved past them (so the accountant keeps the charges)."""
 
-    def __init__(self, ledger: Ledger, accountant, head_rows: int, head_hash: str | None,
+    def __init__(self, ledger: Ledger, accountant, position: _Position, head_rows: int, head_hash: str | None,
                  conf_head: tuple | None = None):
         self._ledger = ledger
         self._accountant = accountant
+        self._position = position
         self._head_rows = head_rows
         self._head_hash = head_hash
         self._conf_head = conf_head  # (row_count, last_hash) of the confidential file, or None
-        self._appended = None
+        self._charges: list = []
+        self._totals: list = []
+        self._new_mark = None  # the position after the rows, once written
+        self._closed = False
 
-    def append(self, charges, plans=None) -> None:
-        """Write ``charges`` (already prepared by the accountant against the synced state) as rows.
+    @property
+    def committed(self) -> bool:
+        return self._new_mark is not None and self._position.mark is self._new_mark
 
-        ``plans``, when given, are the accountant's prepared plans for ``charges``; otherwise the charges
-        are prepared again (with the budget) to compute the spent totals stored with the rows.  With a
-        confidential file, each hit charge's teacher set goes there (with its salt), the shareable row gets
-        the commitment, and the totals go to the confidential file only; other teacher sets are dropped.
-        """
+    def append(self, charge) -> None:
+        """Add the row of ``charge``, which the accountant has just checked and applied (its ``spent()`` now
+        includes it).  With ``totals="row"`` the ledger reads ``spent()`` for this row now; otherwise once,
+        for the transaction's last row, when the block ends."""
         from pate_accountant.accountants.base import Charge
 
-        if self._appended is not None:
-            raise RuntimeError("append may be called once per transaction")
-        charges = list(charges)
-        for charge in charges:
-            if not isinstance(charge, Charge):
-                raise TypeError(f"charges must be Charge objects, got {type(charge).__name__}")
-        if plans is not None:
-            plans = list(plans)
-            if len(plans) != len(charges):
-                raise ValueError("plans must match charges one to one")
+        if self._closed:
+            raise RuntimeError("the transaction is over: append inside its block")
+        if not isinstance(charge, Charge):
+            raise TypeError(f"append takes one Charge, got {type(charge).__name__}")
+        self._charges.append(charge)
+        self._totals.append(self._spent(charge) if self._ledger._totals == "row" else None)
+
+    def _spent(self, charge) -> tuple[float, float]:
+        epsilon, delta = self._accountant.spent()
+        epsilon, delta = float(epsilon), float(delta)
+        if math.isnan(epsilon) or math.isnan(delta):
+            raise ValueError(f"accountant reports a NaN spent total after {charge!r}")
+        return epsilon, delta
+
+    def _write(self) -> None:
+        """Write the appended rows (inside the write transaction, before its commit); compute the new mark.
+
+        With a confidential file, each hit charge's teacher set goes there (with its salt), the shareable row
+        gets the commitment, and the totals go to the confidential file only; other teacher sets are dropped.
+        """
+        self._closed = True
+        charges, spent = self._charges, self._totals
         confidential = self._conf_head is not None
         conf_id, conf_prev = self._conf_head if confidential else (0, None)
         if not charges:
-            self._appended = (self._head_rows, self._head_hash, conf_id, conf_prev)
+            self._new_mark = (self._head_rows, self._head_hash, conf_id, conf_prev)
             return
+        if spent[-1] is None:
+            spent[-1] = self._spent(charges[-1])
         ledger = self._ledger
-        spent = ledger._simulate(self._accountant, charges, plans, every_row=ledger._totals == "row")
         prev = self._head_hash if self._head_rows else ledger._genesis()
         conf_genesis = ledger._confidential_genesis() if confidential and not conf_id else None
         row_id = self._head_rows
@@ -698,7 +741,25 @@ class _Transaction:
         conn = ledger._conn
         conn.executemany(f"INSERT INTO charges ({_ROW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
         conn.execute("UPDATE head SET row_count = ?, last_hash = ? WHERE id = 1", (row_id, prev))
-        self._appended = (row_id, prev, conf_id, conf_prev)
+        self._new_mark = (row_id, prev, conf_id, conf_prev)
+
+
+class _ReadSnapshot:
+    """The open read transaction of ``Ledger._read_transaction``: the shareable snapshot, and the
+    confidential one once ``add_confidential()`` started it (always after the shareable one)."""
+
+    def __init__(self, ledger: Ledger):
+        self._ledger = ledger
+        self.conf = None
+
+    def add_confidential(self) -> None:
+        ledger = self._ledger
+        if self.conf is not None or ledger._conf is None:
+            return
+        ledger._conn.execute("SELECT row_count FROM head WHERE id = 1").fetchone()  # starts the shareable snapshot
+        ledger._conf.execute("BEGIN")
+        self.conf = ledger._conf
+        self.conf.execute("SELECT row_count FROM head WHERE id = 1").fetchone()
 
 
 class Ledger:
@@ -1155,10 +1216,10 @@ class Ledger:
         """Bind ``accountant`` to this ledger (called by ``Accountant.__init__``).
 
         The first accountant stores its ``config()``; a later one must have an equal configuration
-        (``ValueError`` naming the difference otherwise) and replays every stored row (under a read
-        snapshot, so other writers are not blocked while it catches up).  An accountant with confidential
-        charges opens the confidential file, creating it on a ledger without rows; on a ledger with rows a
-        missing confidential file is a ``LedgerError``.
+        (``ValueError`` naming the difference otherwise) and replays every stored row through its public
+        ``replay`` (under a read snapshot, so other writers are not blocked while it catches up).  An
+        accountant with confidential charges opens the confidential file, creating it on a ledger without
+        rows; on a ledger with rows a missing confidential file is a ``LedgerError``.
         """
         existing = self._positions.get(id(accountant))
         if existing is not None and existing.ref() is accountant:
@@ -1171,7 +1232,7 @@ class Ledger:
         confidential = _keeps_confidential(accountant)
         if confidential:
             self._require_confidential(accountant)
-        position = _Position(accountant, 0, None, confidential)
+        position = _Position(accountant, confidential)
         with self._read_transaction(confidential=confidential):
             stored = self._meta().get("config")
             if stored is not None or self._read_only:
@@ -1201,33 +1262,37 @@ class Ledger:
             self._check_last_totals(accountant, position, head_rows, head_hash)
 
     def sync(self, accountant) -> None:
-        """Replay into ``accountant`` the rows other writers committed since it last looked (a read
-        snapshot; no write lock).  Charges do this themselves; call it before ``can_afford`` or before
-        running a mechanism to see the budget other processes spent."""
+        """Replay into ``accountant`` the rows other writers committed since it last looked: one read
+        transaction, which reads only the head when nothing new was written (no write lock).  Charges catch
+        up by themselves, inside their write transaction; ``can_afford`` and ``register``'s pre-run check
+        call this to see what other processes spent."""
         position = self._position(accountant)
-        with self._read_transaction(confidential=position.confidential):
+        with self._read_transaction() as snapshot:
             head_rows, head_hash = self._head()
+            if (head_rows, head_hash) == (position.last_id, position.last_hash):
+                return
+            if position.confidential:
+                snapshot.add_confidential()
             self._catch_up(accountant, position, head_rows, head_hash)
 
     @contextlib.contextmanager
     def _read_transaction(self, *, confidential: bool = False):
-        """Read snapshots: the shareable file's first, then the confidential file's, so that every
-        confidential row a shareable row names is in the second snapshot (it was committed first)."""
+        """Read snapshots: the shareable file's first, then (with ``confidential``, or later through the
+        yielded object's ``add_confidential()``) the confidential file's, so that every confidential row a
+        shareable row names is in the second snapshot (it was committed first)."""
         if self._in_transaction:
             raise RuntimeError("a ledger transaction is already open on this Ledger")
-        conf = self._conf if confidential else None
+        snapshot = _ReadSnapshot(self)
         self._conn.execute("BEGIN")
         self._in_transaction = True
         try:
-            if conf is not None:
-                self._conn.execute("SELECT row_count FROM head WHERE id = 1").fetchone()  # starts the snapshot
-                conf.execute("BEGIN")
-                conf.execute("SELECT row_count FROM head WHERE id = 1").fetchone()
-            yield
+            if confidential:
+                snapshot.add_confidential()
+            yield snapshot
         finally:
             self._in_transaction = False
-            if conf is not None:
-                _rollback(conf)
+            if snapshot.conf is not None:
+                _rollback(snapshot.conf)
             _rollback(self._conn)
 
     def _stored_totals(self, position: _Position, row_id: int, row_hash: str | None):
@@ -1260,57 +1325,95 @@ class Ledger:
             raise RuntimeError("this accountant is not attached to this ledger")
         return position
 
+    #: Rows decoded and replayed together while catching up (each batch one ``replay`` call).
+    _REPLAY_BATCH = 2048
+
     def _catch_up(self, accountant, position: _Position, head_rows: int, head_hash: str | None) -> None:
-        """Replay the rows after ``position`` into ``accountant`` (checking their chain, and for a
-        confidential accountant the confidential rows and links), up to the head."""
+        """Replay the rows after ``position`` into ``accountant`` through its public ``replay`` (checking their
+        chain, and for a confidential accountant the confidential rows and links), up to the head.  Rows are
+        replayed in batches, all of a batch or none, and the position moves after each batch."""
         if head_rows < position.last_id:
             raise LedgerIntegrityError(
                 f"the ledger has {head_rows} rows but this accountant has seen {position.last_id}: rows were removed",
                 row=head_rows + 1)
         if head_rows > position.last_id:
-            prev = position.last_hash if position.last_id else self._genesis()
-            expected = position.last_id + 1
+            last_id, prev, conf_id, conf_prev = position.mark
+            if not last_id:
+                prev = self._genesis()
+            expected = last_id + 1
             links = None
             if position.confidential:
                 links = self._conf.execute(
                     f"SELECT {_CONF_COLUMNS} FROM charges WHERE id > ? AND share_row <= ? ORDER BY id",
-                    (position.conf_id, head_rows))
-                conf_id = position.conf_id
-                conf_prev = position.conf_hash if conf_id else self._confidential_genesis()
-            cursor = self._conn.execute(f"SELECT {_ROW_COLUMNS} FROM charges WHERE id > ? ORDER BY id",
-                                        (position.last_id,))
-            for raw in cursor:
-                try:
-                    row = _check_row(self._codec, raw, expected, prev)
-                    charge = row.charge
-                    if links is not None:
-                        charge, conf_step = _link(row, expected, links, conf_id, conf_prev)
-                    elif row.commitment is not None:
-                        raise _RowError(expected, f"row {expected} carries a teacher-set commitment but this "
-                                                  f"{accountant.kind} accountant keeps no confidential charges")
-                except _RowError as exc:
-                    raise LedgerIntegrityError(exc.message, row=exc.row) from None
-                accountant._replay(charge)
-                prev = row.hash
-                position.last_id, position.last_hash = expected, prev
-                if links is not None and conf_step is not None:
-                    conf_id, conf_prev = conf_step
-                    position.conf_id, position.conf_hash = conf_step
-                expected += 1
+                    (conf_id, head_rows))
+                if not conf_id:
+                    conf_prev = self._confidential_genesis()
+            cursor = self._conn.execute(f"SELECT {_ROW_COLUMNS} FROM charges WHERE id > ? ORDER BY id", (last_id,))
+            batch: list = []
+            while True:
+                raws = cursor.fetchmany(self._REPLAY_BATCH)
+                if not raws:
+                    break
+                batch.clear()
+                first = expected
+                for raw in raws:
+                    try:
+                        row = _check_row(self._codec, raw, expected, prev)
+                        charge = row.charge
+                        if links is not None:
+                            charge, conf_step = _link(row, expected, links, conf_id, conf_prev)
+                            if conf_step is not None:
+                                conf_id, conf_prev = conf_step
+                        elif row.commitment is not None:
+                            raise _RowError(expected, f"row {expected} carries a teacher-set commitment but this "
+                                                      f"{accountant.kind} accountant keeps no confidential charges")
+                    except _RowError as exc:
+                        self._replay_batch(accountant, position, batch, first)  # the good rows before it
+                        raise LedgerIntegrityError(exc.message, row=exc.row) from None
+                    batch.append((charge, (expected, row.hash, conf_id, conf_prev if conf_id else None)))
+                    prev = row.hash
+                    expected += 1
+                self._replay_batch(accountant, position, batch, first)
         if position.last_id != head_rows or position.last_hash != head_hash:
             raise LedgerIntegrityError(
                 f"the ledger's head (row {head_rows}) does not match its rows (last row {position.last_id}): "
                 "rows were dropped or edited", row=position.last_id + 1 if position.last_id < head_rows else head_rows)
 
+    @staticmethod
+    def _replay_batch(accountant, position: _Position, batch: list, first: int) -> None:
+        """``accountant.replay`` of a batch of ``(charge, mark after it)``, moving the position after it.  If
+        the accountant refuses the batch (all or nothing), the rows are replayed one at a time to name the
+        row it refuses (the rows before it stay replayed)."""
+        if not batch:
+            return
+        try:
+            accountant.replay([charge for charge, _ in batch])
+            refused = False
+        except Exception:  # any refusal: found and named row by row below
+            refused = True
+        if not refused:
+            position.mark = batch[-1][1]
+            return
+        for i, (charge, mark) in enumerate(batch):
+            try:
+                accountant.replay([charge])
+            except Exception as exc:
+                raise LedgerIntegrityError(f"row {first + i} cannot be replayed: {type(exc).__name__}: {exc}",
+                                           row=first + i) from exc
+            position.mark = mark
+
     @contextlib.contextmanager
     def transaction(self, accountant):
-        """One write transaction for ``accountant`` (used by ``Accountant._charge_many``).
+        """The one write transaction of a charge by ``accountant`` (what ``Accountant`` charges run in).
 
         Takes SQLite's write lock (``BEGIN IMMEDIATE``, on both files for a confidential accountant),
-        removes confidential rows left by a writer that stopped between its two commits, replays the rows
-        other writers committed since ``accountant`` last looked, then yields an object whose
-        ``append(charges)`` writes the rows; commits on normal exit and rolls back on an exception (the
-        accountant then commits nothing).
+        removes confidential rows left by a writer that stopped between its two commits, and replays into
+        ``accountant`` (its public ``replay``) the rows other writers committed since it last looked -- only
+        when the head shows some.  Then it yields an object whose ``append(charge)`` the accountant calls for
+        each charge it has checked and applied.  When the block ends the rows are written with the
+        accountant's ``spent()`` and committed, and the accountant's position moves past them; an exception
+        rolls everything back (the accountant then takes its charges back).  This is storage: the ledger
+        never checks a budget; the accountant does, against the caught-up state.
         """
         position = self._position(accountant)
         with self._write_transaction(confidential=position.confidential):
@@ -1322,34 +1425,10 @@ class Ledger:
                 raise LedgerIntegrityError(
                     f"the confidential file's head (row {conf_head[0]}) does not match its rows "
                     f"(last linked row {position.conf_id}): confidential rows were dropped or added")
-            tx = _Transaction(self, accountant, head_rows, head_hash, conf_head)
+            tx = _Transaction(self, accountant, position, head_rows, head_hash, conf_head)
             yield tx
-        if tx._appended is not None:  # committed: the accountant commits its plans right after
-            position.last_id, position.last_hash, conf_id, conf_hash = tx._appended
-            if position.confidential:
-                position.conf_id, position.conf_hash = conf_id, conf_hash
-
-    @staticmethod
-    def _simulate(accountant, charges, plans, *, every_row: bool):
-        """The accountant's spent totals after each charge (after the last one only, ``None`` for the
-        others, unless ``every_row``), computed on a snapshot: the accountant's state is left unchanged."""
-        snapshot = accountant._snapshot()
-        spent = []
-        try:
-            for i, charge in enumerate(charges):
-                plan = accountant._prepare(charge) if plans is None else plans[i]
-                accountant._commit(plan)
-                if not every_row and i < len(charges) - 1:
-                    spent.append(None)
-                    continue
-                epsilon, delta = accountant.spent()
-                epsilon, delta = float(epsilon), float(delta)
-                if math.isnan(epsilon) or math.isnan(delta):
-                    raise ValueError(f"accountant reports a NaN spent total after {charge!r}")
-                spent.append((epsilon, delta))
-        finally:
-            accountant._restore(snapshot)
-        return spent
+            tx._write()
+        position.mark = tx._new_mark  # one store: committed, and the accountant keeps its charges
 
     # -- verification ------------------------------------------------------------------------------------
     def verify(self) -> VerificationResult:
@@ -1507,20 +1586,19 @@ class Ledger:
             prev = row.hash
             if not full:  # shareable part only: check the event is one this accountant accounts for
                 try:
-                    accountant._commit(accountant._prepare_unbudgeted(charge))
+                    accountant.replay([charge])
                 except Exception as exc:
                     return result(False, expected, f"row {expected} cannot be replayed: {type(exc).__name__}: {exc}",
                                   rows)
                 expected += 1
                 continue
             try:
-                plan = accountant._prepare(charge)
+                accountant.replay([charge], enforce_budget=True)  # checked against the budget, as a live charge
             except BudgetExhaustedError as exc:
                 return result(False, expected, f"row {expected} exceeds the budget: {exc}", rows, spent)
             except Exception as exc:  # an event this accountant cannot account for, ...
                 return result(False, expected, f"row {expected} cannot be replayed: {type(exc).__name__}: {exc}",
                               rows, spent)
-            accountant._commit(plan)
             stored = row.spent
             if totals is not None:
                 entry = totals.pop(expected, None)

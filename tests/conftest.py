@@ -21,7 +21,8 @@ def z_bound(num_tests: int, alpha: float = 1e-4) -> float:
 
 
 class FakeLedger:
-    """A minimal stand-in for pate_accountant.ledger: rows appended per transaction, replayed on attach."""
+    """A minimal stand-in for pate_accountant.ledger, using only the accountant's public methods: rows appended
+    per transaction, replayed on attach (``replay``)."""
 
     def __init__(self):
         self.rows = []
@@ -30,14 +31,15 @@ class FakeLedger:
         pass
 
     def attach(self, accountant):
-        for charge in self.rows:
-            accountant._replay(charge)
+        accountant.replay(self.rows)
 
     @contextlib.contextmanager
     def transaction(self, accountant):
         pending = []
-        yield types.SimpleNamespace(append=lambda charges, plans=None: pending.extend(charges))
+        transaction = types.SimpleNamespace(append=pending.append, committed=False)
+        yield transaction
         self.rows.extend(pending)
+        transaction.committed = True
 
 
 class Counting:

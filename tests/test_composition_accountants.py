@@ -1,6 +1,6 @@
-"""Known values for the composition accountants (spec sections 6 and 10) and their bridges to dp-accounting.
+"""Known values for the composition accountants (docs/accountants.md) and their bridges to dp-accounting.
 
-* ``AdvancedCompositionAccountant``: DRV, KOV and exact optimal composition against the spec 10 table and
+* ``AdvancedCompositionAccountant``: DRV, KOV and exact optimal composition against the reference table and
   ``dp_accounting.pld.accountant.advanced_composition``; the smallest bound is reported, with its name.
 * ``RdpAccountant`` / ``PldAccountant``: equal to dp-accounting's own accountants on native events, pure
   steps as zCDP (RDP) and as ``from_privacy_parameters`` (PLD), BetweenThresholds as discrete Laplace.
@@ -46,8 +46,8 @@ from pate_accountant.composition import optimal_epsilon, pure_optimal_epsilon, p
 #: compare with it on those events are built under that relation, and our events are stated under it too.
 AR = "add-remove-one"
 
-# -- Advanced composition: spec 10 table ------------------------------------------------------------------------
-#: (k, eps0, delta, basic, DRV, KOV 3.3, exact optimal) from spec section 10.
+# -- Advanced composition: reference table -----------------------------------------------------------------------
+#: (k, eps0, delta, basic, DRV, KOV 3.3, exact optimal): the known values of docs/accountants.md.
 TABLE = [
     (100, 0.1, 1e-6, 10.0, 6.308231, 4.8, 4.774568),
     (100, 0.1, 1e-5, 10.0, 5.850235, 4.4, 4.306791),
@@ -58,7 +58,7 @@ TABLE = [
 
 
 @pytest.mark.parametrize("k, eps0, delta, basic, drv, kov, optimal", TABLE)
-def test_advanced_bounds_match_the_spec_table(k, eps0, delta, basic, drv, kov, optimal):
+def test_advanced_bounds_match_the_reference_table(k, eps0, delta, basic, drv, kov, optimal):
     acc = AdvancedCompositionAccountant()
     acc.compose(EpsilonDeltaEvent(eps0), count=k)
     bounds = acc.bounds(delta)
@@ -181,11 +181,11 @@ def _dp_rdp(*events, relation=NeighboringRelation.ADD_OR_REMOVE_ONE, delta=1e-6)
     return acc.get_epsilon(delta)
 
 
-def test_rdp_laplace_matches_dp_accounting_and_spec():
+def test_rdp_laplace_matches_dp_accounting_and_the_reference_value():
     acc = RdpAccountant(neighboring_relation=AR)
     acc.compose(dp_event.LaplaceDpEvent(10.0), count=100)
     assert acc.get_epsilon(1e-6) == pytest.approx(_dp_rdp((dp_event.LaplaceDpEvent(10.0), 100)), rel=1e-12)
-    assert acc.get_epsilon(1e-6) == pytest.approx(4.984174, abs=1e-6)  # spec 10
+    assert acc.get_epsilon(1e-6) == pytest.approx(4.984174, abs=1e-6)  # docs/accountants.md
 
 
 @pytest.mark.parametrize("sigma, count", [(1.0, 1), (5.0, 40), (20.0, 1000)])
@@ -237,7 +237,7 @@ def test_rdp_randomized_response_needs_replace_one():
     acc.compose(rr, count=100)
     expected = _dp_rdp((rr, 100), relation=NeighboringRelation.REPLACE_ONE)
     assert acc.get_epsilon(1e-6) == pytest.approx(expected, rel=1e-12)
-    assert acc.get_epsilon(1e-6) == pytest.approx(5.073153, abs=1e-6)  # spec 10
+    assert acc.get_epsilon(1e-6) == pytest.approx(5.073153, abs=1e-6)  # docs/accountants.md
     assert acc.neighboring_relation == "replace-one" and acc.config()["neighboring_relation"] is None
 
 
@@ -286,13 +286,13 @@ def _dp_pld(*events, relation=NeighboringRelation.ADD_OR_REMOVE_ONE, delta=1e-6)
     return acc.get_epsilon(delta)
 
 
-def test_pld_laplace_matches_dp_accounting_and_spec():
+def test_pld_laplace_matches_dp_accounting_and_the_reference_value():
     acc = PldAccountant(neighboring_relation=AR)
     for _ in range(100):
         acc.compose(dp_event.LaplaceDpEvent(10.0))
     expected = _dp_pld((dp_event.LaplaceDpEvent(10.0), 100))
     assert acc.get_epsilon(1e-6) == pytest.approx(expected, rel=1e-8)
-    assert acc.get_epsilon(1e-6) == pytest.approx(4.692667, abs=1e-6)  # spec 10
+    assert acc.get_epsilon(1e-6) == pytest.approx(4.692667, abs=1e-6)  # docs/accountants.md
 
 
 @pytest.mark.parametrize(
@@ -334,7 +334,7 @@ def test_pld_randomized_response_count_is_respected():
     acc.compose(rr, count=100)
     composed = _dp_pld((dp_event.ComposedDpEvent([rr] * 100), 1), relation=NeighboringRelation.REPLACE_ONE)
     assert acc.get_epsilon(1e-6) == pytest.approx(composed, rel=1e-8)
-    assert acc.get_epsilon(1e-6) == pytest.approx(4.782011, abs=1e-6)  # spec 10
+    assert acc.get_epsilon(1e-6) == pytest.approx(4.782011, abs=1e-6)  # docs/accountants.md
     pitfall = _dp_pld((rr, 100), relation=NeighboringRelation.REPLACE_ONE)
     assert pitfall < 0.11 < acc.get_epsilon(1e-6)  # what we must not do
     with pytest.raises(UnsupportedEventError, match="RandomizedResponseDpEvent.*replace-one"):
@@ -347,7 +347,7 @@ def test_pld_pure_steps_are_optimal_composition():
     acc = PldAccountant()
     acc.compose(EpsilonDeltaEvent(0.1), count=100)
     exact = pure_optimal_epsilon(100, 0.1, 1e-6)
-    assert exact - 1e-9 <= acc.get_epsilon(1e-6) <= exact + 1e-3  # 4.774568 (spec 10; RR via dp-accounting: 4.782)
+    assert exact - 1e-9 <= acc.get_epsilon(1e-6) <= exact + 1e-3  # 4.774568 (the exact optimum; RR via dp-accounting: 4.782)
     expected = pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(0.1, 0.0)).self_compose(100)
     assert acc.get_epsilon(1e-6) == pytest.approx(expected.get_epsilon_for_delta(1e-6), rel=1e-9)
 
@@ -426,7 +426,7 @@ def test_pld_budget_check_decides_as_the_exact_pld():
 @pytest.mark.parametrize("budget", [None, (2.5, 1e-6)])
 def test_pld_figures_do_not_depend_on_when_they_are_asked(budget):
     """The reported PLD is a function of the sequence of charges: asking ``spent()`` after every charge, or
-    replaying the charges as a ledger does (prepared without the budget), gives the very same figures."""
+    replaying the charges as a ledger does (``replay``: without the budget check), gives the very same figures."""
     from pate_accountant.accountants.base import Charge
 
     events = [dp_event.LaplaceDpEvent(10.0), dp_event.GaussianDpEvent(20.0), EpsilonDeltaEvent(0.05, relation=AR),
@@ -441,7 +441,7 @@ def test_pld_figures_do_not_depend_on_when_they_are_asked(budget):
             break
         figures.append(asked.spent())
         silent.compose(event)
-        replayed._replay(Charge(event))
+        replayed.replay([Charge(event)])
         if i % 17 == 0:
             assert replayed.spent() == figures[-1]
     assert budget is None or len(figures) < 90
@@ -718,7 +718,7 @@ def test_kov_is_the_grid_of_dp_accountings_kov(k, eps0, delta0, delta):
 
 
 def test_kov_beyond_dp_accountings_overflow():
-    """dp-accounting's KOV overflows near k = 1000; composition.kov does not (spec 10: k = 10^4, eps0 = 0.01)."""
+    """dp-accounting's KOV overflows near k = 1000; composition.kov does not (k = 10^4, eps0 = 0.01)."""
     from pate_accountant import composition
 
     value = composition.kov(0.01, 0.0, 10_000, 1e-6)

@@ -1,4 +1,4 @@
-"""IndividualChargingAccountant: per-teacher limits from the TCT bound (spec 5.2, 10), removal at the limit,
+"""IndividualChargingAccountant: per-teacher limits from the TCT bound (docs/tct_and_individual.md), removal at the limit,
 atomic refusals, the generation loop's view of the active teachers, and the vectorised path."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ DELTA = 1e-6
 AR = "add-remove-one"
 EVENT = BetweenThresholdsEvent(0.01, 0.47)
 GAP300 = BetweenThresholds(0.01, 0, 300, relation=AR).event  # our mechanism's event: q certified, about 0.47298
-SPEC_LIMITS = [(0.02, 150, 37), (0.01, 300, 203), (0.005, 600, 932)]  # spec 10, total (1, 1e-6)
+REFERENCE_LIMITS = [(0.02, 150, 37), (0.01, 300, 203), (0.005, 600, 932)]  # docs/tct_and_individual.md, total (1, 1e-6)
 
 
 def state(acc):
@@ -60,18 +60,18 @@ def miss(teachers=(), event=EVENT, value="below"):
     return Release(value, event, target_hit=False, charged_teachers=teachers)
 
 
-# -- the limits of spec 5.2 / 10 -------------------------------------------------------------------------------
-@pytest.mark.parametrize("eps0, gap, expected", SPEC_LIMITS)
-def test_spec_individual_limits_with_continuous_q(eps0, gap, expected):
+# -- the reference limits --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("eps0, gap, expected", REFERENCE_LIMITS)
+def test_reference_individual_limits_with_continuous_q(eps0, gap, expected):
     q = between_thresholds_q(eps0, gap, discrete=False)
     assert q == pytest.approx(continuous_q(eps0, gap), rel=1e-12)
     acc = IndividualChargingAccountant(8, budget=(1.0, DELTA), epsilon0=eps0, q=q, relation="add-remove-one")
     assert acc.per_teacher_limit == expected == individual_limit(eps0, q, 1.0, DELTA, relation="add-remove-one")
 
 
-@pytest.mark.parametrize("eps0, gap, expected", SPEC_LIMITS)
+@pytest.mark.parametrize("eps0, gap, expected", REFERENCE_LIMITS)
 def test_limits_for_our_discrete_between_thresholds(eps0, gap, expected):
-    """Our mechanism's q is the continuous formula at gap g + 1 (larger), so its limit is at least the spec's;
+    """Our mechanism's q is the continuous formula at gap g + 1 (larger), so its limit is at least the reference one;
     ``gap=`` (rounded down by 1e-9) gives the same limit as the mechanism's certified q and accepts its events."""
     mechanism = BetweenThresholds(eps0, 1000, 1000 + gap, relation=AR)
     assert between_thresholds_q(eps0, gap) == pytest.approx(mechanism_discrete_q(eps0, gap), rel=1e-14)
@@ -84,7 +84,7 @@ def test_limits_for_our_discrete_between_thresholds(eps0, gap, expected):
     assert acc.counters[0] == 1
 
 
-@pytest.mark.parametrize("eps0, gap, _", SPEC_LIMITS)
+@pytest.mark.parametrize("eps0, gap, _", REFERENCE_LIMITS)
 def test_replace_one_uses_group_privacy(eps0, gap, _):
     """Replace-one (the default): the add/remove limit for (eps/2, delta/(1 + e^{eps/2})), and a teacher at
     its limit is within the budget after the group-privacy conversion."""

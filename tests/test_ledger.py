@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pate_accountant import ledger as ledger_module
-from pate_accountant.accountants import Accountant, BasicCompositionAccountant
+from pate_accountant.accountants import Accountant, AdvancedCompositionAccountant, BasicCompositionAccountant
 from pate_accountant.accountants.base import Charge
 from pate_accountant.cli import main
 from pate_accountant.errors import BudgetExhaustedError, UnsupportedEventError
@@ -516,22 +516,28 @@ def test_unsupported_event_changes_nothing(path):
 
 
 def test_exception_inside_a_transaction_rolls_back(path):
+    """The ledger's write transaction is storage: an exception anywhere inside it leaves no row, and an
+    accountant whose charge fails after it was applied (here when its row is written) takes it back."""
     with Ledger.open(path) as ledger:
         accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
         accountant.compose(EpsilonDeltaEvent(0.1))
-        before = _state(ledger, accountant)
+        before, state = _state(ledger, accountant), accountant.state()
         with pytest.raises(RuntimeError, match="boom"):
             with ledger.transaction(accountant) as transaction:
-                transaction.append([Charge(EpsilonDeltaEvent(0.2))])
+                transaction.append(Charge(EpsilonDeltaEvent(0.2)))
                 raise RuntimeError("boom")
+        assert _state(ledger, accountant) == before and not transaction.committed
+        # append takes one Charge; an empty block writes nothing
+        with ledger.transaction(accountant) as transaction, pytest.raises(TypeError, match="one Charge"):
+            transaction.append([Charge(EpsilonDeltaEvent(0.2))])
         assert _state(ledger, accountant) == before
-        with ledger.transaction(accountant) as transaction:  # append refuses a second call and over-budget rows
-            with pytest.raises(BudgetExhaustedError):
-                transaction.append([Charge(EpsilonDeltaEvent(5.0))])
-            transaction.append([])
-            with pytest.raises(RuntimeError, match="once"):
-                transaction.append([])
-        assert _state(ledger, accountant) == before
+        with pytest.raises(RuntimeError, match="over"):
+            transaction.append(Charge(EpsilonDeltaEvent(0.2)))
+        accountant.spent = lambda: (math.nan, 0.0)  # the total of the new row cannot be stored
+        with pytest.raises(ValueError, match="NaN"):
+            accountant.compose(EpsilonDeltaEvent(0.2))
+        del accountant.spent
+        assert _state(ledger, accountant) == before and accountant.state() == state
         accountant.compose(EpsilonDeltaEvent(0.1))
     assert _verify(path).ok
 
@@ -548,6 +554,108 @@ def test_not_attached_and_nested_transactions(path):
                     pass
         accountant.compose(EpsilonDeltaEvent(0.1))
         assert ledger.row_count == 1
+
+
+# -- transactions per charged step ---------------------------------------------------------------------------
+
+
+class _TransactionCounter:
+    """Counts the SQLite transactions of every connection opened while installed, per file: ``BEGIN`` (a
+    read), ``BEGIN IMMEDIATE`` (a write), and any statement run outside a transaction (an implicit read)."""
+
+    def __init__(self, monkeypatch):
+        self.counts = {}
+        real = sqlite3.connect
+
+        def connect(database, *args, **kwargs):
+            conn = real(database, *args, **kwargs)
+            role = "confidential" if str(database).endswith(ledger_module.CONFIDENTIAL_SUFFIX) else "shareable"
+            is_open = [False]
+
+            def trace(sql):
+                text = sql.strip().upper()
+                if not text or text.startswith("--"):
+                    return
+                if text.startswith("BEGIN"):
+                    self._add(role, "write" if "IMMEDIATE" in text else "read")
+                    is_open[0] = True
+                elif text.startswith(("COMMIT", "ROLLBACK")):
+                    is_open[0] = False
+                elif not is_open[0]:
+                    self._add(role, "read")
+
+            conn.set_trace_callback(trace)
+            return conn
+
+        monkeypatch.setattr(sqlite3, "connect", connect)
+
+    def _add(self, role, kind):
+        self.counts[role, kind] = self.counts.get((role, kind), 0) + 1
+
+    def take(self) -> dict:
+        counts, self.counts = self.counts, {}
+        return counts
+
+
+class _Mechanism:
+    def __init__(self, event):
+        self.event = event
+
+    def __call__(self, *args, **kwargs):
+        return Release("tok", self.event)
+
+
+def test_a_charged_step_costs_one_read_and_one_write_transaction(path, monkeypatch):
+    """A generation step (``can_afford``, then a registered mechanism: its pre-run check, the run, the
+    record) reads the ledger once and writes it once, whether or not another writer appended rows since
+    (the catch-up then happens inside those two transactions); a plain charge writes once and reads nothing."""
+    counter = _TransactionCounter(monkeypatch)
+    event = EpsilonDeltaEvent(0.01, 1e-9)
+    with Ledger.open(path) as first, Ledger.open(path) as second:
+        a = BasicCompositionAccountant(budget=BUDGET, ledger=first)
+        b = BasicCompositionAccountant(budget=BUDGET, ledger=second)
+        run_a, run_b = a.register(_Mechanism(event)), b.register(_Mechanism(event))
+        counter.take()
+        for _ in range(5):  # alone
+            assert a.can_afford(event)
+            run_a()
+            assert counter.take() == {("shareable", "read"): 1, ("shareable", "write"): 1}
+        for _ in range(5):  # taking turns: each step catches up on the other writer's row
+            for acc, run in ((b, run_b), (a, run_a)):
+                assert acc.can_afford(event)
+                run()
+                assert counter.take() == {("shareable", "read"): 1, ("shareable", "write"): 1}
+        run_a()  # without can_afford: the pre-run check reads once
+        assert counter.take() == {("shareable", "read"): 1, ("shareable", "write"): 1}
+        b.compose(event)  # catches up on a's row inside its write transaction
+        assert counter.take() == {("shareable", "write"): 1}
+        a.record_many([Release("tok", event)] * 5)
+        assert counter.take() == {("shareable", "write"): 1}
+        second.sync(b)
+        assert a.spent() == b.spent() and first.row_count == 22
+    assert _verify(path).ok
+
+
+def test_a_confidential_charged_step_costs_one_transaction_per_file(path, monkeypatch):
+    from pate_accountant.accountants import IndividualChargingAccountant
+
+    counter = _TransactionCounter(monkeypatch)
+    event = BetweenThresholdsEvent(0.1, q=0.3)
+    with Ledger.open(path) as first, Ledger.open(path) as second:
+        a = IndividualChargingAccountant(20, per_teacher_limit=50, ledger=first)
+        b = IndividualChargingAccountant(20, per_teacher_limit=50, ledger=second)
+        counter.take()
+        for i in range(6):
+            acc = (a, b)[i % 2]
+            assert acc.can_afford(event)
+            acc.record(Release("between", event, target_hit=True, charged_teachers={i, i + 1}))
+            counts = counter.take()
+            assert counts[("shareable", "read")] == 1 and counts.get(("confidential", "read"), 0) <= 1
+            assert counts[("shareable", "write")] == counts[("confidential", "write")] == 1
+            assert sum(counts.values()) <= 4
+        first.sync(a)
+        assert a.counters.tolist() == b.counters.tolist()
+    assert _verify(path).ok
 
 
 # -- run metadata and what is never stored -------------------------------------------------------------
@@ -671,6 +779,86 @@ def test_every_accountant_kind_round_trips_through_a_ledger(cls, path):
     assert result.ok, result.message
     assert result.kind == cls.kind and result.rows == 5
     assert result.spent == pytest.approx(spent)
+
+
+@pytest.mark.parametrize("cls", _accountant_classes(), ids=lambda c: c.kind)
+def test_state_restore_and_replay_are_public_and_all_or_nothing(cls):
+    """What a ledger (or a test double) uses: ``state()`` / ``restore(state)`` and ``replay(charges)``."""
+    arguments, events = KIND_SETUP.get(cls.kind, ({}, CANDIDATE_EVENTS))
+    arguments = {"budget": (8.0, 1e-3), **arguments}
+    acc = _construct(cls, **arguments)
+    empty = acc.state()
+    for event in events:
+        try:
+            acc.compose(event, count=2)
+            break
+        except UnsupportedEventError:
+            continue
+    assert acc.state() != empty and acc.state().kind == cls.kind
+    state, spent = acc.state(), acc.spent()
+    charges = [Charge(r.event, 1, r.outcome, r.charged_teachers) for r in
+               (Release(r.value, event, target_hit=r.target_hit, charged_teachers=r.charged_teachers)
+                for r in _releases(4))]
+    with pytest.raises(UnsupportedEventError):  # all or nothing: the bad last charge undoes the others
+        acc.replay(charges + [Charge(ThresholdPrivacyEvent(5))])
+    assert acc.state() == state
+    acc.replay(charges)
+    after = acc.spent()
+    assert acc.state() != state
+    twin = _construct(cls, **arguments)
+    twin.replay([Charge(event, 2)] + charges)
+    assert twin.spent() == pytest.approx(after)
+    for _ in range(2):  # a state can be restored again and again: the accountant never changes it
+        acc.restore(state)
+        assert acc.state() == state and acc.spent() == pytest.approx(spent)
+        acc.replay(charges)
+        assert acc.spent() == pytest.approx(after)
+    acc.restore(empty)
+    assert acc.spent() == _construct(cls, **arguments).spent() and acc.state() == empty
+    tight = _construct(cls, **{**arguments, "budget": (1e-3, arguments["budget"][1])}) \
+        if cls.kind != "individual-charging" else None
+    if tight is not None:  # an auditor's replay checks the budget
+        unspent = tight.state()
+        with pytest.raises(BudgetExhaustedError):
+            tight.replay([Charge(event, 2)] + charges, enforce_budget=True)
+        assert tight.state() == unspent
+        tight.replay([Charge(event, 2)] + charges)  # a ledger replay does not: those charges were accepted
+        assert tight.spent() == pytest.approx(after)
+    with pytest.raises(TypeError):
+        acc.replay(["not a charge"])
+    with pytest.raises(TypeError):
+        acc.restore("not a state")
+    with pytest.raises(ValueError, match="cannot be restored into"):
+        acc.restore(BasicCompositionAccountant().state() if cls is not BasicCompositionAccountant
+                    else AdvancedCompositionAccountant().state())
+    with Ledger.in_memory() as ledger:
+        attached = _construct(cls, **arguments, ledger=ledger)
+        with pytest.raises(RuntimeError, match="attached to a ledger"):  # it would forget what the ledger holds
+            attached.restore(attached.state())
+
+
+def test_register_checks_again_unless_can_afford_just_did(path):
+    """``can_afford(event)`` followed by a registered mechanism of that event checks once; anything charged in
+    between makes the pre-run check look again, and refuse before the mechanism runs."""
+    from conftest import Counting
+
+    with Ledger.open(path) as ledger:
+        accountant = BasicCompositionAccountant(budget=(0.5, 1e-5), ledger=ledger)
+        mechanism = Counting(_Mechanism(EpsilonDeltaEvent(0.2)))
+        run = accountant.register(mechanism)
+        assert accountant.can_afford(EpsilonDeltaEvent(0.2))
+        accountant.compose(EpsilonDeltaEvent(0.35))
+        with pytest.raises(BudgetExhaustedError):
+            run()
+        assert mechanism.calls == 0 and ledger.row_count == 1
+        with Ledger.open(path) as other:  # another writer spends the rest after our check: the record refuses
+            assert accountant.can_afford(EpsilonDeltaEvent(0.05))
+            BasicCompositionAccountant(budget=(0.5, 1e-5), ledger=other).compose(EpsilonDeltaEvent(0.15))
+            small = accountant.register(Counting(_Mechanism(EpsilonDeltaEvent(0.05))))
+            with pytest.raises(BudgetExhaustedError):
+                small()
+        assert accountant.spent() == (0.5, 0.0) and ledger.row_count == 2
+    assert _verify(path).ok
 
 
 def test_unknown_kind_is_reported(path, capsys):

@@ -1,4 +1,4 @@
-"""TargetChargingAccountant: the TCT bound through the accountant (spec 4, 10), the budget refused before a
+"""TargetChargingAccountant: the TCT bound through the accountant (docs/tct_and_individual.md), the budget refused before a
 mechanism runs, the conservative multi-class rule, and the claim that failing or strongly agreeing queries
 cost almost nothing (paper, "Privacy analysis considerations")."""
 
@@ -49,12 +49,12 @@ def state(acc):
     return (acc.hits, acc.queries, acc.charged_tau, acc.spent(), acc.classes(), acc.max_hits)
 
 
-# -- spec 10: the TCT vectors through the accountant ---------------------------------------------------------
+# -- reference TCT vectors through the accountant -------------------------------------------------------------
 @pytest.mark.parametrize(
     "tau, q, eps0, expected",
     [(10, 0.5, 0.1, 3.395175), (100, 1 / 3, 0.01, 0.889968), (100, 0.4, 0.01, 0.798431)],
 )
-def test_spec_tct_vectors(tau, q, eps0, expected):
+def test_reference_tct_vectors(tau, q, eps0, expected):
     make = bt
     acc = TargetChargingAccountant()
     acc.compose(make(eps0, q), tau)
@@ -64,7 +64,7 @@ def test_spec_tct_vectors(tau, q, eps0, expected):
     assert delta == DELTA and eps == pytest.approx(expected, rel=1e-6)
 
 
-TAU_MAX = {  # spec 10, tau_max at (1, 1e-6): {composition: {eps0: (q=1/3, q=0.4, q=0.5)}}
+TAU_MAX = {  # the reference table of docs/planning.md, tau_max at (1, 1e-6): {composition: {eps0: (q=1/3, q=0.4, q=0.5)}}
     "optimal": {0.02: (20, 28, 41), 0.01: (130, 164, 218), 0.005: (627, 771, 990), 0.002: (4356, 5276, 6666)},
     "drv": {0.02: (8, 12, 19), 0.01: (69, 89, 120), 0.005: (359, 444, 575), 0.002: (2577, 3128, 3965)},
 }
@@ -72,7 +72,7 @@ TAU_MAX = {  # spec 10, tau_max at (1, 1e-6): {composition: {eps0: (q=1/3, q=0.4
 
 @pytest.mark.parametrize("composition", ["optimal", "drv"])
 @pytest.mark.parametrize("eps0", [0.02, 0.01, 0.005, 0.002])
-def test_spec_tau_max_table(composition, eps0):
+def test_reference_tau_max_table(composition, eps0):
     acc = TargetChargingAccountant(budget=(1.0, DELTA), composition=composition)
     for q, expected in zip((1 / 3, 0.4, 0.5), TAU_MAX[composition][eps0]):
         assert abs(acc.max_hits_for(bt(eps0, q)) - expected) <= 1
@@ -99,8 +99,8 @@ def test_budget_allows_exactly_max_hits():
 @pytest.mark.parametrize("eps0", [0.01, 0.005, 0.002])
 def test_section6_curve_within_tolerance(eps0):
     """Paper Section 6: about (10 eps0)^-2 target hits for total epsilon 1 (delta 1e-6).  Our bound: the
-    spec 4.2 TCT bound with optimal composition, for the boundary wrapper's default charge q = 1/3 (a real
-    BoundaryWrapper around a pure eps0/2 inner mechanism); spec 4.4 asks for a ratio in [0.7, 2.7]."""
+    TCT bound with optimal composition (docs/tct_and_individual.md), for the boundary wrapper's default charge
+    q = 1/3 (a real BoundaryWrapper around a pure eps0/2 inner mechanism); our tolerance: a ratio in [0.7, 2.7]."""
     wrapper = BoundaryWrapper(BetweenThresholds(eps0 / 2, 0, int(math.ceil(4 / eps0))))
     assert wrapper.event.epsilon == pytest.approx(eps0) and wrapper.event.q == pytest.approx(1 / 3)
     acc = TargetChargingAccountant(budget=(1.0, DELTA))

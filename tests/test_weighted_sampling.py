@@ -1,7 +1,8 @@
-"""DPWeightedSampling: LWS_L / DPWS (paper Algorithm 3, Lemma E.2, Corollary DPWS; spec sections 2.2-2.3).
+"""DPWeightedSampling: LWS_L / DPWS (paper Algorithm 3, Lemma E.2, Corollary DPWS).
 
 What each group of tests proves:
-* spec section 10 PWS vectors: the ``pi*`` recursion with the cap ``min(1, c/n)`` (per key);
+* reference vectors of the keep probability ``r(c) = pi*(c) / p(c)``: the ``pi*`` recursion with the cap
+  ``min(1, c/n)`` (per key), including the exact interval where ``r = 1``;
 * exact privacy: on every small histogram and every replace-one neighbour, the hockey-stick divergence of
   the *included set* and of the *final outcome* is at most ``delta`` at ``epsilon``; with ``release_counts``
   the per-key and joint (set, noisy counts) laws obey the doubled charge;
@@ -22,31 +23,23 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.stats import chisquare
 
 from conftest import z_bound
 from ensembles import batch_from_votes, coordinated_votes
 from ensembles.synthetic import disjoint_groups
-from mechanisms import FAIL_VALUE, BatchRelease, HistogramBatch, OutcomeDistribution, as_histogram
+from mechanisms import FAIL_VALUE, BatchRelease, HistogramBatch, as_histogram
+from mechanisms.audit import hockey_stick, neighbouring_pairs, small_histograms
 from mechanisms.geometric import TruncatedGeometric, delta_effective, optimal_inclusion, truncation
 from mechanisms import weighted_sampling
 from mechanisms.weighted_sampling import DPWeightedSampling, inclusion_table, uniform_survivor_probabilities
+from mechanisms.testing import check_counts_match_law
 from pate_accountant import Release
 from pate_accountant.events import WeightedSamplingEvent
 
 REPLACE, ADD_REMOVE = "replace-one", "add-remove-one"
 
 
-def hockey_stick(p, q, epsilon):
-    """``sum_o max(0, p(o) - e^eps q(o))``: the smallest delta for which this direction is (eps, delta)-DP."""
-    return float(np.maximum(0.0, np.asarray(p) - math.exp(epsilon) * np.asarray(q)).sum())
-
-
-def divergence(p, q, epsilon):
-    return max(hockey_stick(p, q, epsilon), hockey_stick(q, p, epsilon))
-
-
-# --- spec section 10: PWS with p(c) = min(1, c/n), per key --------------------------------------------
+# --- reference vectors: the keep probability with p(c) = min(1, c/n), per key ---------------------------
 def keep(n, epsilon, delta):
     cap = np.minimum(1.0, np.arange(n + 1) / n)
     pi = optimal_inclusion(cap, epsilon, delta)
@@ -63,7 +56,9 @@ def keep(n, epsilon, delta):
         (5000, 0.1, 1e-6, 74, 4990, 5.0e-3, 0.9992703),
     ],
 )
-def test_spec_pws_vectors(n, epsilon, delta, lo, hi, r1, rn):
+def test_keep_probability_reference_vectors(n, epsilon, delta, lo, hi, r1, rn):
+    """Per count ``(epsilon, delta)`` and ``n``: ``r = 1`` exactly on ``[lo, hi]``, ``r(1)`` and ``r(n)``
+    (reference values computed once from the recursion, to the digits shown)."""
     r = keep(n, epsilon, delta)
     ones = np.flatnonzero(r == 1.0)
     assert ones[0] == lo and ones[-1] == hi and ones.size == hi - lo + 1  # exactly [lo, hi]
@@ -73,12 +68,14 @@ def test_spec_pws_vectors(n, epsilon, delta, lo, hi, r1, rn):
     assert np.array_equal(inclusion_table(n, epsilon, delta), optimal_inclusion(np.minimum(1, np.arange(n + 1) / n), epsilon, delta))
 
 
-def test_spec_pws_r20():
+def test_keep_probability_just_below_full_retention():
+    """At per count (0.5, 5e-7), n = 1000, r = 1 starts at c = 21; one count earlier r(20) = 0.8488031."""
     assert keep(1000, 0.5, 5e-7)[20] == pytest.approx(0.8488031, abs=5e-8)
 
 
 def test_mechanism_uses_half_budget_per_count_under_replace_one():
-    # Total (1, 1e-6) replace-one runs every count at (0.5, 5e-7): the second spec row, and L = 27 (decision 2).
+    # Total (1, 1e-6) replace-one runs every count at (0.5, 5e-7) (two counts change): the second reference
+    # row above, and L = truncation(0.5, 5e-7) = 27.
     mech = DPWeightedSampling(1.0, 1e-6)
     assert mech.per_count == (0.5, 5e-7)
     assert mech.error_bound == 27
@@ -95,7 +92,7 @@ def test_add_remove_one_is_refused_because_the_rates_move_with_n():
     per_count = DPWeightedSampling(2.0, 2e-6)  # replace-one: every count at (1, 1e-6)
     first = per_count.output_distribution({0: 12, 1: 28}, num_teachers=40).as_dict()
     second = per_count.output_distribution({0: 13, 1: 28}, num_teachers=41).as_dict()
-    delta = divergence(*(np.array([law.get(k, 0.0) for k in (0, 1, None)]) for law in (first, second)), 1.0)
+    delta = hockey_stick(first, second, 1.0)
     assert delta == pytest.approx(2.1986e-3, rel=1e-3) and delta > 1000 * 1e-6
     with pytest.raises(ValueError, match="relation must be 'replace-one' for DPWeightedSampling, got 'add-remove-one'"):
         DPWeightedSampling(1.0, 1e-6, ADD_REMOVE)
@@ -113,43 +110,6 @@ def test_tail_votes_count_towards_n():
 
 
 # --- exact privacy on small histograms ----------------------------------------------------------------
-def histograms(n, k):
-    """Every count vector over k tokens with sum <= n (the rest are tail votes)."""
-    for counts in itertools.product(range(n + 1), repeat=k):
-        if sum(counts) <= n:
-            yield np.array(counts)
-
-
-def neighbours(counts, n, relation):
-    """Replace-one: one vote moves between two of (tokens, tail), n fixed.  (The other branch moves one vote
-    to or from the tail, n fixed: a replace-one pair too, kept for the one-count checks.)"""
-    k = counts.size
-    tail = n - counts.sum()
-    out = []
-    if relation == REPLACE:
-        places = list(range(k)) + ["tail"]
-        for a, b in itertools.permutations(places, 2):
-            if (a == "tail" and tail == 0) or (a != "tail" and counts[a] == 0):
-                continue
-            c = counts.copy()
-            if a != "tail":
-                c[a] -= 1
-            if b != "tail":
-                c[b] += 1
-            out.append(c)
-    else:
-        for j in range(k):
-            if tail > 0:
-                c = counts.copy()
-                c[j] += 1
-                out.append(c)
-            if counts[j] > 0:
-                c = counts.copy()
-                c[j] -= 1
-                out.append(c)
-    return out
-
-
 MASKS = {k: np.array(list(itertools.product([False, True], repeat=k)), dtype=bool) for k in range(1, 6)}
 
 
@@ -181,28 +141,27 @@ PRIVACY_CASES = [
 
 @pytest.mark.parametrize("epsilon, delta, relation, max_n, k", PRIVACY_CASES)
 def test_exact_privacy_of_included_set_and_outcome(epsilon, delta, relation, max_n, k):
+    """Every histogram of 1 to ``max_n`` teachers over ``k`` tokens plus tail, and every replace-one pair of
+    them: the law of the included set (each token in independently with pi*(c)), and the outcome law
+    enumerated from it, which is the mechanism's exact output distribution."""
     mech = DPWeightedSampling(epsilon, delta, relation)
+    for hist in small_histograms(max_n, k, min_teachers=1):
+        law_out = outcome_law(mech.inclusion_probabilities(hist.num_teachers)[hist.to_dense(k)])
+        dist = mech.output_distribution(hist)
+        for j in range(k):
+            assert dist.probability(j) == pytest.approx(law_out[j], rel=1e-12, abs=1e-15)
+        assert dist.fail == pytest.approx(law_out[-1], rel=1e-12, abs=1e-15)
     worst_set = worst_outcome = 0.0
-    pairs = 0
-    for n in range(1, max_n + 1):
-        table = mech.inclusion_probabilities(n)
-        for counts in histograms(n, k):
-            pi = table[counts]
-            law_set, law_out = set_law(pi), outcome_law(pi)
-            # The outcome law by enumeration is the mechanism's exact output distribution.
-            dist = mech.output_distribution(dict(enumerate(counts.tolist())), num_teachers=n)
-            for j in range(k):
-                assert dist.probability(j) == pytest.approx(law_out[j], rel=1e-12, abs=1e-15)
-            assert dist.fail == pytest.approx(law_out[-1], rel=1e-12, abs=1e-15)
-            for other in neighbours(counts, n, relation):
-                pi2 = table[other]
-                d_set = hockey_stick(law_set, set_law(pi2), epsilon)
-                d_out = hockey_stick(law_out, outcome_law(pi2), epsilon)
-                assert d_out <= d_set + 1e-15  # post-processing
-                assert d_set <= delta * (1 + 1e-9) + 1e-15, (n, counts, other, d_set)
-                worst_set, worst_outcome = max(worst_set, d_set), max(worst_outcome, d_out)
-                pairs += 1
-    assert pairs > 200
+    pairs = neighbouring_pairs(max_n, k, relation, min_teachers=1)
+    for first, second in pairs:
+        table = mech.inclusion_probabilities(first.num_teachers)
+        pi, pi2 = table[first.to_dense(k)], table[second.to_dense(k)]
+        d_set = hockey_stick(set_law(pi), set_law(pi2), epsilon)
+        d_out = hockey_stick(outcome_law(pi), outcome_law(pi2), epsilon)
+        assert d_out <= d_set + 1e-15  # post-processing
+        assert d_set <= delta * (1 + 1e-9) + 1e-15, (first, second, d_set)
+        worst_set, worst_outcome = max(worst_set, d_set), max(worst_outcome, d_out)
+    assert len(pairs) > 200
     # Not vacuous: some neighbouring pair uses at least a third of delta.
     assert worst_set >= delta / 3
 
@@ -215,7 +174,7 @@ def test_per_count_inclusion_is_dp_and_tight(epsilon, delta, n):
     eps_c, delta_c = mech.per_count
     pi = mech.inclusion_probabilities(n)
     law = np.stack([pi, 1 - pi], axis=1)
-    worst = max(divergence(law[c], law[c + 1], eps_c) for c in range(n))
+    worst = max(hockey_stick(law[c], law[c + 1], eps_c) for c in range(n))
     assert worst <= delta_c * (1 + 1e-9)
     assert pi[1] == pytest.approx(min(1.0 / n, delta_c))  # 0 -> 1 vote: the whole delta_c (or the cap)
 
@@ -241,14 +200,14 @@ def test_noisy_counts_cost_per_key(epsilon, delta, relation):
     pi = mech.inclusion_probabilities(n)
     grid = n + 2 * L + 1
     laws = [keyed_law(c, pi, noise, L, grid) for c in range(n + 1)]
-    per_key = max(divergence(laws[c], laws[c + 1], 2 * eps_c) for c in range(n))
+    per_key = max(hockey_stick(laws[c], laws[c + 1], 2 * eps_c) for c in range(n))
     # Composition: selection (eps_c, delta_c) + noisy count (eps_c, delta_eff) per key.
     assert per_key <= (delta_c + delta_effective(eps_c, L)) * (1 + 1e-9)
     # The count release is not free: at the undoubled eps_c the law with counts is strictly heavier than the
     # selection alone, and for realistic deltas it breaks (eps_c, delta_c) by orders of magnitude.
     selection = [np.array([1 - pi[c], pi[c]]) for c in range(n + 1)]
-    alone = max(divergence(selection[c], selection[c + 1], eps_c) for c in range(n))
-    with_counts = max(divergence(laws[c], laws[c + 1], eps_c) for c in range(n))
+    alone = max(hockey_stick(selection[c], selection[c + 1], eps_c) for c in range(n))
+    with_counts = max(hockey_stick(laws[c], laws[c + 1], eps_c) for c in range(n))
     assert alone <= delta_c * (1 + 1e-9) and with_counts > alone
     if delta < 1e-3:
         assert with_counts > 1000 * delta_c
@@ -265,21 +224,20 @@ def test_noisy_counts_joint_law_obeys_doubled_event(epsilon, delta):
     L = mech.error_bound
     noise = TruncatedGeometric(eps_c, L)
     worst_doubled = worst_single = worst_selection = 0.0
-    for n in range(1, 6):
-        pi = mech.inclusion_probabilities(n)
-        grid = n + 2 * L + 1
 
-        def joint(counts):
-            laws = [keyed_law(int(c), pi, noise, L, grid) for c in counts]
-            return np.einsum("i,j,k->ijk", *laws).ravel()
+    def joint(hist):
+        n = hist.num_teachers
+        pi, grid = mech.inclusion_probabilities(n), n + 2 * L + 1
+        laws = [keyed_law(int(c), pi, noise, L, grid) for c in hist.to_dense(3)]
+        return np.einsum("i,j,k->ijk", *laws).ravel()
 
-        for counts in histograms(n, 3):
-            law = joint(counts)
-            for other in neighbours(counts, n, REPLACE):
-                law2 = joint(other)
-                worst_selection = max(worst_selection, hockey_stick(set_law(pi[counts]), set_law(pi[other]), mech.epsilon))
-                worst_doubled = max(worst_doubled, hockey_stick(law, law2, mech.event.epsilon))
-                worst_single = max(worst_single, hockey_stick(law, law2, mech.epsilon))
+    for first, second in neighbouring_pairs(5, 3, REPLACE, min_teachers=1):
+        pi = mech.inclusion_probabilities(first.num_teachers)
+        law, law2 = joint(first), joint(second)
+        selection = hockey_stick(set_law(pi[first.to_dense(3)]), set_law(pi[second.to_dense(3)]), mech.epsilon)
+        worst_selection = max(worst_selection, selection)
+        worst_doubled = max(worst_doubled, hockey_stick(law, law2, mech.event.epsilon))
+        worst_single = max(worst_single, hockey_stick(law, law2, mech.epsilon))
     assert worst_doubled <= mech.event.delta * (1 + 1e-9)
     # The sanitised counts cost more than the included set alone (see also test_noisy_counts_cost_per_key).
     assert worst_selection <= mech.delta * (1 + 1e-9) and worst_single > worst_selection
@@ -309,7 +267,8 @@ def test_noisy_counts_are_within_L_and_follow_tg(rng):
     assert np.abs(errors).max() <= L
     support = np.arange(-L, L + 1)
     observed = (errors[:, None] == support).sum(axis=0)
-    assert chisquare(observed, errors.size * TruncatedGeometric(eps_c, L).pmf(support)).pvalue > 1e-4
+    check_counts_match_law(dict(enumerate(observed)), dict(enumerate(TruncatedGeometric(eps_c, L).pmf(support))),
+                           alpha=1e-4)
     # Every token is in the released set with probability pi*(c_j).
     expected = pi[[2, 4, 6, 10]]
     se = np.sqrt(expected * (1 - expected) / num)
@@ -391,12 +350,6 @@ def test_batch_distributions_on_large_histograms(max_nodes, block, monkeypatch):
 CALL_HIST = {0: 1, 1: 2, 2: 3, 3: 5}
 
 
-def chi_square_against(dist: OutcomeDistribution, values, labels):
-    observed = [sum(1 for v in values if v == label) for label in labels]
-    expected = [len(values) * dist.probability(label) for label in labels]
-    return chisquare(observed, expected).pvalue
-
-
 def test_call_includes_tokens_with_exactly_the_certified_probability():
     # The single-release law computed from the sampler's own code: the Poisson sample is below(n) < c (n
     # equally likely answers), the keep decision one rational Bernoulli, the survivor a uniform pick.  In
@@ -437,7 +390,8 @@ def test_call_draws_follow_output_distribution(rng):
         release = mech(CALL_HIST, rng=rng, num_teachers=12)
         assert isinstance(release, Release) and release.event == mech.event and "noisy_counts" not in release.info
         values.append(release.value)
-    assert chi_square_against(dist, values, [0, 1, 2, 3, None]) > 1e-4
+    observed = {label: values.count(label) for label in set(values)}
+    check_counts_match_law(observed, dist.as_dict(), alpha=1e-4)
 
 
 def test_run_batch_draws_follow_output_distribution(rng):
@@ -451,18 +405,12 @@ def test_run_batch_draws_follow_output_distribution(rng):
     batch = HistogramBatch(sample, np.repeat(one.tokens, reps), np.repeat(one.counts, reps), len(shapes) * reps, n)
     released = mech.run_batch(batch, rng=rng)
     assert isinstance(released, BatchRelease) and released.event == mech.event and len(released) == batch.num_histograms
-    pvalues = []
     for i, hist in enumerate(shapes):
-        dist = mech.output_distribution(hist, num_teachers=n)
         values = released.values[i * reps : (i + 1) * reps]
-        labels = list(dist.tokens) + [FAIL_VALUE]
-        observed = [(values == label).sum() for label in labels]
-        expected = [reps * p for p in dist.probabilities] + [reps * dist.fail]
-        if len(labels) == 1:  # the empty histogram always fails
-            assert (values == FAIL_VALUE).all()
-            continue
-        pvalues.append(chisquare(observed, expected).pvalue)
-    assert min(pvalues) > 1e-4 / len(pvalues)
+        keys, freq = np.unique(values, return_counts=True)
+        observed = {(None if k == FAIL_VALUE else int(k)): int(f) for k, f in zip(keys, freq)}
+        # five histograms, each at significance 1e-4 / 5
+        check_counts_match_law(observed, mech.output_distribution(hist, num_teachers=n).as_dict(), alpha=2e-5)
 
 
 def test_run_batch_accepts_dense_rows_and_default_rng():
@@ -482,8 +430,9 @@ def test_run_batch_accepts_dense_rows_and_default_rng():
 @pytest.mark.parametrize("delta", [1e-2, 1e-4, 1e-6, 1e-10])
 def test_every_sampled_count_in_the_middle_survives(relation, epsilon, delta):
     """Issue: "keeps every sampled count in [2L, n - 2/epsilon]" with L = error_bound and epsilon the *total*
-    epsilon (= n - 1/eps_c under replace-one): r(c) = pi*(c)/p(c) == 1 exactly there.  Also the exact upper end of full retention: n - ceil((1 - n delta_c)/(e^eps_c - 1)) (spec 2.2
-    caveat), and the lower end is at most 2L."""
+    epsilon (= n - 1/eps_c under replace-one): r(c) = pi*(c)/p(c) == 1 exactly there.  Also the exact upper
+    end of full retention, n - ceil((1 - n delta_c)/(e^eps_c - 1)) (near c = n full retention needs
+    delta_c >= 1/n), and the lower end is at most 2L."""
     mech = DPWeightedSampling(epsilon, delta, relation)
     eps_c, delta_c = mech.per_count
     L = mech.error_bound

@@ -11,77 +11,30 @@
 
 from __future__ import annotations
 
-import itertools
-import math
-
 import numpy as np
 import pytest
 
 from mechanisms import BoundaryWrapper, DPArgMax, DPWeightedSampling
-from mechanisms.boundary_wrapper import approximate_inner_certificate
+from mechanisms.audit import hockey_stick, neighbouring_pairs
+from mechanisms.boundary_wrapper import approximate_inner_certificate, wrap_probabilities
 from mechanisms.qtarget import q_star
+from pate_accountant.accountants import BasicCompositionAccountant
 from pate_accountant.accountants.target_charging import target_class
-from pate_accountant.accountants.translate import epsilon_delta_terms
 
 VOCAB = 3
 EPS_A, DELTA_A = 0.1, 1e-2
 
 
-def histograms(n: int):
-    """Every count vector over ``VOCAB`` tokens with ``n`` votes."""
-    for split in itertools.combinations_with_replacement(range(VOCAB), n):
-        yield tuple(np.bincount(np.array(split, dtype=np.int64), minlength=VOCAB).tolist())
-
-
-def neighbours(counts, relation: str):
-    counts = list(counts)
-    if relation == "replace-one":
-        for a, b in itertools.permutations(range(VOCAB), 2):
-            if counts[a] > 0:
-                other = counts.copy()
-                other[a] -= 1
-                other[b] += 1
-                yield tuple(other)
-    else:  # add or remove one teacher with its vote: n changes
-        for a in range(VOCAB):
-            other = counts.copy()
-            other[a] += 1
-            yield tuple(other)
-            if counts[a] > 0 and sum(counts) > 1:
-                other = counts.copy()
-                other[a] -= 1
-                yield tuple(other)
-
-
 def pairs(max_n: int, relation: str):
-    for n in range(1, max_n + 1):
-        for counts in histograms(n):
-            for other in neighbours(counts, relation):
-                yield counts, other
-
-
-def law_vector(dist, outcomes):
-    """The law as a vector over ``outcomes`` (``None`` is fail)."""
-    table = dist.as_dict()
-    return np.array([table.get(o, 0.0) for o in outcomes])
+    """Every neighbouring pair of histograms of 1 to ``max_n`` teachers over ``VOCAB`` tokens, no tail votes."""
+    return neighbouring_pairs(max_n, VOCAB, relation, tail=False, min_teachers=1)
 
 
 def inner_laws(mechanism, h0, h1):
-    d0 = mechanism.output_distribution(np.array(h0))
-    d1 = mechanism.output_distribution(np.array(h1))
-    outcomes = sorted({k for k in d0.as_dict()} | {k for k in d1.as_dict()}, key=lambda k: (k is not None, k or 0))
-    return law_vector(d0, outcomes), law_vector(d1, outcomes)
-
-
-def hockey_stick(p, q, eps):
-    return float(np.maximum(p - math.exp(eps) * q, 0.0).sum())
-
-
-def wrapped(p):
-    """The wrapped law ``[target, inner outcomes...]`` of an inner law vector."""
-    from mechanisms.boundary_wrapper import wrap_probabilities
-
-    return wrap_probabilities(p)
+    """The two exact laws as vectors over the same outcomes (fail first)."""
+    d0, d1 = mechanism.output_distribution(h0).as_dict(), mechanism.output_distribution(h1).as_dict()
+    outcomes = sorted(set(d0) | set(d1), key=lambda k: (k is not None, k or 0))
+    return np.array([d0.get(o, 0.0) for o in outcomes]), np.array([d1.get(o, 0.0) for o in outcomes])
 
 
 MECHANISMS = {
@@ -111,13 +64,15 @@ def test_weighted_sampling_is_refused_under_add_remove_one():
 def test_wrapped_delta_is_charged_twice_the_inner_delta(case):
     name, relation, inner = case
     wrapper = BoundaryWrapper(inner)
-    [(eps_charged, delta_charged, _)] = epsilon_delta_terms(wrapper.event)
+    accountant = BasicCompositionAccountant(neighboring_relation=relation)
+    accountant.compose(wrapper.event)
+    eps_charged, delta_charged = accountant.spent()
     assert eps_charged == pytest.approx(2 * EPS_A) and delta_charged == pytest.approx(2 * DELTA_A)
     worst_inner, worst_wrapped = 0.0, 0.0
     for h0, h1 in pairs(9, relation):
         p0, p1 = inner_laws(inner, h0, h1)
         worst_inner = max(worst_inner, hockey_stick(p0, p1, EPS_A))
-        worst_wrapped = max(worst_wrapped, hockey_stick(wrapped(p0), wrapped(p1), eps_charged))
+        worst_wrapped = max(worst_wrapped, hockey_stick(wrap_probabilities(p0), wrap_probabilities(p1), eps_charged))
     assert worst_inner <= DELTA_A * (1 + 1e-9)  # the inner's own claim holds on these pairs
     assert worst_wrapped <= delta_charged * (1 + 1e-9)
     if name == "dp-argmax" and relation == "add-remove-one":
@@ -137,7 +92,7 @@ def test_approximate_inner_target_is_certified_on_every_pair(case):
         assert cert is not None, (h0, h1)
         assert cert.q >= wrapper.q * (1 - 1e-6), (h0, h1, cert.q)
         assert cert.weight <= w + 1e-9, (h0, h1, cert.weight)
-        if q_star(wrapped(p0), wrapped(p1), 2 * EPS_A) == 0.0:
+        if q_star(wrap_probabilities(p0), wrap_probabilities(p1), 2 * EPS_A) == 0.0:
             no_pure_target += 1
     if name == "dp-argmax":
         # at the release boundary the real wrapped pair has no q-target: the per-query weight is necessary

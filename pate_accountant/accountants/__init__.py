@@ -1,7 +1,7 @@
 """Privacy accountants sharing one contract (``pate_accountant.accountants.base.Accountant``)."""
 
 from pate_accountant.accountants.advanced import AdvancedCompositionAccountant
-from pate_accountant.accountants.base import Accountant, Charge
+from pate_accountant.accountants.base import Accountant, AccountantState, Charge
 from pate_accountant.accountants.basic import BasicCompositionAccountant
 from pate_accountant.accountants.individual import IndividualChargingAccountant
 from pate_accountant.accountants.pld import PldAccountant
@@ -24,6 +24,7 @@ del _cls, _runs
 
 __all__ = [
     "Accountant",
+    "AccountantState",
     "AdvancedCompositionAccountant",
     "BasicCompositionAccountant",
     "Charge",

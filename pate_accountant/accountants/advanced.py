@@ -123,7 +123,7 @@ class AdvancedCompositionAccountant(Accountant):
         return dict(self._classes)
 
     # -- the accountant hooks -----------------------------------------------------------------------------
-    def _prepare(self, charge: Charge):
+    def _maybe_compose(self, charge: Charge, do_compose: bool, *, enforce_budget: bool = True) -> None:
         """O(size of the event), plus the epsilon bounds when there is a budget."""
         new: dict[tuple[float, float], int] = {}
         for eps, delta, mult in epsilon_delta_terms(charge.event):  # UnsupportedEventError names the event
@@ -140,8 +140,8 @@ class AdvancedCompositionAccountant(Accountant):
             s_drift += drift
             s_error += 2.0 * _ULP * s_delta  # the product and the addition round once each
         sums = (s_eps, s_delta, s_sq, s_drift, s_error)
-        certified = None
-        if self._budget is not None:
+        certified = None  # a replayed row (no budget check) leaves no certified epsilon
+        if enforce_budget and self._budget is not None:
             budget_eps, budget_delta = self._budget
             certified = min(_cheap_bounds(sums, budget_delta).values(), default=math.inf)
             pure = all(delta == 0.0 for _, delta in new)
@@ -153,10 +153,9 @@ class AdvancedCompositionAccountant(Accountant):
                 certified, _ = _smallest(_all_bounds(_single_class(self._classes, new), sums, budget_delta))
                 if not self._within_budget(certified, budget_delta):
                     self._refuse(f"charging {charge.event!r} x{charge.count}", certified, budget_delta)
-        return new, sums, certified, relation
-
-    def _commit(self, plan) -> None:
-        new, self._sums, self._certified, relation = plan
+        if not do_compose:
+            return
+        self._sums, self._certified = sums, certified
         for key, n in new.items():
             self._classes[key] = self._classes.get(key, 0) + n
         self._set_relation(relation)
@@ -170,14 +169,13 @@ class AdvancedCompositionAccountant(Accountant):
         delta = self.report_delta
         return self._epsilon(delta), delta
 
-    def _snapshot(self) -> dict:
-        # _commit updates the dict in place; the rest is replaced.
-        return {
-            "_classes": dict(self._classes),
-            "_sums": self._sums,
-            "_certified": self._certified,
-            "_current_relation": self._current_relation,
-        }
+    def _get_state(self):
+        # The dict is updated in place when composing (so it is copied); the rest is replaced.
+        return dict(self._classes), self._sums, self._certified, self._current_relation
+
+    def _set_state(self, data) -> None:
+        classes, self._sums, self._certified, self._current_relation = data
+        self._classes = dict(classes)
 
     # -- reporting ------------------------------------------------------------------------------------------
     def bounds(self, delta: float) -> dict[str, float]:

@@ -4,16 +4,28 @@
   (its event, its outcome class, its charged teachers); ``register(mechanism)`` returns a callable that
   checks the budget, runs the mechanism and records the release.
 * ``can_afford(event)``, ``get_epsilon(delta)``, ``spent() -> (epsilon, delta)``.
-* **Check-then-commit.**  Every charge is first *prepared* (validated, its cost computed against the
-  budget; nothing changes), then written to the ledger (if any) in one SQLite transaction, then
-  *committed* to the in-memory state (which cannot fail).  A charge that raises leaves state and ledger
-  as they were.  A budget given at construction is never exceeded: ``BudgetExhaustedError`` is raised
-  before anything is charged, and ``register``'s callable raises it before the mechanism runs.
+* **The accountant owns its state.**  ``state()`` returns an immutable :class:`AccountantState` (equal
+  states compare equal), ``restore(state)`` puts one back (refused while a ledger is attached: the state
+  then follows the ledger's rows), and ``replay(charges)`` applies charges a ledger already holds, all of
+  them or none.  A ledger stores and verifies rows and calls only these public methods (and ``config()``,
+  ``spent()``); it never reaches into an accountant.
+* **Check-then-commit.**  Every charge goes through one hook, ``_maybe_compose(charge, do_compose)``, in
+  the spirit of dp-accounting's ``PrivacyAccountant._maybe_compose``: it validates the charge and its cost
+  against the budget, raising (``UnsupportedEventError``, ``BudgetExhaustedError``, ``ValueError``) before
+  anything changes; only when ``do_compose`` is true and every check passed does it apply the charge.
+  ``can_afford`` and ``register``'s pre-run check call it with ``do_compose=False``.  With a ledger, a charge
+  runs inside the ledger's single write transaction: the ledger catches the accountant up on rows other
+  writers appended (``replay``), the hook checks and applies the charge, the ledger appends the row with
+  the new ``spent()`` and commits; if anything fails before the commit, the transaction rolls back and the
+  accountant takes its state back.  So a charge that raises leaves state and ledger as they were, and a
+  budget given at construction is never exceeded: ``BudgetExhaustedError`` is raised before anything is
+  charged, and ``register``'s callable raises it before the mechanism runs.
 
-Subclasses implement ``_prepare(charge) -> plan`` (raise ``UnsupportedEventError`` for an event they
-cannot account, ``BudgetExhaustedError`` when the plan would exceed the budget), ``_commit(plan)``,
+Subclasses implement ``_maybe_compose(charge, do_compose, *, enforce_budget=True)`` (``enforce_budget=False``
+is a replay: the charge was already accepted under the shared budget, so only its validity is checked),
 ``_epsilon(delta)`` and ``spent()``; they may override ``_worst_case(event)`` (the charge ``can_afford``
-and ``register`` test before running).
+and ``register`` test before running), ``_config()``, and ``_get_state()`` / ``_set_state(data)`` (the
+mutable state as plain data; the default deep-copies the instance's attributes).
 
 * **Valid events only.**  Every ``Charge`` checks its event when it is built
   (:func:`~pate_accountant.accountants.event_checks.check_event`): a non-finite, zero or negative noise
@@ -22,9 +34,9 @@ and ``register`` test before running).
 * **One relation.**  An accountant composes events stated under one neighbouring relation only.  The
   keyword ``neighboring_relation`` fixes it at construction; left ``None``, the first charged event that
   states a relation fixes it (a dp-accounting event, which states none, is read under ``"replace-one"``).
-  ``self._relation_after(event)`` (in ``_prepare``) returns the relation the accountant holds after the
-  charge, or raises ``UnsupportedEventError`` naming both relations; ``self._set_relation(relation)`` (in
-  ``_commit``) records it.  Accountants that keep their own relation can call
+  ``self._relation_after(event)`` (in the check) returns the relation the accountant holds after the
+  charge, or raises ``UnsupportedEventError`` naming both relations; ``self._set_relation(relation)`` (when
+  composing) records it.  Accountants that keep their own relation can call
   :func:`~pate_accountant.accountants.event_checks.relation_after` directly.
 """
 
@@ -36,14 +48,14 @@ import math
 
 import attr
 import dp_accounting
+import numpy as np
 
 from pate_accountant.accountants.event_checks import check_event, check_relation, relation_after
 from pate_accountant.errors import BudgetExhaustedError, UnsupportedEventError
 from pate_accountant.release import OUTCOMES, Release
 from pate_accountant.validation import check_int, check_real
 
-__all__ = ["Accountant", "Charge", "relation_after"]
-
+__all__ = ["Accountant", "AccountantState", "Charge", "relation_after"]
 
 
 def _check_outcome(instance, attribute, value):
@@ -86,8 +98,57 @@ def _check_budget(budget):
     return (epsilon, delta)
 
 
+def _same(a, b) -> bool:
+    """Equality of state data: containers element by element, numpy arrays by value, anything else by
+    ``==`` (objects without an equality of their own, such as composed PLDs, by identity)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b))
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
+@attr.s(frozen=True, slots=True, eq=False, repr=False)
+class AccountantState:
+    """An accountant's state at one moment: what :meth:`Accountant.state` returns and
+    :meth:`Accountant.restore` takes back.
+
+    Immutable: the accountant copies its mutable parts into it and out of it again, so one state can be
+    restored any number of times and the accountant never changes it.  Two states of the same accountant
+    class compare equal when their contents are equal (``acc.state() == before`` checks that a refused
+    charge changed nothing).  ``kind`` is the accountant's kind; the contents are the class's own business.
+    """
+
+    owner: type = attr.ib()
+    data: object = attr.ib()
+
+    @property
+    def kind(self) -> str:
+        return self.owner.kind
+
+    def __eq__(self, other):
+        if not isinstance(other, AccountantState):
+            return NotImplemented
+        return self.owner is other.owner and _same(self.data, other.data)
+
+    def __hash__(self):
+        return hash(self.owner)
+
+    def __repr__(self):
+        return f"AccountantState(kind={self.kind!r})"
+
+
 class Accountant(abc.ABC):
-    """Base class: budget, ledger, and the check-then-commit protocol."""
+    """Base class: budget, ledger, state, and the check-then-commit protocol."""
 
     #: Short name stored in a ledger's metadata (``pate-accountant audit`` rebuilds the accountant by it).
     kind: str = ""
@@ -95,14 +156,18 @@ class Accountant(abc.ABC):
     #: ledger keeps those sets in its confidential file only (individual charging sets this).
     confidential_charges: bool = False
 
+    #: Attributes that are configuration or machinery, not state (left out of the default ``_get_state``).
+    _NOT_STATE = frozenset({"_ledger", "_budget", "_configured_relation", "_afforded"})
+
     def __init__(self, *, budget=None, ledger=None, neighboring_relation=None):
         self._budget = _check_budget(budget)
         # The relation given at construction (None: fixed by the first charge), and the one held now.
         self._configured_relation = check_relation("neighboring_relation", neighboring_relation)
         self._current_relation = self._configured_relation
         self._ledger = None
+        self._afforded = None  # (event, count) that can_afford accepted, while nothing has changed since
         if ledger is not None:
-            ledger.attach(self)  # replays the rows already in the ledger, then keeps us in step
+            ledger.attach(self)  # replays the rows already in the ledger (through replay), then keeps us in step
             self._ledger = ledger
 
     # -- configuration, for ledgers ---------------------------------------------------------------
@@ -135,14 +200,16 @@ class Accountant(abc.ABC):
     def _set_relation(self, relation: str | None) -> None:
         self._current_relation = relation
 
-    # -- subclass hooks -----------------------------------------------------------------------------
+    # -- the hook subclasses implement ----------------------------------------------------------------
     @abc.abstractmethod
-    def _prepare(self, charge: Charge):
-        """Validate ``charge`` and return a plan to commit; raise without changing anything."""
+    def _maybe_compose(self, charge: Charge, do_compose: bool, *, enforce_budget: bool = True) -> None:
+        """Check ``charge``; when ``do_compose``, apply it.
 
-    @abc.abstractmethod
-    def _commit(self, plan) -> None:
-        """Apply a prepared plan to the in-memory state (must not fail)."""
+        Every check comes first and raises without changing anything: ``UnsupportedEventError`` for an
+        event the accountant cannot account for (or one stated under another relation),
+        ``BudgetExhaustedError`` when the charge would take the accountant beyond its budget (only when
+        ``enforce_budget``; a replayed ledger row was already accepted under the shared budget).  Applying
+        the charge, once every check passed, must not fail."""
 
     @abc.abstractmethod
     def _epsilon(self, delta: float) -> float:
@@ -155,6 +222,51 @@ class Accountant(abc.ABC):
     def _worst_case(self, event, count: int = 1) -> Charge:
         """The charge a not-yet-run mechanism with ``event`` could cost (default: the event itself)."""
         return Charge(event, count)
+
+    def _get_state(self):
+        """The mutable state as data that later changes of the accountant cannot touch (default: a deep copy
+        of the instance's attributes, configuration and ledger left out).  Override with something cheaper."""
+        return {k: copy.deepcopy(v) for k, v in vars(self).items() if k not in self._NOT_STATE}
+
+    def _set_state(self, data) -> None:
+        """Put back what :meth:`_get_state` returned (copying its mutable parts: ``data`` stays unchanged)."""
+        vars(self).update(copy.deepcopy(data))
+
+    # -- state, public ----------------------------------------------------------------------------------
+    def state(self) -> AccountantState:
+        """The accountant's state now, as an immutable :class:`AccountantState` (everything it has charged;
+        not its configuration, budget or ledger)."""
+        return AccountantState(type(self), self._get_state())
+
+    def restore(self, state: AccountantState) -> None:
+        """Put back a state taken by :meth:`state` (of this accountant, or one of the same class and config).
+
+        Refused (``RuntimeError``) while a ledger is attached: the state of such an accountant is the
+        replay of the ledger's rows, and going back would let it spend again what the ledger holds."""
+        if not isinstance(state, AccountantState):
+            raise TypeError(f"state must be an AccountantState, got {type(state).__name__}")
+        if state.owner is not type(self):
+            raise ValueError(f"a state of {state.owner.__name__} cannot be restored into {type(self).__name__}")
+        if self._ledger is not None:
+            raise RuntimeError(
+                "an accountant attached to a ledger cannot be restored: its state is the replay of the ledger's "
+                "rows (attach a fresh accountant to the ledger instead)")
+        self._afforded = None
+        self._set_state(state.data)
+
+    def replay(self, charges, *, enforce_budget: bool = False) -> None:
+        """Apply ``charges`` (``Charge`` objects, in order) read from a ledger: all of them or none.
+
+        By default without the budget check (some writer already accepted them under the shared budget);
+        events that the accountant cannot account for are still refused.  ``enforce_budget=True`` checks
+        each charge against the budget as a live charge would (what an auditor's replay does), raising
+        ``BudgetExhaustedError`` at the first one beyond it."""
+        charges = list(charges)
+        for charge in charges:
+            if not isinstance(charge, Charge):
+                raise TypeError(f"charges must be Charge objects, got {type(charge).__name__}")
+        self._afforded = None
+        self._compose_all(charges, enforce_budget=enforce_budget)
 
     # -- the contract -----------------------------------------------------------------------------------
     def compose(self, event, count: int = 1) -> None:
@@ -177,13 +289,17 @@ class Accountant(abc.ABC):
         self._charge_many(charges)
 
     def can_afford(self, event, count: int = 1) -> bool:
-        """Whether charging ``event`` (its worst case) ``count`` times now would stay within the budget."""
+        """Whether charging ``event`` (its worst case) ``count`` times now would stay within the budget.
+
+        With a ledger it first catches up on what other writers sharing the ledger have spent (one read
+        transaction)."""
         if self._ledger is not None:
-            self._ledger.sync(self)  # include what other processes sharing the ledger have spent
+            self._ledger.sync(self)
         try:
-            self._prepare(self._worst_case(event, count))
+            self._maybe_compose(self._worst_case(event, count), False)
         except BudgetExhaustedError:
             return False
+        self._afforded = (event, count)  # register's pre-run check of this event needs no second look
         return True
 
     def get_epsilon(self, delta: float) -> float:
@@ -192,16 +308,17 @@ class Accountant(abc.ABC):
         return self._epsilon(delta)
 
     def register(self, mechanism):
-        """Wrap ``mechanism`` so each call checks the budget first, runs it, then records the release."""
+        """Wrap ``mechanism`` so each call checks the budget first, runs it, then records the release.
+
+        The pre-run check catches up on the ledger (if any) and checks the mechanism's worst case; right
+        after ``can_afford(mechanism.event)`` accepted it, with nothing charged since, it is not repeated."""
         event = getattr(mechanism, "event", None)
         if not isinstance(event, dp_accounting.DpEvent) or not callable(mechanism):
             raise TypeError(f"mechanism must be callable and announce a DpEvent as .event, got {type(mechanism).__name__}")
-        self._prepare(self._worst_case(event))  # unsupported events are refused at registration
+        self._maybe_compose(self._worst_case(event), False)  # unsupported events are refused at registration
 
         def run(*args, **kwargs) -> Release:
-            if self._ledger is not None:
-                self._ledger.sync(self)
-            self._prepare(self._worst_case(mechanism.event))  # BudgetExhaustedError before running
+            self._check_before_run(mechanism.event)  # BudgetExhaustedError before running
             release = mechanism(*args, **kwargs)
             self.record(release)
             return release
@@ -211,54 +328,51 @@ class Accountant(abc.ABC):
         return run
 
     # -- machinery ----------------------------------------------------------------------------------------
+    def _check_before_run(self, event) -> None:
+        afforded = self._afforded
+        if afforded is not None and afforded[1] == 1 and (afforded[0] is event or afforded[0] == event):
+            return  # can_afford(event) accepted it and nothing changed since
+        if self._ledger is not None:
+            self._ledger.sync(self)
+        self._maybe_compose(self._worst_case(event), False)
+
     def _charge(self, charge: Charge) -> None:
         self._charge_many([charge])
 
-    def _charge_many(self, charges) -> None:
-        if self._ledger is None:
-            plans = self._prepare_sequence(charges)
-            for plan in plans:
-                self._commit(plan)
+    def _compose_all(self, charges, *, enforce_budget: bool = True) -> None:
+        """Check and apply ``charges`` in order, all or none (in memory)."""
+        if len(charges) == 1:  # the hook itself leaves everything unchanged when it raises
+            self._maybe_compose(charges[0], True, enforce_budget=enforce_budget)
             return
-        with self._ledger.transaction(self) as transaction:  # syncs rows other writers added first
-            plans = self._prepare_sequence(charges)
-            transaction.append(charges, plans)  # the ledger reuses the plans for the stored totals
-        for plan in plans:
-            self._commit(plan)
-
-    def _prepare_sequence(self, charges):
-        """Prepare several charges as if committed one after another, without committing any."""
-        if len(charges) == 1:
-            return [self._prepare(charges[0])]
-        snapshot = self._snapshot()
-        plans = []
+        before = self._get_state()
         try:
             for charge in charges:
-                plan = self._prepare(charge)
-                self._commit(plan)
-                plans.append(plan)
-        finally:
-            self._restore(snapshot)
-        return plans
+                self._maybe_compose(charge, True, enforce_budget=enforce_budget)
+        except BaseException:
+            self._set_state(before)
+            raise
 
-    def _snapshot(self) -> dict:
-        """A deep copy of the mutable state (used to prepare a batch of charges); subclasses with large
-        state may override it with something cheaper."""
-        return {k: copy.deepcopy(v) for k, v in vars(self).items() if k not in ("_ledger", "_budget")}
-
-    def _restore(self, snapshot: dict) -> None:
-        vars(self).update(snapshot)
-
-    def _replay(self, charge: Charge) -> None:
-        """Apply a charge read from the ledger: some writer already accepted it under the shared budget."""
-        self._commit(self._prepare_unbudgeted(charge))
-
-    def _prepare_unbudgeted(self, charge: Charge):
-        budget, self._budget = self._budget, None
+    def _charge_many(self, charges) -> None:
+        self._afforded = None
+        if self._ledger is None:
+            self._compose_all(charges)
+            return
+        before = transaction = None
         try:
-            return self._prepare(charge)
-        finally:
-            self._budget = budget
+            # One write transaction: the ledger takes the write lock and replays rows other writers appended
+            # (through replay), then each charge is checked and applied and its row appended; the ledger
+            # stores spent() with the rows and commits when the block ends.
+            with self._ledger.transaction(self) as transaction:
+                before = self._get_state()
+                for charge in charges:
+                    self._maybe_compose(charge, True)
+                    transaction.append(charge)
+        except BaseException:
+            # Not committed (refused, failed, or interrupted before the ledger moved our position past the
+            # rows): take the charges back.  Rows replayed from other writers stay: they were committed.
+            if before is not None and not getattr(transaction, "committed", False):
+                self._set_state(before)
+            raise
 
     def _within_budget(self, epsilon: float, delta: float) -> bool:
         if self._budget is None:

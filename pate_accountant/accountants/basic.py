@@ -30,19 +30,23 @@ class BasicCompositionAccountant(Accountant):
             return {}
         return {"neighboring_relation": self._configured_relation}
 
-    def _prepare(self, charge: Charge):
+    def _maybe_compose(self, charge: Charge, do_compose: bool, *, enforce_budget: bool = True) -> None:
         terms = epsilon_delta_terms(charge.event)
         relation = self._relation_after(charge.event)  # UnsupportedEventError naming both relations
         check_native_relation(charge.event, relation, who=type(self).__name__)
         eps = self._epsilon_total + charge.count * sum(e * m for e, _, m in terms)
         delta = min(1.0, self._delta_total + charge.count * sum(d * m for _, d, m in terms))
-        if not self._within_budget(eps, delta):
+        if enforce_budget and not self._within_budget(eps, delta):
             self._refuse(f"charging {charge.event!r} x{charge.count}", eps, delta)
-        return eps, delta, relation
+        if do_compose:
+            self._epsilon_total, self._delta_total = eps, delta
+            self._set_relation(relation)
 
-    def _commit(self, plan) -> None:
-        self._epsilon_total, self._delta_total, relation = plan
-        self._set_relation(relation)
+    def _get_state(self):
+        return self._epsilon_total, self._delta_total, self._current_relation
+
+    def _set_state(self, data) -> None:
+        self._epsilon_total, self._delta_total, self._current_relation = data
 
     def _epsilon(self, delta: float) -> float:
         return self._epsilon_total if delta >= self._delta_total else float("inf")

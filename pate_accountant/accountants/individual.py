@@ -268,8 +268,7 @@ class IndividualChargingAccountant(Accountant):
         self._class_of = EventMemo(self._event_class)
         self._last_event = None  # an event whose class is covered (see record)
         self._eps_memo: dict = {}
-        self._enforce = True
-        # Mutable state (see _snapshot).
+        # Mutable state (see _get_state).
         self._counts = [0] * self._n
         self._removed: set = set()
         self._num_active = self._n
@@ -415,10 +414,10 @@ class IndividualChargingAccountant(Accountant):
         out.sort()
         return out
 
-    def _prepare(self, charge: Charge):
+    def _maybe_compose(self, charge: Charge, do_compose: bool, *, enforce_budget: bool = True) -> None:
         cls = self._class_of(charge.event)
         teachers = self._teacher_list(charge.charged_teachers)
-        enforce = self._enforce
+        enforce = enforce_budget  # a replayed ledger row was accepted already: no limit checks
         if enforce and self._num_active == 0:
             raise BudgetExhaustedError(
                 f"charging {charge.event!r}: no teacher is active (all {self._n} reached the limit {self._limit_value})"
@@ -446,18 +445,8 @@ class IndividualChargingAccountant(Accountant):
                             f"teacher {i} was removed at its limit {limit} and may not take part in {charge.event!r}"
                         )
         obs = (max(self._obs_eps, cls[0]), min(self._obs_q, cls[1]))
-        return (charged, count, hit, obs)
-
-    def _prepare_unbudgeted(self, charge: Charge):
-        # A ledger row some writer already accepted: replay it without the limit checks.
-        self._enforce = False
-        try:
-            return super()._prepare_unbudgeted(charge)
-        finally:
-            self._enforce = True
-
-    def _commit(self, plan) -> None:
-        charged, count, hit, obs = plan
+        if not do_compose:
+            return
         counts, limit, removed = self._counts, self._limit, self._removed
         for i in charged:
             c = counts[i] + count
@@ -516,18 +505,14 @@ class IndividualChargingAccountant(Accountant):
         delta = self.target_delta
         return self._epsilon(delta), delta
 
-    def _snapshot(self) -> dict:
-        return {
-            "_counts": self._counts.copy(),
-            "_removed": set(self._removed),
-            "_num_active": self._num_active,
-            "_misses": self._misses,
-            "_hits": self._hits,
-            "_obs_eps": self._obs_eps,
-            "_obs_q": self._obs_q,
-            "_active_cache": None,
-            "_removed_cache": None,
-        }
+    def _get_state(self):
+        return (self._counts.copy(), frozenset(self._removed), self._num_active, self._misses, self._hits,
+                self._obs_eps, self._obs_q)
+
+    def _set_state(self, data) -> None:
+        counts, removed, self._num_active, self._misses, self._hits, self._obs_eps, self._obs_q = data
+        self._counts, self._removed = list(counts), set(removed)
+        self._active_cache = self._removed_cache = None
 
     # -- fast paths --------------------------------------------------------------------------------------
     def record(self, release: Release) -> None:
@@ -535,6 +520,7 @@ class IndividualChargingAccountant(Accountant):
         whose teachers are all in range and below their limit takes a fast path (a loop over its few charged
         teachers); anything else (a refusal, a new class, a ledger) goes through the contract's
         check-then-commit path, with the same result."""
+        self._afforded = None
         if self._ledger is None and type(release) is Release and self._num_active:
             event, last = release.event, self._last_event
             # ``_last_event`` is only set to an event whose class is already covered (within the worst
@@ -611,6 +597,7 @@ class IndividualChargingAccountant(Accountant):
                 )
         if m == 0:
             return
+        self._afforded = None
         if self._ledger is not None:
             self._charge_many(self._batch_charges(event, hit, indptr, indices, failed))
             return

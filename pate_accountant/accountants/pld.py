@@ -550,6 +550,8 @@ class PldAccountant(Accountant):
         self._bound_base: _Composed = _EMPTY
         self._since = (0.0, 0.0, True)
         self._powers: dict = {}  # cache of the pending groups' PLDs
+        self._version = 0  # changes with every change of the state (keys _checked)
+        self._checked = None  # ((version, relation, new groups), candidate PLD) of the last exact budget check
         # With a budget, charges near it are checked exactly: a smaller pending part makes that cheaper.
         self._flush_ratio = FLUSH_RATIO_BUDGET if budget is not None else FLUSH_RATIO
         super().__init__(budget=budget, ledger=ledger, neighboring_relation=neighboring_relation)
@@ -578,14 +580,21 @@ class PldAccountant(Accountant):
         return dict(self._counts)
 
     # -- the accountant hooks -----------------------------------------------------------------------------
-    def _prepare(self, charge: Charge):
+    def _maybe_compose(self, charge: Charge, do_compose: bool, *, enforce_budget: bool = True) -> None:
         """O(size of the event) without a budget; with one, a cheap valid bound or the exact candidate PLD."""
         relation = self._relation_after(charge.event)  # UnsupportedEventError naming both relations
         check_native_relation(charge.event, relation, who=type(self).__name__)  # Laplace: add/remove only
         read_under = relation or DEFAULT_RELATION
         new = {key: m * charge.count for key, m in _event_groups(charge.event, read_under).items()}
-        if self._budget is None or not new:
-            return new, None, relation
+        candidate = None
+        if enforce_budget and self._budget is not None and new:
+            candidate = self._check_budget(charge, new, read_under)
+        if do_compose:
+            self._apply(new, candidate, relation)
+
+    def _check_budget(self, charge: Charge, new: dict, read_under: str) -> _Composed | None:
+        """``None`` when a cheap valid bound fits the budget; else the exact PLD that would be reported after
+        the charge (``BudgetExhaustedError`` when it does not fit)."""
         budget_eps, budget_delta = self._budget
         eps_sum, delta_sum, cheap_ok = self._since
         for key, n in new.items():
@@ -598,15 +607,22 @@ class PldAccountant(Accountant):
         if cheap_ok and delta_sum <= budget_delta:
             # Basic composition of two blocks: the bound base at delta_b - delta_sum, the rest at (eps_sum, delta_sum).
             if self._base_epsilon_at_least(budget_delta - delta_sum) + eps_sum <= budget_eps:
-                return new, None, relation
-        # Exactly the PLD the accountant will report once this charge is committed.
-        candidate = compose_groups(
-            _merged_counts(self._pending, new), self._interval, read_under, self._state, self._powers
-        )
+                return None
+        # Exactly the PLD the accountant will report once this charge is committed.  A check and the charge
+        # that follows it (can_afford, then record) compose it once: the last one is kept for this state.
+        key = (self._version, read_under, frozenset(new.items()))
+        cached = self._checked
+        if cached is not None and cached[0] == key:
+            candidate = cached[1]
+        else:
+            candidate = compose_groups(
+                _merged_counts(self._pending, new), self._interval, read_under, self._state, self._powers
+            )
+            self._checked = (key, candidate)
         eps = candidate.epsilon(budget_delta, self._interval)
         if not self._within_budget(eps, budget_delta):
             self._refuse(f"charging {charge.event!r} x{charge.count}", eps, budget_delta)
-        return new, candidate, relation
+        return candidate
 
     def _base_epsilon_at_least(self, delta: float) -> float:
         """An epsilon valid at ``delta`` for the bound base: its epsilon at the largest rung not above ``delta``
@@ -624,8 +640,9 @@ class PldAccountant(Accountant):
         rung = min(rung, delta)
         return self._bound_base.epsilon(rung, self._interval)
 
-    def _commit(self, plan) -> None:
-        new, candidate, relation = plan
+    def _apply(self, new: dict, candidate: _Composed | None, relation) -> None:
+        self._version += 1
+        self._checked = None
         self._set_relation(relation)
         if not new:
             return
@@ -670,14 +687,25 @@ class PldAccountant(Accountant):
         delta = self.report_delta
         return self._epsilon(delta), delta
 
-    def _snapshot(self) -> dict:
-        # _commit updates the two dicts in place (so they are copied); the PLDs are replaced, never mutated.
-        snapshot = {k: v for k, v in vars(self).items() if k in _STATE_FIELDS}
-        snapshot["_counts"], snapshot["_pending"], snapshot["_powers"] = dict(self._counts), dict(self._pending), dict(self._powers)
-        return snapshot
+    def _get_state(self):
+        # The two dicts are updated in place when composing (so they are copied); the PLDs are replaced, never
+        # mutated.  The reported PLD and the group PLDs are caches (functions of these), left out.
+        state = {name: getattr(self, name) for name in _STATE_FIELDS}
+        state["_counts"], state["_pending"] = dict(self._counts), dict(self._pending)
+        return state
+
+    def _set_state(self, data) -> None:
+        if all(getattr(self, name) is data[name] or getattr(self, name) == data[name] for name in _STATE_FIELDS):
+            return  # nothing changed since (a refused charge taken back): keep the caches
+        for name in _STATE_FIELDS:
+            setattr(self, name, data[name])
+        self._counts, self._pending = dict(data["_counts"]), dict(data["_pending"])
+        self._report, self._powers = None, {}
+        self._version += 1
+        self._checked = None
 
 
+#: The state: everything committed (the caches ``_report`` and ``_powers`` are recomputed when needed).
 _STATE_FIELDS = (
-    "_counts", "_state", "_state_steps", "_pending", "_pending_steps", "_report", "_bound_base", "_since", "_powers",
-    "_current_relation",
+    "_counts", "_state", "_state_steps", "_pending", "_pending_steps", "_bound_base", "_since", "_current_relation",
 )

@@ -193,7 +193,7 @@ class RdpAccountant(Accountant):
         """The total delta ``spent()`` reports at: the budget's delta, else ``target_delta``."""
         return self._budget[1] if self._budget is not None else self._target_delta
 
-    def _prepare(self, charge: Charge):
+    def _maybe_compose(self, charge: Charge, do_compose: bool, *, enforce_budget: bool = True) -> None:
         parts = rdp_translation(charge.event)
         relation = self._relation_after(charge.event)  # UnsupportedEventError naming both relations
         # Under replace-one dp-accounting's RDP reads Gaussian and Laplace noise as a shift of one, its PLD
@@ -204,15 +204,13 @@ class RdpAccountant(Accountant):
             curve += n * _event_curve(event, self._orders, relation or DEFAULT_RELATION)
         candidate = self._rdp + charge.count * curve
         candidate.setflags(write=False)
-        if self._budget is not None and parts:
+        if enforce_budget and self._budget is not None and parts:
             eps = _epsilon(self._orders, candidate, self._budget[1])
             if not self._within_budget(eps, self._budget[1]):
                 self._refuse(f"charging {charge.event!r} x{charge.count}", eps, self._budget[1])
-        return candidate, relation
-
-    def _commit(self, plan) -> None:
-        self._rdp, relation = plan
-        self._set_relation(relation)
+        if do_compose:
+            self._rdp = candidate
+            self._set_relation(relation)
 
     def _epsilon(self, delta: float) -> float:
         return _epsilon(self._orders, self._rdp, delta)
@@ -221,8 +219,11 @@ class RdpAccountant(Accountant):
         delta = self.report_delta
         return self._epsilon(delta), delta
 
-    def _snapshot(self) -> dict:
-        return {"_rdp": self._rdp, "_current_relation": self._current_relation}  # replaced, never mutated
+    def _get_state(self):
+        return self._rdp, self._current_relation  # the curve is read-only: replaced, never mutated
+
+    def _set_state(self, data) -> None:
+        self._rdp, self._current_relation = data
 
 
 def _epsilon(orders: tuple, rdp: np.ndarray, delta: float) -> float:

@@ -261,7 +261,7 @@ class TargetChargingAccountant(Accountant):
         self._class_of = EventMemo(self._register_class)
         self._plans: dict = {}
         self._last_event, self._last_cid = None, None  # one-entry identity cache in front of _class_of
-        # Mutable accounting state (see _snapshot).
+        # Mutable accounting state (see _get_state).
         self._hits = 0
         self._queries = 0
         self._pending = False  # queries ran after the last hit
@@ -397,7 +397,7 @@ class TargetChargingAccountant(Accountant):
         """A not-yet-run query can hit its target: ``count`` hits."""
         return Charge(event, count, TARGET)
 
-    def _prepare(self, charge: Charge):
+    def _maybe_compose(self, charge: Charge, do_compose: bool, *, enforce_budget: bool = True) -> None:
         cid = self._class_of(charge.event)
         cls = self._class_list[cid]
         relation = self._relation
@@ -409,7 +409,7 @@ class TargetChargingAccountant(Accountant):
                 )
             relation = cls.relation
         anchor = self._anchor if self._anchor is not None else cls
-        if self._budget is not None and not _dominates(anchor, cls):
+        if enforce_budget and self._budget is not None and not _dominates(anchor, cls):
             raise UnsupportedEventError(
                 f"cannot account for event {charge.event!r}: a budgeted target-charging accountant keeps the class "
                 f"of its first query (eps0={anchor.epsilon0:.6g}, q={anchor.q:.6g}, per-query delta "
@@ -420,7 +420,7 @@ class TargetChargingAccountant(Accountant):
         count = charge.count
         need = self._hits + count if hit else self._hits + 1  # the tau reported after this charge
         combo = self._combo if cid in self._slots else combine_classes(self._combo, cls)
-        plan = self._plan_for(anchor)
+        plan = self._plan_for(anchor) if enforce_budget else None
         if plan is not None and (need > plan.max_hits or self._queries + count > plan.max_queries):
             slots = {k: list(v) for k, v in self._slots.items()}
             slots.setdefault(cid, [0, 0])[0] += count
@@ -433,10 +433,8 @@ class TargetChargingAccountant(Accountant):
                 eps,
                 plan.delta_tct + delta_q,
             )
-        return (cid, count, hit, combo, relation, anchor)
-
-    def _commit(self, plan) -> None:
-        cid, count, hit, combo, relation, anchor = plan
+        if not do_compose:
+            return
         slot = self._slots.get(cid)
         if slot is None:
             slot = self._slots[cid] = [0, 0]
@@ -471,18 +469,14 @@ class TargetChargingAccountant(Accountant):
         eps = self._bound(self.charged_tau, query_delta, delta_tct, self._charging_class())
         return eps, min(1.0, delta_tct + query_delta)
 
-    def _snapshot(self) -> dict:
-        return {
-            "_hits": self._hits,
-            "_queries": self._queries,
-            "_pending": self._pending,
-            "_slots": {cid: list(slot) for cid, slot in self._slots.items()},
-            "_combo": self._combo,
-            "_anchor": self._anchor,
-            "_limit": self._limit,
-            "_query_limit": self._query_limit,
-            "_relation": self._relation,
-        }
+    def _get_state(self):
+        return (self._hits, self._queries, self._pending, {cid: tuple(slot) for cid, slot in self._slots.items()},
+                self._combo, self._anchor, self._limit, self._query_limit, self._relation)
+
+    def _set_state(self, data) -> None:
+        (self._hits, self._queries, self._pending, slots, self._combo, self._anchor, self._limit, self._query_limit,
+         self._relation) = data
+        self._slots = {cid: list(slot) for cid, slot in slots.items()}
 
     # -- fast paths --------------------------------------------------------------------------------------
     def record(self, release: Release) -> None:
@@ -492,6 +486,7 @@ class TargetChargingAccountant(Accountant):
         lookup and two integer comparisons against the precomputed limits.  Everything else (a new class,
         a refusal, a ledger) goes through the contract's check-then-commit path; both give the same state.
         """
+        self._afforded = None
         if self._ledger is None and type(release) is Release:
             event, last = release.event, self._last_event
             kind = type(event)
