@@ -199,7 +199,6 @@ def robust_mass(teachers: TeacherDistributions, tau, *, per_token: bool = False)
     tokens, probs = tokens[order], probs[order]
     starts = np.searchsorted(tokens, np.unique(tokens))
     sizes = np.diff(np.append(starts, tokens.size))
-    rank = np.arange(tokens.size) - np.repeat(starts, sizes)  # 0-based rank within the token, descending
     token_index = np.repeat(np.arange(starts.size), sizes)
     results = []
     for t in taus:

@@ -34,7 +34,12 @@ import numpy as np
 from scipy.stats import beta as beta_distribution
 
 from mechanisms.base import FAIL_VALUE
-from mechanisms.histogram import HistogramBatch, as_histogram
+from mechanisms.between_thresholds import BetweenThresholds
+from mechanisms.boundary_wrapper import BoundaryWrapper
+from mechanisms.histogram import CountHistogram, HistogramBatch, as_histogram
+from mechanisms.noisy_argmax import DPArgMax, TruncatedGeometricNoisyArgMax
+from mechanisms.weighted_sampling import DPWeightedSampling
+from pate_accountant.events import ADD_REMOVE_ONE, REPLACE_ONE
 from pate_accountant.validation import check_generator, check_int, check_real
 
 __all__ = [
@@ -262,7 +267,6 @@ def small_histograms(max_teachers: int, vocab_size: int, *, tail: bool = True, m
     """Every histogram with ``min_teachers <= n <= max_teachers`` teachers over tokens ``0 .. vocab_size - 1``
     (and, with ``tail``, votes into the tail: teachers that count towards ``n`` but vote for no token), as
     ``CountHistogram`` objects."""
-    from mechanisms.histogram import CountHistogram
 
     max_teachers = check_int("max_teachers", max_teachers, minimum=0)
     vocab_size = check_int("vocab_size", vocab_size, minimum=1)
@@ -285,8 +289,6 @@ def neighbouring_pairs(max_teachers: int, vocab_size: int, relation: str, *, tai
       teachers (the pair read backwards is the removal).
 
     Privacy checks take the hockey-stick divergence both ways, so each unordered pair appears once."""
-    from mechanisms.histogram import CountHistogram
-    from pate_accountant.events import ADD_REMOVE_ONE, REPLACE_ONE
 
     if relation not in (REPLACE_ONE, ADD_REMOVE_ONE):
         raise ValueError(f"relation must be {REPLACE_ONE!r} or {ADD_REMOVE_ONE!r}, got {relation!r}")
@@ -351,7 +353,6 @@ class AuditCase:
 
 
 def _pair(counts: dict, neighbour: dict, n: int, n_neighbour: int | None = None):
-    from mechanisms.histogram import CountHistogram
 
     def make(mapping, size):
         return CountHistogram(list(mapping), list(mapping.values()), num_teachers=size)
@@ -366,7 +367,9 @@ def audit_case(name: str, epsilon: float | None = None, delta: float | None = No
     ``noise_scale < 1`` runs a deliberately broken variant whose noise is scaled down by that factor (its
     epsilon divided by ``noise_scale``) while the claim stays the honest mechanism's: an audit must catch it.
     """
-    from mechanisms import registry  # the registry imports this module for its case builders
+    from mechanisms import (
+        registry,  # the registry imports this module for its case builders
+    )
 
     try:
         entry = registry.mechanism_entry(name)
@@ -379,7 +382,6 @@ def audit_case(name: str, epsilon: float | None = None, delta: float | None = No
 
 
 def between_thresholds_case(epsilon, delta, scale):
-    from mechanisms.between_thresholds import BetweenThresholds
 
     epsilon = 1.0 if epsilon is None else epsilon
     honest = BetweenThresholds(epsilon, 0, int(math.ceil(2 / epsilon)) + 8)
@@ -392,7 +394,6 @@ def between_thresholds_case(epsilon, delta, scale):
 
 
 def noisy_argmax_case(epsilon, delta, scale):
-    from mechanisms.noisy_argmax import TruncatedGeometricNoisyArgMax
 
     epsilon = 2.0 if epsilon is None else epsilon
     delta = 1e-6 if delta is None else delta
@@ -407,7 +408,6 @@ def noisy_argmax_case(epsilon, delta, scale):
 
 
 def dp_argmax_case(epsilon, delta, scale):
-    from mechanisms.noisy_argmax import DPArgMax
 
     epsilon = 1.0 if epsilon is None else epsilon
     delta = 1e-6 if delta is None else delta
@@ -424,7 +424,6 @@ def dp_argmax_case(epsilon, delta, scale):
 
 
 def weighted_sampling_case(epsilon, delta, scale):
-    from mechanisms.weighted_sampling import DPWeightedSampling
 
     epsilon = 2.0 if epsilon is None else epsilon  # per count (1, 1e-6)
     delta = 2e-6 if delta is None else delta
@@ -447,7 +446,6 @@ def weighted_sampling_case(epsilon, delta, scale):
 
 
 def boundary_wrapper_case(epsilon, delta, scale):
-    from mechanisms.boundary_wrapper import BoundaryWrapper
 
     inner = dp_argmax_case(epsilon, delta, scale)
     honest = BoundaryWrapper(audit_case("dp-argmax", epsilon, delta).mechanism)

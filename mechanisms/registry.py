@@ -26,6 +26,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from mechanisms import audit
+from mechanisms.between_thresholds import BetweenThresholds
+from mechanisms.boundary_wrapper import BoundaryWrapper
+from mechanisms.noisy_argmax import DPArgMax, TruncatedGeometricNoisyArgMax
+from mechanisms.threshold import ThresholdArgMax, ThresholdWeightedSampling
+from mechanisms.weighted_sampling import DPWeightedSampling
+
 __all__ = [
     "ALIASES",
     "MechanismEntry",
@@ -140,12 +147,6 @@ def contract_examples(name: str, relation: str) -> list:
 
 # -- the built-in mechanisms --------------------------------------------------------------------------------
 def _register_builtins() -> None:
-    from mechanisms import audit
-    from mechanisms.between_thresholds import BetweenThresholds
-    from mechanisms.boundary_wrapper import BoundaryWrapper
-    from mechanisms.noisy_argmax import DPArgMax, TruncatedGeometricNoisyArgMax
-    from mechanisms.threshold import ThresholdArgMax, ThresholdWeightedSampling
-    from mechanisms.weighted_sampling import DPWeightedSampling
 
     # Contract examples: budgets whose truncation L is 2 to 5, so histograms of at most six teachers reach the
     # release thresholds, the truncation's delta and (for LArgMax) both parities of n.

@@ -34,13 +34,29 @@ import attr
 import numpy as np
 from scipy import stats
 
-from mechanisms.audit import hockey_stick, law_epsilon, neighbouring_pairs, small_histograms
-from mechanisms.base import FAIL_VALUE, EpsilonDeltaClaim, ThresholdClaim, claimed_relations_of, privacy_claim_of
+from mechanisms.audit import (
+    hockey_stick,
+    law_epsilon,
+    neighbouring_pairs,
+    small_histograms,
+)
+from mechanisms.base import (
+    FAIL_VALUE,
+    EpsilonDeltaClaim,
+    ThresholdClaim,
+    claimed_relations_of,
+    privacy_claim_of,
+)
 from mechanisms.histogram import CountHistogram, HistogramBatch, as_histogram
 from mechanisms.qtarget import q_star
+from mechanisms.registry import contract_examples
 from pate_accountant.accountants import BasicCompositionAccountant
 from pate_accountant.errors import UnsupportedEventError
-from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, ThresholdPrivacyEvent
+from pate_accountant.events import (
+    NEIGHBOURING_RELATIONS,
+    REPLACE_ONE,
+    ThresholdPrivacyEvent,
+)
 from pate_accountant.release import TARGET
 from pate_accountant.validation import check_int, check_real
 
@@ -442,7 +458,6 @@ def check_registered_mechanism(name: str, **options) -> dict:
     must be refused with a ``ValueError`` naming it; at least one relation must be accepted, and each instance
     built under a relation must claim a guarantee under it.  ``options`` go to :func:`check_mechanism`.
     Returns ``{relation: [MechanismReport, ...]}`` (``[]`` for a refused relation)."""
-    from mechanisms.registry import contract_examples
 
     out: dict = {}
     for relation in NEIGHBOURING_RELATIONS:

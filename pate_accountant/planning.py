@@ -37,7 +37,6 @@ import dataclasses
 import math
 from collections.abc import Mapping
 
-import numpy as np
 
 from pate_accountant.composition import drv_epsilon, kov, optimal_epsilon, pure_optimal_delta, pure_part_delta
 from pate_accountant.tct import (

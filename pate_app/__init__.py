@@ -14,6 +14,8 @@ named in the one table below, with
   --no-progress``) and the same way of writing its results.
 """
 
+import importlib
+
 #: The one table: each command and each experiment, by the words that invoke it, and its module.
 COMMANDS = {
     "demo": "pate_app.commands.demo",
@@ -32,4 +34,16 @@ EXPERIMENTS = {
     "end-to-end": "pate_app.experiments.end_to_end",
 }
 
-__all__ = ["COMMANDS", "EXPERIMENTS"]
+__all__ = ["COMMANDS", "EXPERIMENTS", "load_module"]
+
+
+def load_module(kind: str, table: dict, name: str, required: tuple):
+    """The module of ``table[name]`` (``kind``: ``"command"`` or ``"experiment"``, for messages), imported and
+    checked to define every name in ``required`` (the protocol above)."""
+    if name not in table:
+        raise ValueError(f"{kind} must be one of {sorted(table)}, got {name!r}")
+    module = importlib.import_module(table[name])
+    missing = [attr for attr in required if not hasattr(module, attr)]
+    if missing:
+        raise RuntimeError(f"{kind} module {module.__name__} lacks {', '.join(missing)}")
+    return module

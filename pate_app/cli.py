@@ -9,13 +9,12 @@ for a usage error (argparse prints the message, which names the option, to stder
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
 
 from pate_accountant import __version__
-from pate_app import COMMANDS
+from pate_app import COMMANDS, load_module
 
 __all__ = ["build_parser", "load_command", "main"]
 
@@ -24,13 +23,7 @@ _REQUIRED = ("NAME", "HELP", "DESCRIPTION", "add_arguments", "main")
 
 def load_command(name: str):
     """The command module ``name`` (a key of :data:`pate_app.COMMANDS`), checked for the protocol."""
-    if name not in COMMANDS:
-        raise ValueError(f"command must be one of {sorted(COMMANDS)}, got {name!r}")
-    module = importlib.import_module(COMMANDS[name])
-    missing = [attr for attr in _REQUIRED if not hasattr(module, attr)]
-    if missing:
-        raise RuntimeError(f"command module {module.__name__} lacks {', '.join(missing)}")
-    return module
+    return load_module("command", COMMANDS, name, _REQUIRED)
 
 
 def build_parser() -> argparse.ArgumentParser:

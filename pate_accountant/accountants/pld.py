@@ -59,11 +59,16 @@ from dp_accounting import dp_event
 from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from dp_accounting.pld.common import DifferentialPrivacyParameters
 from dp_accounting.privacy_accountant import NeighboringRelation
 from scipy import signal, stats
 
 from pate_accountant.accountants.base import Accountant, Charge
-from pate_accountant.accountants.event_checks import DEFAULT_RELATION, check_native_relation, check_relation
+from pate_accountant.accountants.event_checks import (
+    DEFAULT_RELATION,
+    check_native_relation,
+    check_relation,
+)
 from pate_accountant.accountants.translate import epsilon_delta_terms
 from pate_accountant.errors import UnsupportedEventError
 from pate_accountant.events import (
@@ -414,7 +419,6 @@ def _single(key, interval: float, relation: str) -> tuple[_Pmf, _Pmf | None]:
     kind = key[0]
     dp_relation = _RELATIONS[relation]
     if kind == "eps-delta":
-        from dp_accounting.pld.common import DifferentialPrivacyParameters
 
         pld = pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(key[1], key[2]), value_discretization_interval=interval)
     elif kind == "discrete-laplace":

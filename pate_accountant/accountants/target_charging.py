@@ -63,7 +63,6 @@ from pate_accountant.events import (
 )
 from pate_accountant.release import FAIL, TARGET, TOKEN, Release
 from pate_accountant.tct import (
-    COMPOSITIONS,
     check_composition,
     NO_LIMIT,
     QUERY_DELTA_ROUNDING,

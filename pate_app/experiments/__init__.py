@@ -20,11 +20,10 @@ to learn its options, and the model-based experiments import torch only when run
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from ensembles.data import bundled_sample, load_dolly_jsonl
-from pate_app import EXPERIMENTS
+from pate_app import EXPERIMENTS, load_module
 from pate_app.run import demo_model_path
 
 __all__ = ["EXPERIMENTS", "claim_lines", "load", "model_option", "records_option"]
@@ -34,13 +33,7 @@ _REQUIRED = ("NAME", "HELP", "DESCRIPTION", "SIZES", "FULL_RUNTIME", "add_argume
 
 def load(name: str):
     """The experiment module ``name`` (a key of :data:`EXPERIMENTS`), checked for the interface above."""
-    if name not in EXPERIMENTS:
-        raise ValueError(f"experiment must be one of {sorted(EXPERIMENTS)}, got {name!r}")
-    module = importlib.import_module(EXPERIMENTS[name])
-    missing = [attr for attr in _REQUIRED if not hasattr(module, attr)]
-    if missing:
-        raise RuntimeError(f"experiment module {module.__name__} lacks {', '.join(missing)}")
-    return module
+    return load_module("experiment", EXPERIMENTS, name, _REQUIRED)
 
 
 def claim_lines(claims) -> list[str]:
