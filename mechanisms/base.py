@@ -34,7 +34,7 @@ from pate_accountant.events import (
     EpsilonDeltaEvent,
     ThresholdPrivacyEvent,
 )
-from pate_accountant.release import TARGET, Release
+from pate_accountant.release import TARGET, Release, batch_outcome_classes
 from pate_accountant.tct import wrapped_event_terms
 from pate_accountant.validation import check_int, check_real
 
@@ -123,6 +123,9 @@ class BatchRelease:
     values: np.ndarray = attr.ib()
     event = attr.ib()
     target_hit: np.ndarray | None = attr.ib(default=None)
+    #: The ledger's outcome class of each entry, when the values alone do not say it (BetweenThresholds'
+    #: ``below``); ``None``: derived by :attr:`outcomes`.
+    classes: np.ndarray | None = attr.ib(default=None, kw_only=True)
 
     def __len__(self) -> int:
         return int(self.values.size)
@@ -130,6 +133,15 @@ class BatchRelease:
     @property
     def failed(self) -> np.ndarray:
         return self.values == FAIL_VALUE
+
+    @property
+    def outcomes(self) -> np.ndarray:
+        """The outcome class of each entry, as :attr:`pate_accountant.Release.outcome` names it: ``"target"``
+        on a target hit, ``"fail"`` for ``FAIL_VALUE``, else ``"token"`` (or the mechanism's own ``classes``)."""
+        if self.classes is not None:
+            return np.asarray(self.classes)
+        hit = np.zeros(self.values.shape, dtype=bool) if self.target_hit is None else np.asarray(self.target_hit)
+        return batch_outcome_classes(hit, self.failed)
 
 
 def sample_batch_outcomes(

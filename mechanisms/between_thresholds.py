@@ -56,7 +56,8 @@ from mechanisms.histogram import as_batch, as_histogram
 from mechanisms.qtarget import q_star_rows
 from mechanisms.randomness import discrete_laplace_cut_law, random_bits, sample_geometric, sample_laws
 from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, BetweenThresholdsEvent
-from pate_accountant.release import Release
+from pate_accountant.release import BELOW as BELOW_CLASS
+from pate_accountant.release import TARGET, TOKEN, Release
 from pate_accountant.validation import check_int, check_real
 
 __all__ = [
@@ -379,7 +380,8 @@ class BetweenThresholds(Mechanism):
         distinct, which = np.unique(counts, return_inverse=True)
         laws = [_label_law(self.epsilon, self.low, self.high, int(c)) for c in distinct]
         codes = sample_laws(laws, which.ravel(), source) if laws else np.zeros(0, dtype=np.int64)
-        return BatchRelease(codes, self.event, target_hit=codes == BETWEEN)
+        classes = np.array([BELOW_CLASS, TARGET, TOKEN])[codes] if codes.size else np.zeros(0, dtype="<U6")
+        return BatchRelease(codes, self.event, target_hit=codes == BETWEEN, classes=classes)
 
 
 @attr.s(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 import attr
 import dp_accounting
+import numpy as np
 
 #: Outcome classes a ledger records: a released token (or answer), a fail, a q-target hit, and
 #: BetweenThresholds' ``below`` (the count is under the lower threshold: an answer, but no token released).
@@ -57,3 +58,39 @@ class Release:
         if self.value is None:
             return FAIL
         return BELOW if isinstance(self.value, str) and self.value == BELOW else TOKEN
+
+
+def batch_outcome_classes(target_hit, failed=None, outcomes=None) -> np.ndarray:
+    """The outcome class of each query of a batch (a ``str`` array): ``outcomes`` as given (each one of
+    :data:`OUTCOMES`, ``"target"`` exactly where ``target_hit``), else ``"target"`` on hits, ``"fail"`` where
+    ``failed`` and ``"token"`` otherwise.  ``target_hit`` is a 1-d boolean array; raises before anything."""
+    hit = np.asarray(target_hit)
+    if failed is not None and outcomes is not None:
+        raise ValueError("give failed or outcomes, not both")
+    if outcomes is not None:
+        classes = np.asarray(outcomes).astype(str)
+        if classes.shape != hit.shape:
+            raise TypeError(f"outcomes must have shape {hit.shape}, got {classes.shape}")
+        unknown = sorted(set(classes.tolist()) - set(OUTCOMES))
+        if unknown:
+            raise ValueError(f"outcomes must be among {OUTCOMES}, got {unknown[0]!r}")
+        if not np.array_equal(classes == TARGET, hit.astype(bool)):
+            raise ValueError('outcomes must be "target" exactly where target_hit is true')
+        return classes
+    classes = np.full(hit.shape, TOKEN, dtype="<U6")
+    if failed is not None:
+        fail = np.asarray(failed)
+        if fail.dtype != np.bool_ or fail.shape != hit.shape:
+            raise TypeError(f"failed must be a boolean array of shape {hit.shape}, got {fail.dtype} {fail.shape}")
+        classes[fail] = FAIL
+    classes[hit.astype(bool)] = TARGET
+    return classes
+
+
+def batch_outcomes(batch):
+    """A batch release's outcome classes: its ``outcomes`` when it has them, else classes from its
+    ``target_hit`` and ``failed`` arrays (:func:`batch_outcome_classes`)."""
+    outcomes = getattr(batch, "outcomes", None)
+    if outcomes is not None:
+        return outcomes
+    return batch_outcome_classes(batch.target_hit, getattr(batch, "failed", None))

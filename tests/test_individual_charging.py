@@ -425,3 +425,37 @@ def test_fast_path_refuses_an_event_under_the_other_relation():
         with pytest.raises(UnsupportedEventError, match="'add-remove-one'.*'replace-one'"):
             acc.record(release)
         assert state(acc) == before
+
+
+def test_a_batch_records_each_query_under_its_honest_outcome_class():
+    """BetweenThresholds' ``below`` answers release nothing: in a batch, as in a single run, the ledger records
+    them as ``below``, its ``between`` answers as ``target`` and its ``above`` answers as ``token``; both
+    batch-recording accountants write the same classes, and a mismatched class vector is refused untouched."""
+    from pate_accountant.accountants import TargetChargingAccountant
+    from pate_accountant.ledger import Ledger
+
+    rng = np.random.default_rng(8)
+    mechanism = BetweenThresholds(0.5, 3, 9)
+    counts = np.array([0, 1, 6, 12, 0, 6, 15, 2])
+    released = mechanism.run_batch(counts, rng=rng)
+    labels = [("below", "between", "above")[code] for code in released.values]
+    expected = [{"below": "below", "between": "target", "above": "token"}[label] for label in labels]
+    assert set(expected) == {"below", "target", "token"}  # this seed shows all three
+    assert released.outcomes.tolist() == expected
+    assert [mechanism(int(c), rng=np.random.default_rng(1)).outcome for c in (0,)] == ["below"]
+
+    ledgers = [Ledger.in_memory(), Ledger.in_memory()]
+    individual = IndividualChargingAccountant(20, ledger=ledgers[0], epsilon0=0.5, q=mechanism.q)
+    individual.record_batch(released, [[j] if hit else [] for j, hit in enumerate(released.target_hit)])
+    target = TargetChargingAccountant(ledger=ledgers[1])
+    target.record_batch(released)
+    for ledger in ledgers:
+        per_query = [row.outcome for row in ledger.rows() for _ in range(row.count)]
+        assert sorted(per_query) == sorted(expected)
+        assert ledger.verify().ok
+    with pytest.raises(ValueError, match="target"):
+        target.record_outcomes(mechanism.event, released.target_hit, outcomes=["token"] * counts.size)
+    with pytest.raises(ValueError, match="among"):
+        target.record_outcomes(mechanism.event, released.target_hit,
+                               outcomes=[("target" if h else "maybe") for h in released.target_hit])
+    assert target.queries == counts.size  # the refusals left it as it was

@@ -60,7 +60,7 @@ from pate_accountant.accountants.base import Accountant, Charge, _check_budget
 from pate_accountant.accountants.target_charging import NO_LIMIT, EventMemo, _check_target_delta
 from pate_accountant.errors import BudgetExhaustedError, UnsupportedEventError
 from pate_accountant.events import ADD_REMOVE_ONE, NEIGHBOURING_RELATIONS, REPLACE_ONE, BetweenThresholdsEvent
-from pate_accountant.release import FAIL, TARGET, TOKEN, Release
+from pate_accountant.release import TARGET, Release, batch_outcome_classes, batch_outcomes
 from pate_accountant.tct import check_composition, tct_epsilon, tct_max_hits
 from pate_accountant.validation import check_int, check_real
 
@@ -573,7 +573,7 @@ class IndividualChargingAccountant(Accountant):
                         return
         super().record(release)
 
-    def record_outcomes(self, event, target_hit, charged, failed=None) -> None:
+    def record_outcomes(self, event, target_hit, charged, failed=None, *, outcomes=None) -> None:
         """Charge a vector of ``m`` queries of one ``event`` at once, all or nothing, with exactly the decision
         of recording them one by one in order.
 
@@ -581,7 +581,8 @@ class IndividualChargingAccountant(Accountant):
         sequence of ``m`` collections of indices or a CSR pair ``(indptr, indices)`` (``indptr`` of length
         ``m + 1``; row ``j`` is ``indices[indptr[j]:indptr[j + 1]]``, without repeats).  Rows of hits are
         charged; other rows list participants (checked active at their position, not charged).  ``failed``
-        (optional) only sets the outcome class of non-hit rows in a ledger.  In memory this is vectorised
+        or ``outcomes`` (optional, as in :meth:`TargetChargingAccountant.record_outcomes`) only set the
+        outcome class of non-hit rows in a ledger.  In memory this is vectorised
         (numpy over all rows); with a ledger it writes one row per query (merged runs of empty non-hit rows).
         """
         hit = np.asarray(target_hit)
@@ -589,17 +590,12 @@ class IndividualChargingAccountant(Accountant):
             raise TypeError(f"target_hit must be a 1-d boolean array, got dtype {hit.dtype} and shape {hit.shape}")
         m = int(hit.size)
         indptr, indices = self._csr(charged, m)
-        if failed is not None:
-            failed = np.asarray(failed)
-            if failed.dtype != np.bool_ or failed.shape != hit.shape:
-                raise TypeError(
-                    f"failed must be a boolean array of shape {hit.shape}, got {failed.dtype} {failed.shape}"
-                )
+        classes = batch_outcome_classes(hit, failed, outcomes)
         if m == 0:
             return
         self._afforded = None
         if self._ledger is not None:
-            self._charge_many(self._batch_charges(event, hit, indptr, indices, failed))
+            self._charge_many(self._batch_charges(event, indptr, indices, classes))
             return
         cls = self._class_of(event)
         n, limit = self._n, self._limit
@@ -655,13 +651,13 @@ class IndividualChargingAccountant(Accountant):
 
     def record_batch(self, batch, charged) -> None:
         """:meth:`record_outcomes` for a mechanism's ``BatchRelease`` (``event``, boolean ``target_hit``,
-        optional ``failed``) and the charged teachers of each of its queries."""
+        optional ``outcomes`` or ``failed``) and the charged teachers of each of its queries."""
         target_hit = getattr(batch, "target_hit", None)
         if target_hit is None:
             raise UnsupportedEventError(
                 f"cannot account for a batch of {getattr(batch, 'event', None)!r} without target outcomes"
             )
-        self.record_outcomes(batch.event, target_hit, charged, getattr(batch, "failed", None))
+        self.record_outcomes(batch.event, target_hit, charged, outcomes=batch_outcomes(batch))
 
     @staticmethod
     def _csr(charged, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -687,16 +683,16 @@ class IndividualChargingAccountant(Accountant):
         return indptr, indices
 
     @staticmethod
-    def _batch_charges(event, hit, indptr, indices, failed) -> list:
+    def _batch_charges(event, indptr, indices, classes) -> list:
         charges, run, run_outcome = [], 0, None
 
         def flush():
             if run:
                 charges.append(Charge(event, run, run_outcome))
 
-        for j in range(hit.size):
+        for j in range(classes.size):
             teachers = indices[indptr[j] : indptr[j + 1]].tolist()
-            outcome = TARGET if hit[j] else (FAIL if failed is not None and failed[j] else TOKEN)
+            outcome = str(classes[j])
             if outcome != TARGET and not teachers:
                 if outcome != run_outcome:
                     flush()

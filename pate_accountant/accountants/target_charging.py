@@ -61,7 +61,7 @@ from pate_accountant.events import (
     NoisyArgMaxEvent,
     WeightedSamplingEvent,
 )
-from pate_accountant.release import FAIL, TARGET, TOKEN, Release
+from pate_accountant.release import OUTCOMES, TARGET, Release, batch_outcome_classes, batch_outcomes
 from pate_accountant.tct import (
     check_composition,
     NO_LIMIT,
@@ -518,10 +518,12 @@ class TargetChargingAccountant(Accountant):
                     return
         super().record(release)
 
-    def record_outcomes(self, event, target_hit, failed=None) -> None:
+    def record_outcomes(self, event, target_hit, failed=None, *, outcomes=None) -> None:
         """Charge a vector of queries of one ``event`` at once: ``target_hit[i]`` says whether query ``i`` hit
-        its target, ``failed[i]`` (optional) whether a non-hit query failed (only the ledger's outcome
-        classes use it; without it non-hit queries are recorded as ``"token"``).
+        its target, ``failed[i]`` (optional) whether a non-hit query failed, or ``outcomes[i]`` (optional,
+        instead of ``failed``) the outcome class of each query (:data:`pate_accountant.release.OUTCOMES`,
+        ``"target"`` exactly where ``target_hit``).  Only the ledger's outcome classes use them; without
+        either, non-hit queries are recorded as ``"token"``.
 
         All or nothing, with exactly the budget decision of recording the queries one by one in order (a
         query may run only while ``hits < max_hits``).  The charge is a handful of ``Charge`` rows (hits,
@@ -536,14 +538,9 @@ class TargetChargingAccountant(Accountant):
         if size == 0:
             return
         hits = int(np.count_nonzero(hit))
-        fails = 0
-        if failed is not None:
-            fail = np.asarray(failed)
-            if fail.dtype != np.bool_ or fail.shape != hit.shape:
-                raise TypeError(f"failed must be a boolean array of shape {hit.shape}, got {fail.dtype} {fail.shape}")
-            fails = int(np.count_nonzero(fail & ~hit))
-        tokens = size - hits - fails
-        others = [Charge(event, n, outcome) for n, outcome in ((fails, FAIL), (tokens, TOKEN)) if n]
+        classes = batch_outcome_classes(hit, failed, outcomes)
+        others = [Charge(event, n, outcome) for outcome in OUTCOMES if outcome != TARGET
+                  for n in [int(np.count_nonzero(classes == outcome))] if n]
         targets = [Charge(event, hits, TARGET)] if hits else []
         # Sequential semantics: query i needs hits_before_i < max_hits; the binding query is the last one, so
         # the non-hits go first when the last query hit, and last otherwise.
@@ -551,10 +548,10 @@ class TargetChargingAccountant(Accountant):
 
     def record_batch(self, batch) -> None:
         """:meth:`record_outcomes` for a mechanism's ``BatchRelease`` (anything with ``event``, a boolean
-        ``target_hit`` array and optionally a ``failed`` array)."""
+        ``target_hit`` array and optionally ``outcomes`` or a ``failed`` array)."""
         target_hit = getattr(batch, "target_hit", None)
         if target_hit is None:
             raise UnsupportedEventError(
                 f"cannot account for a batch of {getattr(batch, 'event', None)!r} without target outcomes"
             )
-        self.record_outcomes(batch.event, target_hit, getattr(batch, "failed", None))
+        self.record_outcomes(batch.event, target_hit, outcomes=batch_outcomes(batch))
