@@ -39,6 +39,7 @@ from mechanisms.boundary_wrapper import BoundaryWrapper
 from mechanisms.histogram import CountHistogram, HistogramBatch, as_histogram
 from mechanisms.noisy_argmax import DPArgMax, TruncatedGeometricNoisyArgMax
 from mechanisms.weighted_sampling import DPWeightedSampling
+from pate_accountant.bisection import switch_point
 from pate_accountant.events import ADD_REMOVE_ONE, REPLACE_ONE
 from pate_accountant.validation import check_generator, check_int, check_real
 
@@ -232,7 +233,7 @@ def hockey_stick(first, second, epsilon: float) -> float:
 def law_epsilon(first, second, delta: float = 0.0) -> float:
     """The exact smallest epsilon with ``P(S) <= e^eps Q(S) + delta`` and ``Q(S) <= e^eps P(S) + delta`` for
     every set of outcomes ``S`` (``inf`` if none exists), for two laws given as in :func:`hockey_stick`.
-    Found by bisection on the hockey-stick divergence (monotone in epsilon) to about ``1e-15`` relative."""
+    Found by bisection on the hockey-stick divergence (monotone in epsilon) to ``1e-15`` relative, from above."""
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0)
     p, q = _aligned(first, second)
 
@@ -242,16 +243,8 @@ def law_epsilon(first, second, delta: float = 0.0) -> float:
     def smallest(a, b):
         if divergence(a, b, 0.0) <= delta:
             return 0.0
-        hi = 1.0
-        while divergence(a, b, hi) > delta:
-            hi *= 2
-            if hi > 512:  # e^512 is still a finite float; beyond, no finite epsilon is plausible
-                return math.inf
-        lo = 0.0
-        for _ in range(100):
-            mid = (lo + hi) / 2
-            lo, hi = (lo, mid) if divergence(a, b, mid) <= delta else (mid, hi)
-        return hi
+        # e^512 is still a finite float; beyond, no finite epsilon is plausible.
+        return switch_point(lambda eps: divergence(a, b, eps) <= delta, 0.0, 1.0, rel_tol=1e-15, limit=512.0)[1]
 
     return max(smallest(p, q), smallest(q, p))
 

@@ -38,6 +38,7 @@ import math
 from collections.abc import Mapping
 
 
+from pate_accountant.bisection import switch_point
 from pate_accountant.composition import drv_epsilon, kov, optimal_epsilon, pure_optimal_delta, pure_part_delta
 from pate_accountant.tct import (
     TargetChargingSplit,
@@ -609,20 +610,10 @@ def _max_eps0_for_hits(hits: int, q: float, epsilon: float, delta: float, compos
     """
     best = 0.0
     for _, k, slack in tct_splits(hits, q, delta):
-        lo = hi = epsilon / k
-        if not _composed(k, lo, slack, composition, epsilon):
-            while not _composed(k, lo, slack, composition, epsilon):
-                lo /= 2.0
-            hi = lo * 2.0
-        else:
-            while _composed(k, hi, slack, composition, epsilon):
-                lo, hi = hi, hi * 2.0
-        while hi - lo > 1e-12 * hi:
-            mid = (lo + hi) / 2.0
-            if _composed(k, mid, slack, composition, epsilon):
-                lo = mid
-            else:
-                hi = mid
+        # The largest eps0 that composes within epsilon: the bracket's lower end, below the first that does not.
+        start = epsilon / k
+        lo, _ = switch_point(lambda eps0: not _composed(k, eps0, slack, composition, epsilon), start / 2.0, start,
+                             rel_tol=1e-12)
         best = max(best, lo)
     # Calibrate against the function the plan is checked with (its own bisection rounds up by <= 1e-12).
     while tct_epsilon(hits, q, best, delta, composition=composition) > epsilon:

@@ -726,3 +726,18 @@ def test_kov_beyond_dp_accountings_overflow():
     assert value == pytest.approx(4.9, abs=1e-9) and optimal <= value < optimal + 0.02
     assert composition.kov(0.1, 1e-8, 100, 0.9e-6) == math.inf  # delta does not cover 1 - (1 - delta0)^100
     assert composition.kov(0.0, 0.0, 5, 1e-6) == 0.0 and composition.kov(0.5, 0.0, 0, 1e-6) == 0.0
+
+
+def test_switch_point_brackets_the_turn_of_a_monotone_predicate():
+    """The one bisection behind the calibrations: the bracket holds the switch, certified on both sides."""
+    from pate_accountant.bisection import switch_point
+
+    for target in (1e-9, 0.3, 1.0, 7.5, 1e5):
+        lo, hi = switch_point(lambda x, t=target: x >= t, 0.0, 1.0, rel_tol=1e-12)
+        assert lo < target <= hi and hi - lo <= 1e-12 * hi
+        lo, hi = switch_point(lambda x, t=target: x >= t, 2.0, 4.0, rel_tol=1e-12)  # a start above: halves down
+        assert lo < target <= hi
+    assert switch_point(lambda x: False, 0.0, 1.0, rel_tol=1e-6, limit=100.0) == (64.0, math.inf)
+    assert switch_point(lambda x: True, 0.5, 1.0, rel_tol=1e-6)[0] == 0.0
+    with pytest.raises(ValueError, match="lower < upper"):
+        switch_point(lambda x: True, 1.0, 1.0, rel_tol=1e-6)

@@ -58,6 +58,7 @@ import numpy as np
 
 from pate_accountant.accountants.base import Accountant, Charge, _check_budget
 from pate_accountant.accountants.target_charging import NO_LIMIT, EventMemo, _check_target_delta
+from pate_accountant.bisection import switch_point
 from pate_accountant.errors import BudgetExhaustedError, UnsupportedEventError
 from pate_accountant.events import ADD_REMOVE_ONE, NEIGHBOURING_RELATIONS, REPLACE_ONE, BetweenThresholdsEvent
 from pate_accountant.release import TARGET, Release, batch_outcome_classes, batch_outcomes
@@ -147,17 +148,7 @@ def individual_epsilon(
     lo = eps_a(0.0)
     if not math.isfinite(lo):
         return math.inf
-    hi = max(2.0 * lo, 1e-12)
-    while eps_a(hi) > hi:
-        lo, hi = hi, 2.0 * hi
-        if hi > 1e6:
-            return math.inf
-    while hi - lo > 1e-6 * hi:
-        mid = (lo + hi) / 2.0
-        if eps_a(mid) <= mid:
-            hi = mid
-        else:
-            lo = mid
+    _, hi = switch_point(lambda x: eps_a(x) <= x, lo, max(2.0 * lo, 1e-12), rel_tol=1e-6, limit=1e6)
     return 2.0 * hi  # certificate: eps_a(hi) <= hi, so (2 hi, (1 + e^hi) delta / (1 + e^hi) = delta) holds
 
 
