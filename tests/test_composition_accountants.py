@@ -117,7 +117,7 @@ def test_advanced_kov_equals_dp_accounting(eps0, delta0, k, delta):
 
 
 def test_advanced_optimal_with_delta0_agrees_with_pld():
-    """Spec 6.3 with delta0 > 0: 1 - (1 - delta0)^k (1 - delta_RR(eps')) against dp-accounting's PLD."""
+    """Pure composition with delta0 > 0 (docs/accountants.md): 1 - (1 - delta0)^k (1 - delta_RR(eps')) against dp-accounting's PLD."""
     acc = AdvancedCompositionAccountant()
     acc.compose(EpsilonDeltaEvent(0.1, 1e-8), count=100)
     pld = pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(0.1, 1e-8)).self_compose(100)
@@ -328,7 +328,7 @@ def test_pld_interleaved_native_events_match_dp_accounting():
 
 
 def test_pld_randomized_response_count_is_respected():
-    """Spec 6.4 pitfall: dp-accounting's PLDAccountant drops the count of a RandomizedResponseDpEvent."""
+    """A dp-accounting pitfall (docs/accountants.md): dp-accounting's PLDAccountant drops the count of a RandomizedResponseDpEvent."""
     rr = dp_event.RandomizedResponseDpEvent(2 / (1 + math.exp(0.1)), 2)
     acc = PldAccountant()  # default: replace-one
     acc.compose(rr, count=100)

@@ -109,7 +109,7 @@ def test_section6_curve_within_tolerance(eps0):
 
 
 def test_paper_yields_relation():
-    """Spec 4.4: with n = C_delta / eps0 teachers (C_delta = 2 ln(1/delta0)) and tau = (10 eps0)^-2 hits at
+    """The paper's Section 6 relation: with n = C_delta / eps0 teachers (C_delta = 2 ln(1/delta0)) and tau = (10 eps0)^-2 hits at
     eps0 n / 2 yields per hit, the paper gets 0.005 n^2 / C_delta yields (n = 2763.1, 1381.6 yields at
     eps0 = 0.01, delta0 = 1e-6).  With our tau_max the same relation gives tau_max eps0 n / 2."""
     eps0, delta0 = 0.01, 1e-6
