@@ -5,6 +5,8 @@ For ``n`` teachers x ``V`` tokens of random logits and shared noise keyed by tok
 (a) the probability form of Algorithm 1 in float64: softmax, then ``argmax_j p_ij / u_j``;
 (b) :func:`ensembles.keyed_votes.race_votes` in float32: ``argmax_j (logit_ij / T - log u_j)``;
 (c) the same race with the top-p cut and the tail vote,
+(d) the device kernel (:func:`ensembles.backends.device_votes.device_votes`, torch on the CPU here), dense and
+with top-p, what ``TransformersBackend.votes`` runs,
 and counts how many votes (a) and (b) share.  Usage: ``python benchmarks/bench_race_votes.py [--teachers 128]
 [--vocab 49152] [--draws 6] [--repeats 3]``.
 """
@@ -17,6 +19,7 @@ import time
 
 import numpy as np
 
+from ensembles.backends.device_votes import device_votes
 from ensembles.keyed_votes import StepKey, race_votes, shared_noise
 
 
@@ -57,6 +60,16 @@ def main() -> None:
     t_race = _best(lambda: race_votes(logits, noises[0][0], temperature=args.temperature), args.repeats)
     t_top_p = _best(lambda: race_votes(logits, noises[0][0], noises[0][1], temperature=args.temperature,
                                        top_p=args.top_p), args.repeats)
+    import torch
+
+    torch.set_num_threads(2)
+    tensor = torch.from_numpy(logits)
+    t_device = _best(lambda: device_votes(tensor, keys[0], temperature=args.temperature), args.repeats)
+    t_device_top_p = _best(lambda: device_votes(tensor, keys[0], temperature=args.temperature, top_p=args.top_p),
+                           args.repeats)
+    same_device = sum(int((device_votes(tensor, key, temperature=args.temperature, top_p=args.top_p)
+                           == race_votes(logits, u, u_tail, temperature=args.temperature, top_p=args.top_p)).sum())
+                      for key, (u, u_tail) in zip(keys, noises))
     same = sum(int((_probability_form(logits, u, args.temperature)
                     == race_votes(logits, u, temperature=args.temperature)).sum()) for u, _ in noises)
     print(f"vote kernels, {args.teachers} teachers x {args.vocab} tokens, logit sd {args.scale:g}, "
@@ -67,6 +80,9 @@ def main() -> None:
     print(f"  exponential race, float32 (logit/T - log u, argmax) : {t_race * 1e3:8.1f} ms")
     print(f"  exponential race with top-p {args.top_p:g} and the tail vote : {t_top_p * 1e3:8.1f} ms")
     print(f"  votes equal to the probability form                  : {same} of {args.teachers * args.draws}")
+    print(f"  device kernel (torch, CPU, 2 threads), dense         : {t_device * 1e3:8.1f} ms")
+    print(f"  device kernel with top-p {args.top_p:g} and the tail vote   : {t_device_top_p * 1e3:8.1f} ms")
+    print(f"  device votes equal to the host race with top-p       : {same_device} of {args.teachers * args.draws}")
 
 
 if __name__ == "__main__":

@@ -277,6 +277,17 @@ class TeacherDistributions:
             self._indptr.copy(), self._token_ids.copy(), probs, self._tail.copy(), self._vocab_size, _validated=True
         )
 
+    def for_sampling(self, temperature: float = 1.0, top_p: float | None = None) -> "TeacherDistributions":
+        """The distributions a teacher samples from: temperature first (it needs untruncated rows), then the
+        top-p cut (``None`` or 1: no cut).  The one place where both are applied on the host."""
+        temperature = check_real("temperature", temperature, minimum=0.0, min_open=True)
+        dists = self if temperature == 1.0 else self.with_temperature(temperature)
+        if top_p is not None:
+            top_p = check_real("top_p", top_p, minimum=0.0, maximum=1.0, min_open=True)
+            if top_p < 1.0:
+                dists = dists.top_p(top_p)
+        return dists
+
     def top_k(self, k: int, *, renormalize: bool = False) -> "TeacherDistributions":
         """Keep each teacher's ``k`` most likely tokens; the dropped mass joins its tail.
 

@@ -1,9 +1,10 @@
 """Framework 2 of the paper: lockstep private generation with fallbacks (docs/generation.md).
 
-Each step: check the budget (``accountant.can_afford(mechanism.event)``), read the active teachers'
-next-token distributions from the backend (temperature, then top-p), draw ONE vote histogram (coordinated:
-Hot PATE, or independent: Cold PATE), run the mechanism through the accountant, and append the released
-token to every active teacher.  A ``fail`` (or a boundary-wrapper target, which releases nothing) is
+Each step: check the budget (``accountant.can_afford(mechanism.event)``), ask the backend for the active
+teachers' votes (``backend.votes``: temperature, then top-p, applied once where the logits are; one vote per
+teacher, coordinated for Hot PATE or independent for Cold PATE) on the randomness of the step's
+:class:`~ensembles.keyed_votes.StepKey` (the run key, the token position and the retry), run the mechanism on
+the histogram of the votes through the accountant, and append the released token to every active teacher.  A ``fail`` (or a boundary-wrapper target, which releases nothing) is
 handled by the fallback: ``"retry"`` (fresh shared randomness, each retry a charged run), ``"public"``
 (a token from a public backend: no privacy cost) or ``"stop"``.
 
@@ -41,7 +42,7 @@ import numpy as np
 
 from ensembles.backends.base import NextTokenBackend
 from ensembles.histograms import TAIL_VOTE, VoteHistogram
-from ensembles.samplers import EnsembleSampler
+from ensembles.keyed_votes import HISTOGRAMS, StepKey
 from mechanisms.between_thresholds import BetweenThresholds
 from pate_accountant.accountants.base import Accountant
 from pate_accountant.accountants.individual import IndividualChargingAccountant
@@ -61,7 +62,6 @@ __all__ = [
     "individual_charging_draws",
 ]
 
-HISTOGRAMS = ("coordinated", "independent")
 FALLBACKS = ("retry", "public", "stop")
 CANDIDATES = ("public", "uniform")
 STOP_REASONS = ("eos", "stop_string", "max_tokens", "budget", "fail")
@@ -154,6 +154,17 @@ def _choice(name, value, allowed):
     if value not in allowed:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
     return value
+
+
+def _check_untransformed(name, backend) -> None:
+    """Temperature and top-p are the generator's, applied once (by ``backend.votes``): refuse a backend that
+    applies its own as well."""
+    if backend is None:
+        return
+    temperature, top_p = getattr(backend, "temperature", 1.0), getattr(backend, "top_p", None)
+    if temperature != 1.0 or top_p not in (None, 1.0):
+        raise ValueError(f"{name} applies temperature={temperature} and top_p={top_p} itself; build it with "
+                         "temperature=1.0 and top_p=None and give them to PrivateGenerator, which applies them once")
 
 
 def _diagnostics(votes: np.ndarray) -> tuple[int, int]:
@@ -307,6 +318,8 @@ class PrivateGenerator:
             raise TypeError("public_backend must implement NextTokenBackend")
         if public_backend is not None and public_backend.vocab_size != backend.vocab_size:
             raise ValueError("public_backend must share the backend's vocabulary")
+        for name, model in (("backend", backend), ("public_backend", public_backend)):
+            _check_untransformed(name, model)
         self.public_backend, self.public_prompt = public_backend, public_prompt
         self.max_tokens = check_int("max_tokens", max_tokens, minimum=1)
         if isinstance(stop_strings, str):
@@ -330,20 +343,10 @@ class PrivateGenerator:
                              "individual-charging scheme)")
         else:
             self.scheme = HistogramAggregation(mechanism, accountant, backend.vocab_size)
-        #: Hot (``"coordinated"``) or Cold (``"independent"``) histograms: the ``H`` of ``M = A o H``.
-        self.sampler = EnsembleSampler(self.histograms, mechanism)
 
     # -- pieces ----------------------------------------------------------------------------------------
-    def _transform(self, dists):
-        if self.temperature != 1.0:
-            dists = dists.with_temperature(self.temperature)  # before top-p: needs untruncated rows
-        if self.top_p is not None and self.top_p < 1.0:
-            dists = dists.top_p(self.top_p)
-        return dists
-
-
     def _public_token(self, rng) -> int:
-        dists = self._transform(self.public_backend.distributions())
+        dists = self.public_backend.distributions().for_sampling(self.temperature, self.top_p)
         ids, probs = dists.row(0)
         probs = probs / probs.sum()
         return int(ids[rng.choice(ids.size, p=probs)])
@@ -355,9 +358,11 @@ class PrivateGenerator:
 
         Two sources of randomness, kept apart (docs/mechanisms/randomness.md):
 
-        * the *sampling* randomness (the teachers' shared noise ``u_j``, the candidate token, public
-          fallback tokens): ``rng``, else ``np.random.default_rng(seed)``, else the constructor's ``seed``.
-          It is not secret: the privacy guarantee holds for every fixed value of it.
+        * the *sampling* randomness: ``rng``, else ``np.random.default_rng(seed)``, else the constructor's
+          ``seed``.  Its first draw is the run key; the teachers' shared noise ``u_j`` of every charged run is
+          a function of (run key, token position, retry, token id) (:mod:`ensembles.keyed_votes`), so every
+          shard of teachers computes the same noise.  Later draws give the candidate token and public
+          fallback tokens.  It is not secret: the privacy guarantee holds for every fixed value of it.
         * the *mechanism* randomness (the aggregator's noise and, under individual charging, the rate
           ``nu`` and the inclusion draws): ``mechanism_rng``.  ``None`` (the default) is the operating
           system's cryptographic generator, fresh for every call, which is what a private run must use.
@@ -374,6 +379,7 @@ class PrivateGenerator:
         if on_token is not None and not callable(on_token):
             raise TypeError(f"on_token must be callable or None, got {type(on_token).__name__}")
         backend, accountant, scheme = self.backend, self.accountant, self.scheme
+        run_key = int(rng.integers(0, 2**63 - 1, dtype=np.int64))
         teacher_prompts = list(teacher_prompts)
         scheme.check(len(teacher_prompts))  # n: the fixed, public ensemble size
         backend.begin(teacher_prompts, shared_prefix=shared_prefix or None)
@@ -397,7 +403,8 @@ class PrivateGenerator:
                     stop_reason = "budget"
                     break
                 active = backend.active_teachers()
-                votes = self.sampler.votes(self._transform(backend.distributions()), 1, rng, num_threads=1)[0]
+                votes = backend.votes(StepKey(run_key, len(tokens), retries), temperature=self.temperature,
+                                      top_p=self.top_p, histograms=self.histograms)
                 max_count, margin = _diagnostics(votes)
                 try:
                     step = scheme.run(votes, active, rng, secret)

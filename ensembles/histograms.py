@@ -37,6 +37,7 @@ __all__ = [
     "count_votes",
     "histograms_from_votes",
     "independent_votes",
+    "independent_votes_from_uniforms",
     "literal_coordinated_votes",
 ]
 
@@ -344,6 +345,20 @@ def independent_votes(
     for s0 in range(0, num_samples, rows):
         s1 = min(num_samples, s0 + rows)
         _run_split(_independent_kernel, plan, rng.random((s1 - s0, n)), out[s0:s1], threads)
+    return out
+
+
+def independent_votes_from_uniforms(teachers: TeacherDistributions, uniforms) -> np.ndarray:
+    """Cold PATE with the randomness given: ``uniforms`` is ``(num_samples, num_teachers)`` of ``U ~ U[0, 1)``,
+    and teacher ``i`` votes the first entry of its row (in stored order, the tail last) whose running mass
+    exceeds ``U_i`` times the row's total (inverse-CDF sampling, the kernel of :func:`independent_votes`)."""
+    uniforms = np.asarray(uniforms, dtype=np.float64)
+    if uniforms.ndim != 2 or uniforms.shape[1] != teachers.num_teachers:
+        raise ValueError(f"uniforms must have shape (num_samples, {teachers.num_teachers}), got {uniforms.shape}")
+    if not ((uniforms >= 0) & (uniforms < 1)).all():
+        raise ValueError("uniforms must lie in [0, 1)")
+    out = np.empty(uniforms.shape, dtype=np.int64)
+    _run_split(_independent_kernel, _plan(teachers), uniforms, out, _threads(None))
     return out
 
 

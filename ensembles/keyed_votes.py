@@ -27,15 +27,22 @@ from __future__ import annotations
 import attr
 import numpy as np
 
-from ensembles.distributions import top_p_keep
-from ensembles.histograms import TAIL_VOTE
+from ensembles.distributions import TOP_P_TOLERANCE, top_p_keep
+from ensembles.histograms import (
+    TAIL_VOTE,
+    coordinated_votes_from_noise,
+    independent_votes_from_uniforms,
+)
 from pate_accountant.validation import check_int, check_real
 
-__all__ = ["StepKey", "race_votes", "shared_noise"]
+__all__ = ["HISTOGRAMS", "StepKey", "keyed_votes", "race_votes", "shared_noise", "teacher_uniforms"]
+
+#: The two vote laws: Hot PATE's coordinated votes (Algorithm 1) and Cold PATE's independent ones.
+HISTOGRAMS = ("coordinated", "independent")
 
 _MAX_KEY = 2**63 - 1
-#: Stream labels under one step key: the tokens' noise and the tail's.
-_TOKENS, _TAIL = 0, 1
+#: Stream labels under one step key: the tokens' noise, the tail's, and the teachers' own uniforms (Cold PATE).
+_TOKENS, _TAIL, _TEACHERS = 0, 1, 2
 
 
 def _check_field(instance, attribute, value):
@@ -66,6 +73,43 @@ def shared_noise(key: StepKey, vocab_size: int) -> tuple[np.ndarray, float]:
     words = key._stream(_TOKENS).random_raw(vocab_size)
     tail_word = key._stream(_TAIL).random_raw(1)
     return _exponential(words), float(_exponential(tail_word)[0])
+
+
+def teacher_uniforms(key: StepKey, teacher_ids) -> np.ndarray:
+    """Cold PATE's randomness: one ``U_i ~ U[0, 1)`` per teacher, the word ``i`` (the teacher's original index)
+    of the key's teacher stream, so that a teacher's independent vote does not depend on its shard either."""
+    if not isinstance(key, StepKey):
+        raise TypeError(f"key must be a StepKey, got {type(key).__name__}")
+    ids = np.asarray(teacher_ids)
+    if ids.ndim != 1 or (ids.size and (ids.dtype.kind not in "iu" or ids.min() < 0)):
+        raise ValueError("teacher_ids must be a 1-d array of non-negative teacher indices")
+    if ids.size == 0:
+        return np.zeros(0)
+    words = key._stream(_TEACHERS).random_raw(int(ids.max()) + 1)[ids]
+    return (words >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def check_histograms(histograms: str) -> str:
+    if histograms not in HISTOGRAMS:
+        raise ValueError(f"histograms must be one of {HISTOGRAMS}, got {histograms!r}")
+    return histograms
+
+
+def keyed_votes(teachers, key: StepKey, *, histograms: str = "coordinated", teacher_ids=None) -> np.ndarray:
+    """One vote per teacher of ``teachers`` (a :class:`~ensembles.TeacherDistributions`, already at the sampling
+    temperature and top-p) on the randomness of ``key``: Algorithm 1 on :func:`shared_noise` (Hot), or
+    inverse-CDF sampling on :func:`teacher_uniforms` (Cold; ``teacher_ids``: the rows' original teacher
+    indices, default ``0..n-1``).  The host form of a backend's ``votes``; returns ``int32`` votes."""
+    check_histograms(histograms)
+    if histograms == "coordinated":
+        noise, tail_noise = shared_noise(key, teachers.vocab_size)
+        votes = coordinated_votes_from_noise(teachers, noise[None, :], np.array([tail_noise]))
+    else:
+        ids = np.arange(teachers.num_teachers) if teacher_ids is None else np.asarray(teacher_ids)
+        if ids.shape != (teachers.num_teachers,):
+            raise ValueError(f"teacher_ids must hold one index per teacher ({teachers.num_teachers}), got {ids.shape}")
+        votes = independent_votes_from_uniforms(teachers, teacher_uniforms(key, ids)[None, :])
+    return votes[0].astype(np.int32)
 
 
 def _exponential(words: np.ndarray) -> np.ndarray:
@@ -111,40 +155,46 @@ def race_votes(logits, noise, tail_noise=None, *, temperature: float = 1.0, top_
     return votes.astype(np.int32)
 
 
-#: How many of each row's largest logits :func:`_top_p_cut` sorts first; rows whose top-p set is larger are
-#: sorted in full.
-TOP_P_CANDIDATES = 1024
+#: The cut looks first at the tokens within ``margin`` nats of each row's most likely one, for these margins in
+#: turn: a row's cut is settled once the tokens looked at hold mass ``top_p`` (a row with a flat distribution
+#: needs a wider window; the last margin takes the whole row).
+TOP_P_MARGINS = (8.0, 16.0, 32.0, np.inf)
 
 
 def _top_p_cut(scaled: np.ndarray, top_p: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The top-p rule of :meth:`TeacherDistributions.top_p` on rows of scaled logits: ``(keep, logp, tail)``
     with ``keep`` the kept tokens, ``logp`` the normalised log-probabilities (in ``scaled``'s dtype) and
-    ``tail`` the dropped mass per row.  Probabilities are float64, so the cut is the host rule's; only each
-    row's :data:`TOP_P_CANDIDATES` largest logits are sorted unless its kept set reaches beyond them."""
+    ``tail`` the dropped mass per row.  Probabilities are float64, so the cut is the host rule's.
+
+    Only the tokens within a margin of each row's maximum are sorted (:data:`TOP_P_MARGINS`).  Those tokens
+    are a prefix of the row in decreasing order, so the rule keeps the same tokens among them as on the whole
+    row, and once their mass reaches ``top_p`` no token outside is kept."""
     n, vocab = scaled.shape
     wide = scaled.astype(np.float64)
-    row_max = wide.max(axis=1)
-    log_norm = row_max + np.log(np.exp(wide - row_max[:, None]).sum(axis=1))
-    k = min(TOP_P_CANDIDATES, vocab)
-    candidates = np.argpartition(-wide, k - 1, axis=1)[:, :k] if k < vocab else np.tile(np.arange(vocab), (n, 1))
+    wide -= wide.max(axis=1, keepdims=True)
+    wide -= np.log(np.exp(wide).sum(axis=1, keepdims=True))  # normalised log-probabilities, float64
     keep = np.zeros((n, vocab), dtype=bool)
     tail = np.empty(n)
-
-    def cut(rows, candidates):
-        """Apply the rule to ``rows`` over their ``candidates``; return the rows whose cut needs more tokens."""
-        cand_logp = np.take_along_axis(wide[rows], candidates, axis=1) - log_norm[rows, None]
-        # Sort by decreasing probability, ties by token id (the order of TeacherDistributions.top_p).
-        order = np.lexsort((candidates, -cand_logp), axis=1)
-        ids = np.take_along_axis(candidates, order, axis=1)
-        probs = np.exp(np.take_along_axis(cand_logp, order, axis=1))
-        kept = top_p_keep(probs, np.cumsum(probs, axis=1) - probs, top_p)
-        short = kept[:, -1] if ids.shape[1] < vocab else np.zeros(rows.size, dtype=bool)
-        keep[rows[~short, None], ids[~short]] = kept[~short]
-        tail[rows[~short]] = np.clip(1.0 - np.where(kept[~short], probs[~short], 0.0).sum(axis=1), 0.0, 1.0)
-        return rows[short]
-
-    short = cut(np.arange(n), candidates)
-    if short.size:
-        cut(short, np.tile(np.arange(vocab), (short.size, 1)))
-    logp = scaled - log_norm[:, None].astype(scaled.dtype)
+    rows = np.arange(n)
+    for margin in TOP_P_MARGINS:
+        sub = wide[rows]
+        r, c = np.nonzero(sub >= sub.max(axis=1, keepdims=True) - margin)
+        values = sub[r, c]
+        order = np.lexsort((c, -values, r))  # by row, then decreasing probability, ties by token id
+        r, c, probs = r[order], c[order], np.exp(values[order])
+        running = np.cumsum(probs)
+        starts = np.searchsorted(r, np.arange(rows.size))
+        ends = np.append(starts[1:], r.size)
+        offset = np.concatenate(([0.0], running))[starts]
+        kept = top_p_keep(probs, running - probs - offset[r], top_p)
+        mass = running[ends - 1] - offset
+        done = (mass >= top_p - TOP_P_TOLERANCE) | np.isinf(margin)
+        settled = done[r] & kept
+        keep[rows[r[settled]], c[settled]] = True
+        kept_mass = np.bincount(r[settled], weights=probs[settled], minlength=rows.size)
+        tail[rows[done]] = np.clip(1.0 - kept_mass[done], 0.0, 1.0)
+        rows = rows[~done]
+        if rows.size == 0:
+            break
+    logp = wide.astype(scaled.dtype)
     return keep, logp, tail

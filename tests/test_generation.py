@@ -6,6 +6,7 @@ import pytest
 
 from ensembles.backends import ToyBackend
 from ensembles.generation import GenerationResult, PrivateGenerator
+from ensembles.keyed_votes import StepKey
 from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax
 from pate_accountant.accountants import (
     BasicCompositionAccountant,
@@ -348,14 +349,12 @@ def test_between_thresholds_out_of_reach_refused_before_any_charge():
 # -- one generation step: schemes, on_token, honest outcomes ------------------------------------------------
 
 
-def test_each_scheme_is_its_own_step_strategy_and_votes_come_from_the_ensemble_sampler():
+def test_each_scheme_is_its_own_step_strategy():
     from ensembles.generation import HistogramAggregation, IndividualChargingAggregation
-    from ensembles.samplers import EnsembleSampler
 
     plain = PrivateGenerator(ToyBackend(agreeing(), VOCAB), DPArgMax(1.0, 1e-5), BasicCompositionAccountant(),
                              histograms="independent")
     assert isinstance(plain.scheme, HistogramAggregation)
-    assert plain.sampler == EnsembleSampler("independent", plain.mechanism)
     bt = BetweenThresholds(0.5, 3, 8)
     individual = PrivateGenerator(ToyBackend(agreeing(), VOCAB), bt,
                                   IndividualChargingAccountant(10, per_teacher_limit=10, epsilon0=0.5, q=bt.q))
@@ -363,6 +362,53 @@ def test_each_scheme_is_its_own_step_strategy_and_votes_come_from_the_ensemble_s
     # BetweenThresholds under a plain accountant is the same scheme, without removals.
     assert isinstance(PrivateGenerator(ToyBackend(agreeing(), VOCAB), bt, BasicCompositionAccountant()).scheme,
                       IndividualChargingAggregation)
+
+
+class _KeyLog(ToyBackend):
+    """A ToyBackend that records what every ``votes`` call asked for."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = []
+
+    def votes(self, key, **options):
+        self.calls.append((key, options))
+        return super().votes(key, **options)
+
+
+@pytest.mark.parametrize("histograms,num_teachers", [("coordinated", 20), ("independent", 60)])
+def test_votes_come_from_the_backend_on_one_key_per_charged_run(histograms, num_teachers):
+    """Every charged run asks the backend for votes once, on the key (run key, token position, retry), with the
+    generator's temperature, top-p and histogram law; the run key is the sampling rng's first draw."""
+    backend = _KeyLog(agreeing(0.5), VOCAB)
+    gen = PrivateGenerator(backend, DPArgMax(1.0, 1e-5), BasicCompositionAccountant(), max_tokens=4,
+                           max_retries=3, temperature=0.8, top_p=0.9, histograms=histograms)
+    result = gen.generate(prompts(num_teachers), seed=11, mechanism_rng=np.random.default_rng(MECHANISM_SEED))
+    keys = [key for key, _ in backend.calls]
+    assert len(keys) == result.num_charged_runs
+    assert any(r.retries for r in result.steps) and result.token_ids  # retries and released tokens both occur
+    run_key = int(np.random.default_rng(11).integers(0, 2**63 - 1, dtype=np.int64))
+    expected = []
+    position = 0
+    for record in result.steps:
+        expected.append(StepKey(run_key, position, record.retries))
+        if record.token is not None:
+            position += 1
+    assert keys == expected
+    assert all(opts == {"temperature": 0.8, "top_p": 0.9, "histograms": histograms} for _, opts in backend.calls)
+
+
+def test_a_backend_that_transforms_its_own_distributions_is_refused():
+    """Temperature and top-p are applied once: a backend that applies its own as well is refused."""
+
+    class Hot(ToyBackend):
+        temperature, top_p = 0.7, None
+
+    with pytest.raises(ValueError, match="backend applies temperature=0.7"):
+        PrivateGenerator(Hot(agreeing(), VOCAB), DPArgMax(1.0, 1e-5), BasicCompositionAccountant())
+    with pytest.raises(ValueError, match="public_backend applies"):
+        PrivateGenerator(ToyBackend(agreeing(), VOCAB), DPArgMax(1.0, 1e-5), BasicCompositionAccountant(),
+                         public_backend=Hot(agreeing(), VOCAB))
 
 
 def test_on_token_sees_every_appended_token_and_nothing_else():

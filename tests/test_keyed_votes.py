@@ -18,6 +18,7 @@ from scipy import stats
 
 from ensembles import TAIL_VOTE, TeacherDistributions, coordinated_votes_from_noise
 from ensembles.histograms import literal_coordinated_votes
+from ensembles import keyed_votes
 from ensembles.keyed_votes import StepKey, race_votes, shared_noise
 
 
@@ -78,12 +79,14 @@ def test_race_equals_algorithm_1_on_the_same_noise(temperature):
         np.testing.assert_array_equal(race_votes(logits, u, temperature=temperature), expected)  # float32
 
 
-@pytest.mark.parametrize("candidates", [1024, 8])  # 8: most rows' kept sets reach past the first candidates
-@pytest.mark.parametrize("top_p", [0.9, 0.5])
-def test_race_with_top_p_tails_equals_algorithm_1(top_p, candidates, monkeypatch):
-    from ensembles import keyed_votes
+#: The default margins, and narrow ones under which most rows need the second or the last (whole-row) look.
+MARGINS = [keyed_votes.TOP_P_MARGINS, (0.25, 1.0, np.inf)]
 
-    monkeypatch.setattr(keyed_votes, "TOP_P_CANDIDATES", candidates)
+
+@pytest.mark.parametrize("margins", MARGINS)
+@pytest.mark.parametrize("top_p", [0.9, 0.5])
+def test_race_with_top_p_tails_equals_algorithm_1(top_p, margins, monkeypatch):
+    monkeypatch.setattr(keyed_votes, "TOP_P_MARGINS", margins)
     n, vocab, draws = 30, 200, 30
     logits = _logits(n, vocab, 2, scale=2.0)
     teachers = TeacherDistributions.from_dense(_softmax(logits)).top_p(top_p)

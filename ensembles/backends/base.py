@@ -9,6 +9,12 @@ steps, because every active teacher appends the *same* released token each step 
 * ``distributions() -> TeacherDistributions``: the current step's distributions of the *active*
   teachers, in the order of ``active_teachers()`` (sorted original indices);
 * ``append(token_id)``: append the released token to every active teacher's context;
+* ``votes(key, *, temperature=1.0, top_p=None, histograms="coordinated", teacher_ids=None)``: one ``int32``
+  vote per active teacher on the randomness of the :class:`~ensembles.keyed_votes.StepKey` ``key``, with
+  temperature and top-p applied once, where the distributions are (a device backend votes on its logits and
+  returns only the votes); ``teacher_ids`` are the rows' original indices (Cold PATE's keys; default
+  ``active_teachers()``).  A teacher's vote is a function of its own context and ``key`` alone, whatever
+  other teachers share its batch or shard;
 * ``drop_teachers(indices)``: remove teachers (original indices) from later steps (individual charging);
 * ``encode(text) -> list[int]``, ``decode(ids) -> str``, ``vocab_size``, ``eos_token_id`` (or ``None``);
 * ``next_token_distributions(contexts)``: the stateless form, one token-id context per teacher.
@@ -25,6 +31,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ensembles.distributions import TeacherDistributions
+from ensembles.keyed_votes import keyed_votes
 
 __all__ = ["ContextBackend", "NextTokenBackend"]
 
@@ -50,6 +57,9 @@ class NextTokenBackend(Protocol):
     def distributions(self) -> TeacherDistributions: ...
 
     def append(self, token_id: int) -> None: ...
+
+    def votes(self, key, *, temperature: float = 1.0, top_p: float | None = None, histograms: str = "coordinated",
+              teacher_ids=None) -> np.ndarray: ...
 
     def drop_teachers(self, indices) -> None: ...
 
@@ -111,6 +121,14 @@ class ContextBackend:
 
     def _distributions_for(self, teachers: np.ndarray) -> TeacherDistributions:
         return self.next_token_distributions([self._contexts[i] for i in teachers])
+
+    def votes(self, key, *, temperature: float = 1.0, top_p: float | None = None, histograms: str = "coordinated",
+              teacher_ids=None) -> np.ndarray:
+        """The host form: :meth:`distributions` at ``temperature`` and ``top_p``, then
+        :func:`~ensembles.keyed_votes.keyed_votes`."""
+        dists = self.distributions().for_sampling(temperature, top_p)
+        ids = self.active_teachers() if teacher_ids is None else teacher_ids
+        return keyed_votes(dists, key, histograms=histograms, teacher_ids=ids)
 
     def append(self, token_id: int) -> None:
         self._check_started()

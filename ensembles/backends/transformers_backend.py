@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ensembles.backends.device_votes import device_votes
 from ensembles.distributions import TeacherDistributions, top_p_keep
-from mechanisms.histogram import TAIL_VOTE
 
 __all__ = ["TransformersBackend", "convert_gguf", "converted_gguf_path", "default_cache_dir", "smollm2_path"]
 
@@ -513,43 +513,17 @@ class TransformersBackend:
         batches = self._prefill([], suffixes, np.arange(len(suffixes), dtype=np.int64))
         return self._to_distributions(torch.cat([b.logits for b in batches], dim=0))
 
-    def coordinated_votes_on_device(self, num_samples: int = 1, *, seed: int | None = None, return_noise: bool = False):
-        """Algorithm 1 on the device: vote ``argmax_j p_ij / u_j`` under shared noise ``u ~ Exp(1)^V``.
-
-        The noise is drawn on the device from a ``torch.Generator`` seeded with ``seed``; only the
-        ``(num_samples, n)`` int64 votes leave it (``TAIL_VOTE`` for a vote into a top-p tail, with its own
-        shared noise ``u_tail``).  With ``return_noise=True`` also returns ``(noise, tail_noise)`` as numpy
-        arrays, for checking against :func:`ensembles.histograms.coordinated_votes_from_noise`.
-        """
-        import torch
-
-        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
-            raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
-        probs, tail = self._probs(self._active_logits())
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed(int(seed) if seed is not None else int(np.random.SeedSequence().generate_state(1)[0]))
-        n, vocab = probs.shape
-        inverse = torch.where(probs > 0, 1.0 / probs, torch.full_like(probs, float("inf")))
-        if tail is not None:
-            tail_inverse = torch.where(tail > 0, 1.0 / tail, torch.full_like(tail, float("inf")))
-        votes = torch.empty((num_samples, n), dtype=torch.long, device=self.device)
-        noises, tail_noises = [], []
-        for s in range(int(num_samples)):
-            u = torch.empty(vocab, dtype=torch.float64, device=self.device).exponential_(generator=generator)
-            u_tail = torch.empty(1, dtype=torch.float64, device=self.device).exponential_(generator=generator)
-            u = torch.clamp(u, min=torch.finfo(torch.float64).tiny)
-            scores = u[None, :] * inverse
-            best, arg = scores.min(dim=-1)
-            if tail is not None:
-                arg = torch.where(u_tail * tail_inverse < best, torch.full_like(arg, TAIL_VOTE), arg)
-            votes[s] = arg
-            if return_noise:
-                noises.append(u)
-                tail_noises.append(u_tail)
-        out = votes.cpu().numpy().astype(np.int64)
-        if return_noise:
-            return out, (torch.stack(noises).cpu().numpy(), torch.cat(tail_noises).cpu().numpy())
-        return out
+    def votes(self, key, *, temperature: float = 1.0, top_p: float | None = None,
+              histograms: str = "coordinated", teacher_ids=None) -> np.ndarray:
+        """One ``int32`` vote per active teacher (in the order of :meth:`active_teachers`) on the randomness of
+        ``key`` (a :class:`~ensembles.keyed_votes.StepKey`), computed on the device from the raw logits with
+        ``temperature`` and ``top_p`` applied there, once (:func:`~ensembles.backends.device_votes.device_votes`);
+        only the votes leave the device.  The constructor's ``temperature``/``top_p`` shape
+        :meth:`distributions` only.  ``teacher_ids`` (Cold PATE's keys) default to :meth:`active_teachers`."""
+        logits = self._active_logits()
+        ids = self.active_teachers() if teacher_ids is None else teacher_ids
+        return device_votes(logits, key, temperature=temperature, top_p=top_p, histograms=histograms,
+                            teacher_ids=ids)
 
 
 def _check_pad(tokenizer) -> None:

@@ -403,6 +403,9 @@ class SharedPrefill:
     def distributions(self):
         return self._backend.distributions()
 
+    def votes(self, key, **options):
+        return self._backend.votes(key, **options)
+
     def append(self, token_id) -> None:
         self._backend.append(token_id)
 

@@ -1,0 +1,174 @@
+"""Votes computed where the logits are: the keyed vote kernels of :mod:`ensembles.keyed_votes` in torch.
+
+A backend that holds its teachers' next-token logits on a device (``TransformersBackend``, a shard worker)
+calls :func:`device_votes` and sends back one ``int32`` vote per teacher; no distribution leaves the device.
+
+* Temperature and top-p are applied here, once, to the raw logits.
+* **Hot PATE** (paper Section 3, Algorithm 1, in its exponential-race form): the shared noise
+  ``u = shared_noise(key, V)`` is drawn on the host (a counter-based Philox stream, about a millisecond for
+  ``V = 128k``) and copied to the device; teacher ``i`` votes ``argmax_j (logit_ij / T - log u_j)``.  With
+  top-p, only the kept tokens race, against the tail outcome ``log tail_i - log u_tail``.
+* **Cold PATE**: inverse-CDF sampling in token-id order (the tail last) on ``teacher_uniforms(key, ids)``.
+
+The top-p cut is the host rule (:func:`~ensembles.distributions.top_p_keep`) on float64 probabilities of the
+tokens within a margin of each row's most likely one (:data:`ensembles.keyed_votes.TOP_P_MARGINS`), so no
+row is ever fully sorted unless its distribution is flat.  The normaliser ``logsumexp_j logit_ij / T`` sums
+``dtype`` exponentials in float64: ``dtype=torch.float64`` reproduces the host path exactly (the tests'
+proof), float32 (the default) moves each probability by about 1e-7 relative, which can only move a top-p cut
+whose running mass lies within that of ``top_p``.  Either way the cut is a function of the teacher's own
+logits, so the votes keep Algorithm 1's law and the privacy analysis is unchanged.
+
+torch is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ensembles import keyed_votes
+from ensembles.distributions import TOP_P_TOLERANCE, top_p_keep
+from ensembles.histograms import TAIL_VOTE
+from ensembles.keyed_votes import (
+    StepKey,
+    check_histograms,
+    shared_noise,
+    teacher_uniforms,
+)
+from pate_accountant.validation import check_real
+
+__all__ = ["device_votes"]
+
+#: Rows of float64 probabilities materialised at once by the Cold PATE kernel (bounds its device memory).
+_COLD_ROWS = 64
+
+
+def device_votes(logits, key: StepKey, *, temperature: float = 1.0, top_p: float | None = None,
+                 histograms: str = "coordinated", teacher_ids=None, dtype=None) -> np.ndarray:
+    """One ``int32`` vote per row of ``logits`` (a ``(n, V)`` torch tensor of raw next-token logits, on any
+    device) on the randomness of ``key``, at ``temperature`` with the optional ``top_p`` cut; a vote into the
+    top-p tail is :data:`~ensembles.TAIL_VOTE`.  ``histograms``: ``"coordinated"`` (Hot PATE) or
+    ``"independent"`` (Cold PATE, with ``teacher_ids`` the rows' original teacher indices, default
+    ``0..n-1``).  ``dtype`` (default float32): the precision of the race and of the exponentials."""
+    import torch
+
+    if not isinstance(key, StepKey):
+        raise TypeError(f"key must be a StepKey, got {type(key).__name__}")
+    check_histograms(histograms)
+    temperature = check_real("temperature", temperature, minimum=0.0, min_open=True)
+    if top_p is not None:
+        top_p = check_real("top_p", top_p, minimum=0.0, maximum=1.0, min_open=True)
+        if top_p >= 1.0:
+            top_p = None
+    if logits.ndim != 2:
+        raise ValueError(f"logits must be a 2-d (teachers, vocabulary) tensor, got shape {tuple(logits.shape)}")
+    dtype = torch.float32 if dtype is None else dtype
+    n, vocab = logits.shape
+    scaled = logits.to(dtype) / temperature
+    if histograms == "independent":
+        ids = np.arange(n) if teacher_ids is None else np.asarray(teacher_ids)
+        if ids.shape != (n,):
+            raise ValueError(f"teacher_ids must hold one index per teacher ({n}), got {ids.shape}")
+        return _independent(scaled, teacher_uniforms(key, ids), top_p)
+    noise, tail_noise = shared_noise(key, vocab)
+    minus_log_u = torch.from_numpy(-np.log(noise)).to(device=scaled.device, dtype=dtype)
+    if top_p is None:
+        return torch.argmax(scaled + minus_log_u, dim=1).to(torch.int32).cpu().numpy()
+    rows, cols, _, log_norm, tail = _top_p_entries(scaled, top_p)
+    # The race among each row's kept tokens; ties (probability zero) go to the smallest token id.
+    score = scaled[rows, cols] + minus_log_u[cols]
+    best = torch.full((n,), -torch.inf, dtype=dtype, device=scaled.device).scatter_reduce(0, rows, score, "amax")
+    winner = torch.where(score == best[rows], cols, vocab)
+    votes = torch.full((n,), vocab, dtype=torch.long, device=scaled.device).scatter_reduce(0, rows, winner, "amin")
+    # The tail outcome races too: log tail - log u_tail against the best kept log p_j - log u_j.
+    tail_score = torch.log(tail) - float(np.log(tail_noise))
+    tail_wins = tail_score > best.to(torch.float64) - log_norm
+    votes = torch.where(tail_wins, torch.full_like(votes, TAIL_VOTE), votes)
+    return votes.to(torch.int32).cpu().numpy()
+
+
+def _log_normaliser(scaled):
+    """``logsumexp`` of each row in float64 (exponentials in ``scaled``'s dtype, summed in float64)."""
+    import torch
+
+    row_max = scaled.max(dim=1).values
+    total = torch.exp(scaled - row_max[:, None]).sum(dim=1, dtype=torch.float64)
+    return row_max.to(torch.float64) + torch.log(total)
+
+
+def _top_p_entries(scaled, top_p: float):
+    """The top-p cut of every row: ``(rows, cols, probs, log_norm, tail)``, the kept entries (row-major, each
+    row by decreasing probability), their float64 probabilities, each row's float64 log-normaliser and
+    dropped mass.  Looks at the tokens within each margin of :data:`ensembles.keyed_votes.TOP_P_MARGINS` in turn (module docstring);
+    a row is settled once the tokens looked at hold mass ``top_p``, since they are a prefix of its order."""
+    import torch
+
+    device = scaled.device
+    n = scaled.shape[0]
+    log_norm = _log_normaliser(scaled)
+    row_max = scaled.max(dim=1).values
+    pending = torch.arange(n, device=device)
+    kept_rows, kept_cols, kept_probs = [], [], []
+    tail = torch.empty(n, dtype=torch.float64, device=device)
+    for margin in keyed_votes.TOP_P_MARGINS:
+        sub = scaled[pending]
+        r, c = torch.nonzero(sub >= (row_max[pending] - margin)[:, None], as_tuple=True)
+        logp = sub[r, c].to(torch.float64) - log_norm[pending][r]
+        # nonzero is row-major with ascending ids: a stable sort by -logp, then by row, gives each row in
+        # decreasing probability with ties by token id (the order of TeacherDistributions.top_p).
+        order = torch.argsort(-logp, stable=True)
+        order = order[torch.argsort(r[order], stable=True)]
+        r, c, probs = r[order], c[order], torch.exp(logp[order])
+        running = torch.cumsum(probs, dim=0)
+        starts = torch.searchsorted(r, torch.arange(pending.numel(), device=device))
+        ends = torch.cat([starts[1:], torch.tensor([r.numel()], device=device)])
+        offset = torch.cat([torch.zeros(1, dtype=torch.float64, device=device), running])[starts]
+        keep = top_p_keep(probs, running - probs - offset[r], top_p)
+        mass = torch.cat([torch.zeros(1, dtype=torch.float64, device=device), running])[ends] - offset
+        done = (mass >= top_p - TOP_P_TOLERANCE) if np.isfinite(margin) else torch.ones_like(mass, dtype=torch.bool)
+        settled = done[r] & keep
+        kept_rows.append(pending[r[settled]])
+        kept_cols.append(c[settled])
+        kept_probs.append(probs[settled])
+        kept_mass = torch.zeros(pending.numel(), dtype=torch.float64, device=device).index_add_(
+            0, r[settled], probs[settled])
+        tail[pending[done]] = torch.clamp(1.0 - kept_mass[done], 0.0, 1.0)
+        pending = pending[~done]
+        if pending.numel() == 0:
+            break
+    rows, cols, probs = torch.cat(kept_rows), torch.cat(kept_cols), torch.cat(kept_probs)
+    return rows, cols, probs, log_norm, tail
+
+
+def _independent(scaled, uniforms: np.ndarray, top_p: float | None) -> np.ndarray:
+    """Cold PATE: row ``i`` votes the first token (in id order, the tail last) whose running probability
+    exceeds ``uniforms[i]`` times the row's total, in float64, ``_COLD_ROWS`` rows at a time."""
+    import torch
+
+    n, vocab = scaled.shape
+    device = scaled.device
+    if top_p is None:
+        tail = torch.zeros(n, dtype=torch.float64, device=device)
+    else:
+        rows, cols, probs, _, tail = _top_p_entries(scaled, top_p)
+    draws = torch.from_numpy(uniforms).to(device)
+    votes = np.empty(n, dtype=np.int32)
+    for start in range(0, n, _COLD_ROWS):
+        stop = min(n, start + _COLD_ROWS)
+        if top_p is None:
+            chunk = scaled[start:stop].to(torch.float64)
+            dense_rows = torch.softmax(chunk, dim=1)
+        else:
+            dense_rows = torch.zeros((stop - start, vocab), dtype=torch.float64, device=device)
+            mine = (rows >= start) & (rows < stop)
+            dense_rows[rows[mine] - start, cols[mine]] = probs[mine]
+        table = torch.cat([dense_rows, tail[start:stop, None]], dim=1)
+        cumulative = torch.cumsum(table, dim=1)
+        target = draws[start:stop] * cumulative[:, -1]
+        index = torch.searchsorted(cumulative, target[:, None], right=True)[:, 0]
+        # Land on a token of positive mass: the last one when rounding pushes the draw past the end.
+        positive = table > 0
+        last = vocab - torch.argmax(positive.flip(1).to(torch.int8), dim=1)
+        index = torch.minimum(index, last)
+        index = torch.where(index == vocab, torch.full_like(index, TAIL_VOTE), index)
+        votes[start:stop] = index.to(torch.int32).cpu().numpy()
+    return votes
