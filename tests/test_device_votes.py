@@ -128,3 +128,24 @@ def test_bad_inputs_are_refused():
         device_votes(logits, StepKey(1), histograms="independent", teacher_ids=[0, 1, 2])
     with pytest.raises(ValueError, match="2-d"):
         device_votes(torch.zeros(5), StepKey(1))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("top_p", [None, 0.9])
+def test_the_kernel_on_cuda_votes_as_on_the_cpu(top_p):
+    """The gpu lane: the same kernel on a CUDA device gives the CPU's votes (float64: exactly; float32 and bf16
+    logits: all but near-ties)."""
+    if not torch.cuda.is_available():
+        pytest.fail("the gpu lane needs CUDA")
+    logits = torch.from_numpy(_logits(256, 4096, 5).astype(np.float64))
+    keys = [StepKey(11, s) for s in range(20)]
+    for key in keys:
+        cpu = device_votes(logits, key, temperature=0.7, top_p=top_p, dtype=torch.float64)
+        cuda = device_votes(logits.cuda(), key, temperature=0.7, top_p=top_p, dtype=torch.float64)
+        np.testing.assert_array_equal(cuda, cpu)
+        cold = device_votes(logits.cuda(), key, top_p=top_p, histograms="independent", dtype=torch.float64)
+        np.testing.assert_array_equal(cold, device_votes(logits, key, top_p=top_p, histograms="independent",
+                                                         dtype=torch.float64))
+    same = np.mean([(device_votes(logits.cuda().to(torch.bfloat16), key, temperature=0.7, top_p=top_p)
+                     == device_votes(logits, key, temperature=0.7, top_p=top_p)).mean() for key in keys])
+    assert same > 0.9  # bf16 logits move near-ties only
