@@ -825,15 +825,21 @@ class Ledger:
             confidential = os.fspath(confidential)
             if Path(confidential).resolve() == path.resolve():
                 raise ValueError(f"confidential must be another file than the ledger, got {confidential!r}")
+        if path.is_dir():
+            raise LedgerError(f"ledger path {str(path)!r} is a folder, not a ledger file")
         if read_only:
             if not path.is_file():
                 raise FileNotFoundError(f"no ledger at {str(path)!r}")
-            uri = path.resolve().as_uri() + "?mode=ro"
-            conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+            conn = _connect_read_only(path, timeout)
         else:
             if not path.parent.is_dir():
                 raise FileNotFoundError(f"cannot create a ledger at {str(path)!r}: no folder {str(path.parent)!r}")
-            conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
+            if path.exists() and path.stat().st_size > 0:
+                _check_ours(path, timeout)  # looked at read-only: a file that is not a ledger is never written
+            try:
+                conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
+            except sqlite3.Error as exc:
+                raise LedgerError(f"cannot open a ledger at {str(path)!r}: {exc}") from None
         ledger = cls(conn, path=str(path), read_only=read_only, totals=totals, confidential=confidential,
                      synchronous=synchronous, timeout=timeout)
         try:
@@ -843,6 +849,10 @@ class Ledger:
                 _set_wal(conn, ledger._path)
                 conn.execute(f"PRAGMA synchronous={synchronous}")
                 ledger._check_layout(create=True)
+        except sqlite3.OperationalError as exc:  # a read-only file or folder, a full disk, ...
+            conn.close()
+            raise LedgerError(f"cannot write the ledger at {str(path)!r}: {exc} (open it with read_only=True "
+                              "to read it)") from None
         except BaseException:
             conn.close()
             raise
@@ -924,9 +934,10 @@ class Ledger:
             if not exists and not (create and not read_only):
                 return False
             if read_only:
-                conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=self._timeout,
-                                       isolation_level=None)
+                conn = _connect_read_only(path, self._timeout)
             else:
+                if exists and path.stat().st_size > 0:
+                    _check_ours(path, self._timeout, "confidential ledger file")
                 conn = sqlite3.connect(str(path), timeout=self._timeout, isolation_level=None)
         conn.text_factory = _decode_text
         try:
@@ -1679,6 +1690,36 @@ def _link(row: _CheckedRow, row_id: int, links, conf_id: int, conf_prev: str):
     teachers, digest = _check_confidential_row(links.fetchone(), conf_id + 1, conf_prev, row_id, row.hash,
                                                row.commitment)
     return attr.evolve(charge, charged_teachers=teachers), (conf_id + 1, digest)
+
+
+def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
+    return sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=timeout, isolation_level=None)
+
+
+def _check_ours(path: Path, timeout: float, what: str = "pate-accountant ledger",
+                tables_needed=("meta", "charges", "head")) -> None:
+    """Refuse, before anything is written, an existing non-empty file that is not a pate-accountant ledger
+    (another application's SQLite database, or not SQLite at all): it is read through a read-only connection
+    and left byte for byte as it was.  A database with no tables yet (another process is creating the
+    ledger) passes: the creation itself checks again under the write lock."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        try:
+            conn = _connect_read_only(path, timeout)
+            try:
+                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            finally:
+                conn.close()
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) and time.monotonic() < deadline:  # another process is creating it
+                time.sleep(0.01)
+                continue
+            raise LedgerError(f"cannot read {str(path)!r} to check that it is a ledger: {exc}") from None
+        except sqlite3.DatabaseError:
+            raise LedgerError(f"{str(path)!r} is not a {what} (not an SQLite database); it was left unchanged") from None
+    if tables and not set(tables_needed) <= tables:
+        raise LedgerError(f"{str(path)!r} is an SQLite database but not a {what}; it was left unchanged")
 
 
 def _set_wal(conn: sqlite3.Connection, where) -> None:

@@ -19,6 +19,7 @@ import pytest
 from pate_accountant import ledger as ledger_module
 from pate_accountant.accountants import Accountant, AdvancedCompositionAccountant, BasicCompositionAccountant
 from pate_accountant.accountants.base import Charge
+from pate_accountant.accountants.individual import IndividualChargingAccountant
 from pate_accountant.cli import main
 from pate_accountant.errors import BudgetExhaustedError, UnsupportedEventError
 from pate_accountant.events import BetweenThresholdsEvent, EpsilonDeltaEvent, ThresholdPrivacyEvent
@@ -273,6 +274,63 @@ def test_open_errors(tmp_path):
     conn.close()
     with pytest.raises(LedgerError, match="not a pate-accountant ledger"):
         Ledger.open(other)
+
+
+def _files(folder) -> dict:
+    return {p.name: p.read_bytes() for p in Path(folder).iterdir() if p.is_file()}
+
+
+@pytest.mark.parametrize("kind", ["foreign-sqlite", "foreign-meta-table", "not-sqlite"])
+def test_a_file_that_is_not_a_ledger_is_never_written(tmp_path, kind):
+    """Another application's database (even one with its own ``meta`` table) or a non-SQLite file: refused in
+    one line naming the path, before any write: the folder holds the same files with the same bytes after
+    (no WAL switch, no journal, no -wal/-shm files), also as the confidential file of a new ledger."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    other = folder / "app.db"
+    if kind == "not-sqlite":
+        other.write_bytes(b"name,salary\nalice,100\n" * 50)
+    else:
+        conn = sqlite3.connect(other)
+        conn.execute("CREATE TABLE meta (key, value)" if kind == "foreign-meta-table" else "CREATE TABLE people (x)")
+        conn.execute("INSERT INTO " + ("meta VALUES (1, 2)" if kind == "foreign-meta-table" else "people VALUES (1)"))
+        conn.commit()
+        conn.close()
+    before = _files(folder)
+    with pytest.raises(LedgerError, match="not a pate-accountant ledger") as caught:
+        Ledger.open(other)
+    assert str(other) in str(caught.value) and "\n" not in str(caught.value)
+    assert _files(folder) == before
+    if kind == "not-sqlite":
+        return
+    ledger = Ledger.open(tmp_path / "new.sqlite", confidential=other)
+    with pytest.raises(LedgerError, match="not a confidential ledger file"):
+        IndividualChargingAccountant(4, per_teacher_limit=2, epsilon0=0.5, q=0.5, ledger=ledger)
+    ledger.close()
+    assert _files(folder) == before
+
+
+def test_a_folder_or_an_unwritable_ledger_gives_one_line_naming_the_path(tmp_path, monkeypatch):
+    with pytest.raises(LedgerError, match="is a folder") as caught:
+        Ledger.open(tmp_path)
+    assert str(tmp_path) in str(caught.value)
+    with pytest.raises(LedgerError, match="is a folder"):
+        Ledger.open(tmp_path, read_only=True)
+    # A read-only file or folder (simulated: the tests may run as root, whom permissions do not stop): SQLite
+    # refuses the first write, and the error names the path instead of surfacing an OperationalError.
+    path = tmp_path / "ro.sqlite"
+    Ledger.open(path).close()
+
+    def refuse(where):
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(ledger_module, "_set_wal", lambda conn, where: refuse(where))
+    with pytest.raises(LedgerError, match="cannot write the ledger at") as caught:
+        Ledger.open(path)
+    assert str(path) in str(caught.value) and "read_only=True" in str(caught.value)
+    monkeypatch.undo()
+    with Ledger.open(path, read_only=True) as ledger:  # reading it still works
+        assert ledger.row_count == 0
 
 
 def test_audit_usage_errors(tmp_path, capsys):
