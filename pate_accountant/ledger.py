@@ -1702,39 +1702,45 @@ def _check_ours(path: Path, timeout: float, what: str = "pate-accountant ledger"
     (another application's SQLite database, or not SQLite at all): it is read through a read-only connection
     and left byte for byte as it was.  A database with no tables yet (another process is creating the
     ledger) passes: the creation itself checks again under the write lock."""
-    deadline = time.monotonic() + 10.0
-    while True:
+
+    def read_tables():
+        conn = _connect_read_only(path, timeout)
         try:
-            conn = _connect_read_only(path, timeout)
-            try:
-                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            finally:
-                conn.close()
-            break
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) and time.monotonic() < deadline:  # another process is creating it
-                time.sleep(0.01)
-                continue
+            return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+
+    def fail(exc):
+        if isinstance(exc, sqlite3.OperationalError):
             raise LedgerError(f"cannot read {str(path)!r} to check that it is a ledger: {exc}") from None
-        except sqlite3.DatabaseError:
-            raise LedgerError(f"{str(path)!r} is not a {what} (not an SQLite database); it was left unchanged") from None
+        raise LedgerError(f"{str(path)!r} is not a {what} (not an SQLite database); it was left unchanged") from None
+
+    tables = _while_locked(read_tables, fail)
     if tables and not set(tables_needed) <= tables:
         raise LedgerError(f"{str(path)!r} is an SQLite database but not a {what}; it was left unchanged")
 
 
 def _set_wal(conn: sqlite3.Connection, where) -> None:
+    def fail(exc):
+        raise LedgerError(f"{where!r} is not a pate-accountant ledger: {exc}") from None
+
+    mode = _while_locked(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0], fail)
+    if str(mode).lower() != "wal":
+        raise LedgerError(f"cannot put {where!r} in WAL mode (journal mode is {mode!r})")
+
+
+def _while_locked(action, fail):
+    """``action()``, tried again for up to 10 s while another process holds the file locked (it is creating
+    the ledger); any other SQLite error, or a lock past the deadline, goes to ``fail(exc)``, which raises."""
     deadline = time.monotonic() + 10.0
     while True:
         try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            break
+            return action()
         except sqlite3.DatabaseError as exc:
-            if "locked" in str(exc) and time.monotonic() < deadline:  # another process is creating it
+            if "locked" in str(exc) and time.monotonic() < deadline:
                 time.sleep(0.01)
                 continue
-            raise LedgerError(f"{where!r} is not a pate-accountant ledger: {exc}") from None
-    if str(mode).lower() != "wal":
-        raise LedgerError(f"cannot put {where!r} in WAL mode (journal mode is {mode!r})")
+            fail(exc)
 
 
 def _decode_text(data: bytes) -> str:
