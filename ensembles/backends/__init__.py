@@ -6,12 +6,14 @@ it is *not* imported here.
 """
 
 from ensembles.backends.base import ContextBackend, NextTokenBackend
+from ensembles.backends.openai_api import OpenAICompatibleBackend
 from ensembles.backends.sampled_api import SampledApiBackend, empirical_distribution, expected_tv_bound
 from ensembles.backends.toy import ToyBackend
 
 __all__ = [
     "ContextBackend",
     "NextTokenBackend",
+    "OpenAICompatibleBackend",
     "SampledApiBackend",
     "ToyBackend",
     "empirical_distribution",
