@@ -1,31 +1,39 @@
-"""pate-accountant: privacy events, releases and (in later modules) accountants for Hot PATE.
+"""pate-accountant: privacy events, releases, accountants and the ledger for Hot PATE.
 
-This package never imports torch, transformers or the ``ensembles`` package.
+This package never imports torch, transformers or the ``ensembles`` package.  Its top-level names are
+loaded on first use (PEP 562), so that ``import pate_accountant`` (the command line's ``--help`` and
+argument errors) does not import dp-accounting and scipy.
 """
 
-from pate_accountant.errors import BudgetExhaustedError, PateAccountantError, UnsupportedEventError
-from pate_accountant.events import (
-    BetweenThresholdsEvent,
-    BoundaryWrapperEvent,
-    EpsilonDeltaEvent,
-    NoisyArgMaxEvent,
-    ThresholdPrivacyEvent,
-    WeightedSamplingEvent,
-)
-from pate_accountant.release import Release
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BetweenThresholdsEvent",
-    "BoundaryWrapperEvent",
-    "BudgetExhaustedError",
-    "EpsilonDeltaEvent",
-    "NoisyArgMaxEvent",
-    "PateAccountantError",
-    "Release",
-    "ThresholdPrivacyEvent",
-    "UnsupportedEventError",
-    "WeightedSamplingEvent",
-    "__version__",
-]
+#: Each top-level name and the module that defines it.
+_LAZY = {
+    "BudgetExhaustedError": "pate_accountant.errors",
+    "PateAccountantError": "pate_accountant.errors",
+    "UnsupportedEventError": "pate_accountant.errors",
+    "BetweenThresholdsEvent": "pate_accountant.events",
+    "BoundaryWrapperEvent": "pate_accountant.events",
+    "EpsilonDeltaEvent": "pate_accountant.events",
+    "NoisyArgMaxEvent": "pate_accountant.events",
+    "ThresholdPrivacyEvent": "pate_accountant.events",
+    "WeightedSamplingEvent": "pate_accountant.events",
+    "Release": "pate_accountant.release",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pate_accountant' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
