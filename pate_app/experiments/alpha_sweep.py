@@ -45,7 +45,7 @@ from pate_accountant import planning
 from pate_accountant.validation import check_int, check_real
 from pate_app.experiments import claim_lines
 from pate_app.experiments.section6 import alpha_sweep, plot_alpha_sweep
-from pate_app.plotting import new_figure
+from pate_app.plotting import COLORS, legend_outside, new_figure, quiet_minor_ticks, styled
 
 NAME = "alpha-sweep"
 HELP = "Section 6 alpha sweep: max counts, token/fail/target probabilities, queries and yields per hit"
@@ -422,68 +422,80 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=N
 # -- plots -----------------------------------------------------------------------------------------------
 
 
+@styled
 def _plot_max_counts(result: dict, path: Path) -> None:
     from matplotlib import colormaps
-
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import LogNorm
+    from matplotlib.lines import Line2D
 
     mc, p = result["max_counts"], result["parameters"]
     alphas = result["sweep"]["alphas"]
     theta = p["threshold_fraction"]
-    fig = new_figure((12.0, 4.4))
+    fig = new_figure((12.5, 4.8))
     left, right = fig.subplots(1, 2)
+    # Left: one colour per alpha on a colour bar (not a ten-entry legend); solid simulated, dotted the law.
     cmap = colormaps["viridis"]
+    positive = [a for a in alphas if a > 0]
+    norm = LogNorm(min(positive), max(positive))
     x = np.asarray(p["cdf_grid"])
-    shown = np.unique(np.round(np.linspace(0, len(alphas) - 1, min(len(alphas), 9))).astype(int))
-    for k, i in enumerate(shown):
-        color = cmap(k / max(1, len(shown) - 1))
-        left.plot(x, mc["cdf"][i], color=color, linewidth=1.4, label=f"alpha={alphas[i]:g}")
-        left.plot(x, mc["law_cdf"][i], color=color, linestyle=":", linewidth=1.2)
-    left.axvline(theta, color="gray", linestyle="--", linewidth=1, label=f"T/n = {theta:.2f}")
+    for i, alpha in enumerate(alphas):
+        color = cmap(norm(max(alpha, min(positive))))
+        left.plot(x, mc["cdf"][i], color=color, linewidth=1.5)
+        left.plot(x, mc["law_cdf"][i], color=color, linestyle=":", linewidth=1.3)
+    left.axvline(theta, color=COLORS["threshold"], linestyle="--", linewidth=1)
+    fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=left, label="alpha")
+    left.legend(handles=[Line2D([], [], color="k", linewidth=1.5, label="coordinated histograms"),
+                         Line2D([], [], color="k", linestyle=":", label="beta-binomial law"),
+                         Line2D([], [], color=COLORS["threshold"], linestyle="--", label=f"T/n = {theta:.2f}")],
+                loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
     left.set_xlabel("maximum count / n")
-    left.set_ylabel("P[max count / n <= x]  (dotted: beta-binomial law)")
-    left.set_title("Cumulative maximum frequency (Sec. 6, Figure cumvote right)", fontsize=9)
-    left.legend(fontsize=6, ncol=2)
-    left.grid(True, alpha=0.3)
+    left.set_ylabel("P[maximum count / n <= x]")
+    left.set_title("Distribution of the largest vote count")
+    # Right: quantiles in one sequential colour ramp (low to high), the mean in black.
     q = np.asarray(mc["quantiles"])
     levels = p["quantile_levels"]
+    ramp = colormaps["plasma"]
     for j, level in enumerate(levels):
-        right.plot(alphas, q[:, j], marker="o", markersize=3, label=f"{level:g} quantile")
+        right.plot(alphas, q[:, j], color=ramp(0.1 + 0.75 * j / max(1, len(levels) - 1)), marker="o",
+                   label=f"{level:g} quantile")
     right.plot(alphas, mc["mean"], color="black", linestyle="--", label="mean")
-    right.axhline(theta, color="gray", linestyle="--", linewidth=1)
+    right.axhline(theta, color=COLORS["threshold"], linestyle="--", linewidth=1, label=f"T/n = {theta:.2f}")
     right.set_xscale("log")
     right.set_xlabel("alpha (weight of the common part)")
     right.set_ylabel("maximum count / n")
-    right.set_title("Quantiles of the maximum count per alpha", fontsize=9)
-    right.legend(fontsize=7)
-    right.grid(True, which="both", alpha=0.3)
-    fig.suptitle(f"alpha-mixture teachers, n={p['teachers']}, {p['samples']} coordinated histograms per alpha, "
-                 f"seed={p['seed']}", fontsize=9)
-    fig.savefig(path, dpi=120)
+    right.set_title("Quantiles of the largest vote count")
+    right.grid(True, which="major", alpha=0.3)
+    legend_outside(right)
+    fig.suptitle(f"alpha-mixture teachers, n = {p['teachers']}, {p['samples']} coordinated histograms per alpha")
+    fig.savefig(path)
 
 
+@styled
 def _plot_yields(result: dict, path: Path) -> None:
-
     rows = result["yields_per_budget"]
     p = result["parameters"]
-    fig = new_figure((6.4, 4.4))
+    fig = new_figure((7.6, 5.0))
     ax = fig.add_subplot()
     n = [r["num_teachers"] for r in rows]
-    ax.plot(n, [r["yields"] for r in rows], marker="o", color="tab:green",
+    ax.plot(n, [r["yields"] for r in rows], marker="o", color=COLORS["yields"],
             label="TCT hits x eps0 n / 2 (planning.yields)")
-    ax.plot(n, [r["paper_yields"] for r in rows], color="black", linewidth=2, label="paper: 0.005 n^2 / C_delta")
     law = [np.nan if r["law_yields"] is None else r["law_yields"] for r in rows]
-    ax.plot(n, law, marker="s", color="tab:purple", linestyle="--", label="TCT hits x count-law yields per hit")
-    for r in rows:
-        ax.annotate(f"eps0={r['eps0']:g}", (r["num_teachers"], r["yields"]), fontsize=7,
-                    textcoords="offset points", xytext=(4, -10))
+    ax.plot(n, law, marker="s", color=COLORS["queries"], linestyle="--", label="TCT hits x yields per hit of the count law")
+    ax.plot(n, [r["paper_yields"] for r in rows], color=COLORS["paper"], linewidth=2.2, label="paper: 0.005 n^2 / C_delta")
+    for r in rows:  # labels below-left of the points, inside the axes
+        ax.annotate(f"eps0 = {r['eps0']:g}", (r["num_teachers"], r["yields"]), fontsize=9,
+                    textcoords="offset points", xytext=(-8, 8), ha="right")
+    ax.margins(x=0.12, y=0.15)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    quiet_minor_ticks(ax, at=n)
     ax.set_xlabel("teachers n = C_delta / eps0")
-    ax.set_ylabel(f"yields for total epsilon = {p['budget_epsilon']:g}, delta = {p['budget_delta']:g}")
-    ax.set_title("Yields per budget (Sec. 6, worst case over alpha)", fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.savefig(path, dpi=120)
+    ax.set_ylabel(f"yields within epsilon {p['budget_epsilon']:g}, delta {p['budget_delta']:g}")
+    ax.set_title("Yields per budget, worst case over alpha")
+    ax.grid(True, which="both", alpha=0.25)
+    legend_outside(ax, where="below")
+    fig.savefig(path)
 
 
 def plot(result: dict, out_dir) -> list[Path]:

@@ -30,7 +30,7 @@ from mechanisms.noisy_argmax import DPArgMax
 from pate_accountant import planning
 from pate_accountant.tct import tct_max_hits
 from pate_accountant.validation import check_int, check_real
-from pate_app.plotting import new_figure
+from pate_app.plotting import COLORS, legend_outside, new_figure, styled
 
 __all__ = [
     "ALPHA_FULL",
@@ -228,77 +228,66 @@ def _positive(values) -> np.ndarray:
 
 
 
+@styled
 def plot_target_hits(data: dict, path) -> Path:
     """Write the target-hits figure (log-log) of :func:`target_hits_curve` data to the PNG file ``path``."""
     path = Path(path)
-    fig = new_figure()
+    fig = new_figure((8.6, 4.6))
     ax = fig.add_subplot()
     x = np.asarray(data["eps0"])
-    styles = {
-        "optimal q=1/3": {"color": "tab:red", "marker": "o"},
-        "optimal q=wrapper": {"color": "tab:red", "marker": "^", "linestyle": "--"},
-        "drv q=1/3": {"color": "tab:blue", "marker": "o"},
-        "drv q=wrapper": {"color": "tab:blue", "marker": "^", "linestyle": "--"},
-    }
-    for name, style in styles.items():
-        ax.plot(x, _positive(data["tct"][name]), markersize=3, label=f"TCT target hits, {name}", **style)
-    ax.plot(x, data["paper"], color="black", linewidth=2, label="paper: (10 eps0)^-2")
-    ax.plot(x, _positive(data["plain"]["optimal"]), color="gray", linestyle=":", marker="s", markersize=3,
-            label="plain eps0-DP queries, optimal composition")
-    ax.plot(x, _positive(data["plain"]["drv"]), color="silver", linestyle=":", marker="s", markersize=3,
-            label="plain eps0-DP queries, DRV composition")
+    for name in ("optimal q=1/3", "optimal q=wrapper", "drv q=1/3", "drv q=wrapper"):
+        composition, q = name.split()
+        ax.plot(x, _positive(data["tct"][name]), color=COLORS[composition], marker="o" if q == "q=1/3" else "^",
+                linestyle="-" if q == "q=1/3" else "--", label=f"TCT hits, {composition}, {q}")
+    ax.plot(x, data["paper"], color=COLORS["paper"], linewidth=2.2, label="paper: (10 eps0)^-2")
+    ax.plot(x, _positive(data["plain"]["optimal"]), color=COLORS["optimal"], alpha=0.45, linestyle=":", marker="s",
+            label="plain eps0-DP queries, optimal")
+    ax.plot(x, _positive(data["plain"]["drv"]), color=COLORS["drv"], alpha=0.45, linestyle=":", marker="s",
+            label="plain eps0-DP queries, DRV")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("eps0 (privacy level of one query's target)")
-    ax.set_ylabel(f"count for total epsilon = {data['epsilon']:g}, delta = {data['delta']:g}")
-    ax.set_title("Target hits vs eps0 (Hot PATE Sec. 6, Figure TCT left)", fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.savefig(path, dpi=120)
+    ax.set_ylabel(f"count within epsilon {data['epsilon']:g}, delta {data['delta']:g}")
+    ax.set_title("Target hits against eps0 (paper Section 6)")
+    ax.grid(True, which="both", alpha=0.25)
+    legend_outside(ax)
+    fig.savefig(path)
     return path
 
 
+@styled
 def plot_alpha_sweep(data: dict, path) -> Path:
-    """Write the three-panel outcome figure of :func:`alpha_sweep` data to the PNG file ``path``."""
+    """Write the two-panel outcome figure of :func:`alpha_sweep` data to the PNG file ``path``: the law of one
+    query's outcome (token, fail, target hit; log scale, the three of them) and what one target hit costs."""
     path = Path(path)
-    fig = new_figure(figsize=(13.5, 4.2))
+    fig = new_figure((12.0, 4.6))
     a = np.asarray(data["alphas"])
     p = data["parameters"]
     tn = data["threshold_fraction"]
-    axes = fig.subplots(1, 3)
-    ax = axes[0]
-    ax.plot(a, data["token"], color="tab:green", marker="o", markersize=3, label="token (yield)")
-    ax.plot(a, data["fail"], color="tab:gray", marker="s", markersize=3, label="fail")
-    ax.plot(a, data["target"], color="tab:red", marker="^", markersize=3, label="target (TCT hit)")
-    ax.set_ylabel("probability over the shared randomness")
-    ax.set_ylim(-0.02, 1.02)
-    ax = axes[1]
-    target = np.asarray(data["target"], dtype=float)
-    ax.plot(a[target > 0], target[target > 0], color="tab:red", marker="^", markersize=3, label="target")
-    token = np.asarray(data["token"], dtype=float)
-    ax.plot(a[token > 0], token[token > 0], color="tab:green", marker="o", markersize=3, label="token")
-    ax.axhline(1 / 3, color="black", linestyle=":", linewidth=1, label="1/3 (wrapper cap)")
-    ax.set_yscale("log")
-    ax.set_ylabel("probability (log scale)")
-    ax = axes[2]
+    left, right = fig.subplots(1, 2)
+    for key, label, marker in (("token", "token (a yield)", "o"), ("fail", "fail", "s"),
+                               ("target", "target hit", "^")):
+        left.plot(a, _positive(data[key]), color=COLORS[key], marker=marker, label=label)
+    left.axhline(1 / 3, color=COLORS["paper"], linestyle=":", linewidth=1.2, label="1/3: the wrapper's cap on hits")
+    left.set_yscale("log")
+    left.set_ylabel("probability over the shared randomness")
+    left.set_title("Outcome of one query")
     qph = np.array([np.nan if v is None else v for v in data["queries_per_hit"]], dtype=float)
     yph = np.array([np.nan if v is None else v for v in data["yields_per_hit"]], dtype=float)
-    ax.plot(a, qph, color="tab:purple", marker="o", markersize=3, label="queries per target hit")
-    ax.plot(a, yph, color="tab:green", marker="s", markersize=3, label="yields per target hit")
-    ax.axhline(data["paper_queries_per_hit"], color="tab:purple", linestyle=":", label="paper: eps0 n")
-    ax.axhline(data["paper_yields_per_hit"], color="tab:green", linestyle=":", label="paper: eps0 n / 2")
-    ax.set_yscale("log")
-    ax.set_ylabel("per target hit")
-    for ax in axes:
+    right.plot(a, qph, color=COLORS["queries"], marker="o", label="queries per target hit")
+    right.plot(a, yph, color=COLORS["yields"], marker="s", label="yields per target hit")
+    right.axhline(data["paper_queries_per_hit"], color=COLORS["queries"], linestyle=":", label="paper: eps0 n")
+    right.axhline(data["paper_yields_per_hit"], color=COLORS["yields"], linestyle=":", label="paper: eps0 n / 2")
+    right.set_yscale("log")
+    right.set_ylabel("per target hit")
+    right.set_title("What one target hit buys")
+    for ax in (left, right):
         ax.set_xscale("log")
         ax.set_xlabel("alpha (weight of the common part)")
-        ax.axvline(tn, color="gray", linestyle="--", linewidth=1, label=f"T/n = {tn:.2f}")
+        ax.axvline(tn, color=COLORS["threshold"], linestyle="--", linewidth=1, label=f"release threshold T/n = {tn:.2f}")
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(
-        f"Alpha sweep: {p['mechanism']}, L={p['error_bound']}, n={p['num_teachers']}, "
-        f"{p['num_samples']} coordinated histograms per alpha, seed={p['seed']}",
-        fontsize=9,
-    )
-    fig.savefig(path, dpi=120)
+        legend_outside(ax, where="below", ncol=2)
+    fig.suptitle(f"{p['mechanism']}, L = {p['error_bound']}, n = {p['num_teachers']}, "
+                 f"{p['num_samples']} coordinated histograms per alpha")
+    fig.savefig(path)
     return path

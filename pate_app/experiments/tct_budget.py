@@ -34,7 +34,7 @@ from pate_accountant.validation import check_int, check_real
 from pate_app.experiments import claim_lines
 from pate_app.experiments.alpha_sweep import parse_float_list
 from pate_app.experiments.section6 import plot_target_hits, target_hits_curve
-from pate_app.plotting import new_figure
+from pate_app.plotting import COLORS, legend_outside, new_figure, quiet_minor_ticks, styled
 
 NAME = "tct-budget"
 HELP = "Section 6 Figure TCT (left): target hits for total epsilon 1 vs eps0, against plain composition"
@@ -196,42 +196,43 @@ def _none_to_nan(values, *, zero: bool = False) -> np.ndarray:
     return np.array([np.nan if v is None or (zero and v == 0) else v for v in values], dtype=float)
 
 
+@styled
 def _plot_ratios(result: dict, path: Path) -> None:
-
     p, ratios, rows = result["parameters"], result["ratio_to_paper"], result["comparison"]
     x = np.asarray(p["eps0"])
-    fig = new_figure((12.0, 4.4))
+    fig = new_figure((12.5, 4.8))
     left, right = fig.subplots(1, 2)
     lo, hi = p["factor_range"]
-    left.axhspan(lo, hi, color="tab:orange", alpha=0.12, label=f"our check: factor [{lo}, {hi}]")
+    left.axhspan(lo, hi, color="tab:orange", alpha=0.12, label=f"tested range: factor {lo} to {hi}")
     tol = p["drv_tolerance"]
-    left.axhspan(1 - tol, 1 + tol, color="tab:blue", alpha=0.12, label=f"our check: +-{tol:.0%}")
-    styles = (("optimal q=1/3", "o-"), ("optimal q=wrapper", "^--"), ("drv q=1/3", "s-"), ("drv q=wrapper", "v--"))
-    for name, style in styles:
-        left.plot(x, _none_to_nan(ratios[name]), style, markersize=3, label=name)
-    left.axvline(p["paper_range_max_eps0"], color="gray", linestyle=":", label="paper's range eps0 <= 0.01")
+    left.axhspan(1 - tol, 1 + tol, color="tab:blue", alpha=0.12, label=f"tested range for DRV: +-{tol:.0%}")
+    for name in ("optimal q=1/3", "optimal q=wrapper", "drv q=1/3", "drv q=wrapper"):
+        composition, q = name.split()
+        left.plot(x, _none_to_nan(ratios[name]), color=COLORS[composition], marker="o" if q == "q=1/3" else "^",
+                  linestyle="-" if q == "q=1/3" else "--", label=f"{composition}, {q}")
+    left.axvline(p["paper_range_max_eps0"], color=COLORS["threshold"], linestyle=":",
+                 label="the paper's range: eps0 <= 0.01")
     left.set_xscale("log")
     left.set_xlabel("eps0")
     left.set_ylabel("TCT target hits / (10 eps0)^-2")
-    left.set_title("Our TCT bound over the paper's (10 eps0)^-2", fontsize=9)
-    left.grid(True, which="both", alpha=0.3)
-    left.legend(fontsize=7)
-    series = (("hits_over_plain", "target hits", "tab:red"),
-              ("queries_worst_over_plain", "queries at 3 per hit (P[target] = 1/3)", "tab:gray"),
-              ("queries_coordinated_over_plain", "queries at C_delta per hit (n = C_delta/eps0)", "tab:purple"),
-              ("yields_over_plain", "yields (C_delta/2 per hit)", "tab:green"))
+    left.set_title("Our TCT bound over the paper's (10 eps0)^-2")
+    legend_outside(left, where="below", ncol=2)
+    series = (("hits_over_plain", "target hits", COLORS["target"]),
+              ("queries_worst_over_plain", "queries at 3 per hit (P[target] = 1/3)", COLORS["plain"]),
+              ("queries_coordinated_over_plain", "queries at C_delta per hit (n = C_delta / eps0)", COLORS["queries"]),
+              ("yields_over_plain", "yields (C_delta / 2 per hit)", COLORS["yields"]))
     for key, label, color in series:
-        right.plot(x, _none_to_nan([r[key] for r in rows], zero=True), marker="o", markersize=3, color=color,
-                   label=label)
+        right.plot(x, _none_to_nan([r[key] for r in rows], zero=True), marker="o", color=color, label=label)
     right.axhline(1.0, color="black", linewidth=1)
     right.set_xscale("log")
     right.set_yscale("log")
+    quiet_minor_ticks(right, at=x[[r["hits_over_plain"] not in (None, 0) for r in rows]])
     right.set_xlabel("eps0")
-    right.set_ylabel("TCT count / plain eps0-DP queries (optimal composition)")
-    right.set_title(f"Against plain composition, total epsilon = {p['epsilon']:g}, delta = {p['delta']:g}", fontsize=9)
-    right.grid(True, which="both", alpha=0.3)
-    right.legend(fontsize=7)
-    fig.savefig(path, dpi=120)
+    right.set_ylabel("TCT count / plain eps0-DP queries")
+    right.set_title(f"Against plain optimal composition (epsilon {p['epsilon']:g}, delta {p['delta']:g})")
+    right.grid(True, which="both", alpha=0.25)
+    legend_outside(right, where="below", ncol=2)
+    fig.savefig(path)
 
 
 def plot(result: dict, out_dir) -> list[Path]:
