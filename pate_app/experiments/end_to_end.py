@@ -66,7 +66,7 @@ from mechanisms import BetweenThresholds, DPArgMax
 from pate_accountant.accountants import IndividualChargingAccountant, PldAccountant
 from pate_accountant.validation import check_int, check_real
 from pate_app.experiments import model_option, records_option
-from pate_app.plotting import new_figure
+from pate_app.plotting import COLORS, new_figure, styled
 from pate_app.run import build_accountant, build_mechanism, check_inputs
 
 __all__ = [
@@ -736,20 +736,21 @@ def _grouped_bars(ax, pairs: dict, metrics) -> None:
     x = np.arange(len(pairs))
     width = 0.8 / (2 * len(metrics))
     slot = 0
-    for label, color in (("hot", "tab:red"), ("cold", "tab:blue")):
+    for label, color in (("hot", COLORS["hot"]), ("cold", COLORS["cold"])):
         for name, getter, alpha in metrics:
             values = [getter(pairs[c][label]) for c in pairs]
             values = [np.nan if v is None else v for v in values]
             ax.bar(x - 0.4 + width * (slot + 0.5), values, width, color=color, alpha=alpha, label=f"{label}: {name}")
             slot += 1
-    ax.set_xticks(x, [_SHORT.get(c, c) for c in pairs], fontsize=8)
+    ax.set_xticks(x, [_SHORT.get(c, c) for c in pairs])
 
 
 def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=120)
+    fig.savefig(path)
     return path
 
 
+@styled
 def plot(result: dict, out_dir) -> list[Path]:
     """Three figures, one panel per part (Hot red, Cold blue, per configuration):
     ``end_to_end_tokens.png`` (private and fallback tokens), ``end_to_end_epsilon.png`` (private tokens and
@@ -766,17 +767,17 @@ def plot(result: dict, out_dir) -> list[Path]:
         pairs = _pairs(result[part]["runs"])
         x = np.arange(len(pairs))
         top = 0
-        for offset, label, color in ((-0.2, "hot", "tab:red"), (0.2, "cold", "tab:blue")):
+        for offset, label, color in ((-0.2, "hot", COLORS["hot"]), (0.2, "cold", COLORS["cold"])):
             private = np.array([pairs[c][label]["private_tokens"] for c in pairs])
             fallback = np.array([pairs[c][label]["fallback_tokens"] for c in pairs])
             ax.bar(x + offset, private, 0.38, color=color, label=f"{label}: private")
             ax.bar(x + offset, fallback, 0.38, bottom=private, color=color, alpha=0.3, label=f"{label}: fallback")
             top = max(top, int((private + fallback).max()))
-        ax.set_xticks(x, [_SHORT.get(c, c) for c in pairs], fontsize=8)
+        ax.set_xticks(x, [_SHORT.get(c, c) for c in pairs])
         ax.set_ylim(0, 1.35 * max(top, 1))
         ax.set_ylabel("tokens (one charged run each)")
-        ax.set_title(f"{part} part (n = {result[part]['teachers']}): private vs fallback tokens", fontsize=9)
-        ax.legend(fontsize=7, ncol=2, loc="upper center")
+        ax.set_title(f"{part} part (n = {result[part]['teachers']}): private vs fallback tokens")
+        ax.legend(ncol=2, loc="upper center")
     paths.append(_save(fig, out / "end_to_end_tokens.png"))
 
     fig = new_figure((5.2 * len(parts), 4.4))
@@ -788,8 +789,8 @@ def plot(result: dict, out_dir) -> list[Path]:
         ))
         ax.set_yscale("log")
         ax.set_ylabel("per unit of epsilon spent")
-        ax.set_title(f"{part} part: yield per epsilon spent (no bar: zero)", fontsize=9)
-        ax.legend(fontsize=7, ncol=2)
+        ax.set_title(f"{part} part: yield per epsilon spent (no bar: zero)")
+        ax.legend(ncol=2)
     paths.append(_save(fig, out / "end_to_end_epsilon.png"))
 
     fig = new_figure((5.2 * len(parts), 4.4))
@@ -802,7 +803,7 @@ def plot(result: dict, out_dir) -> list[Path]:
         ))
         ax.set_ylim(0, 1.45)
         ax.set_ylabel("ratio")
-        ax.set_title(f"{part} part: diversity of the produced records", fontsize=9)
-        ax.legend(fontsize=7, ncol=2, loc="upper center")
+        ax.set_title(f"{part} part: diversity of the produced records")
+        ax.legend(ncol=2, loc="upper center")
     paths.append(_save(fig, out / "end_to_end_diversity.png"))
     return paths

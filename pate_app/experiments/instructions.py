@@ -46,7 +46,7 @@ from ensembles.metrics import cold_zero_threshold
 from pate_accountant.validation import check_int, check_real
 from pate_app.experiments import model_option, records_option
 from pate_app.experiments.histograms import threshold_grid
-from pate_app.plotting import new_figure
+from pate_app.plotting import COLORS, new_figure, styled
 
 __all__ = [
     "DESCRIPTION",
@@ -351,8 +351,8 @@ def summary(result: dict) -> str:
     return "\n".join(lines)
 
 
-_HOT = {"color": "tab:red", "label": "Hot (coordinated)"}
-_COLD = {"color": "tab:blue", "label": "Cold (independent)"}
+_HOT = {"color": COLORS["hot"], "label": "Hot (coordinated)"}
+_COLD = {"color": COLORS["cold"], "label": "Cold (independent)"}
 
 
 def _grid_figure(count: int):
@@ -372,6 +372,7 @@ def _title(result: dict) -> str:
             f"seed {p['seed']}")
 
 
+@styled
 def _plot_threshold_grid(result: dict, key: str, ylabel: str, path: Path, log: bool) -> Path:
     n = result["parameters"]["teachers"]
     x = np.asarray(result["threshold_fractions"])
@@ -382,22 +383,21 @@ def _plot_threshold_grid(result: dict, key: str, ylabel: str, path: Path, log: b
         ax.axvline(e["max_average_probability"], color="gray", linestyle=":", linewidth=1,
                    label="max average token probability")
         if e["cold_zero_bound"] is not None:
-            ax.axvline(e["cold_zero_bound"] / n, color="tab:blue", linestyle="--", linewidth=0.8,
+            ax.axvline(e["cold_zero_bound"] / n, color=COLORS["cold"], linestyle="--", linewidth=0.8,
                        label="Cold = 0 from here (Chernoff bound)")
         if log:
             ax.set_yscale("symlog", linthresh=1.0)
             ax.set_ylim(0.0, 2.0 * max(1, *e["hot"][key], *e["cold"][key]))
         else:
             ax.set_ylim(-0.02, 1.02)
-        ax.set_title(_label(e, 40), fontsize=8)
-        ax.set_xlabel("T / n", fontsize=8)
-        ax.set_ylabel(ylabel, fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.set_title(_label(e, 40))
+        ax.set_xlabel("T / n")
+        ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize=8)
-    fig.suptitle(_title(result), fontsize=9)
-    fig.savefig(path, dpi=110)
+    fig.legend(handles, labels, loc="outside lower center", ncols=2)
+    fig.suptitle(_title(result))
+    fig.savefig(path)
     return path
 
 
@@ -406,6 +406,7 @@ def _stats(dist: dict, n: int) -> dict:
             "whishi": dist["q95"] / n, "mean": dist["mean"] / n, "fliers": []}
 
 
+@styled
 def _plot_boxes(result: dict, keys: tuple, titles: tuple, ylabel: str, path: Path) -> Path:
     from matplotlib.patches import Patch
 
@@ -425,16 +426,16 @@ def _plot_boxes(result: dict, keys: tuple, titles: tuple, ylabel: str, path: Pat
                    capprops={"color": style["color"]},
                    meanprops={"marker": "D", "markersize": 3, "markerfacecolor": style["color"],
                               "markeredgecolor": style["color"]})
-        ax.set_xticks(positions, [_label(e, 22) for e in entries], rotation=25, ha="right", fontsize=7)
+        ax.set_xticks(positions, [_label(e, 22) for e in entries], rotation=25, ha="right")
         ax.set_ylim(-0.02, 1.02)
-        ax.set_ylabel(ylabel, fontsize=8)
-        ax.set_title(title, fontsize=9)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
         ax.grid(True, axis="y", alpha=0.3)
     fig.legend(handles=[Patch(color=_HOT["color"], alpha=0.5, label=_HOT["label"]),
-                        Patch(color=_COLD["color"], alpha=0.5, label=_COLD["label"])], fontsize=8,
+                        Patch(color=_COLD["color"], alpha=0.5, label=_COLD["label"])],
                loc="outside lower center", ncols=2)
-    fig.suptitle(_title(result) + "\nboxes: quartiles, whiskers: 5%-95%, diamond: mean", fontsize=8)
-    fig.savefig(path, dpi=110)
+    fig.suptitle(_title(result) + "\nboxes: quartiles, whiskers: 5%-95%, diamond: mean")
+    fig.savefig(path)
     return path
 
 

@@ -48,7 +48,7 @@ from ensembles.metrics import cold_zero_threshold as _cold_zero_threshold
 from pate_accountant.validation import check_int, check_real
 from pate_app.experiments import histograms as experiments
 from pate_app.experiments.answer_scoring import AnswerScorer
-from pate_app.plotting import new_figure
+from pate_app.plotting import COLORS, new_figure, styled
 from pate_app.run import demo_model_path
 
 __all__ = [
@@ -520,10 +520,11 @@ def _canvas(nrows: int = 1, ncols: int = 1, size=(6.4, 4.4)):
     return fig, axes
 
 
-_HOT = {"color": "tab:red", "marker": "o", "markersize": 3, "label": "Hot (coordinated)"}
-_COLD = {"color": "tab:blue", "marker": "s", "markersize": 3, "label": "Cold (independent)"}
+_HOT = {"color": COLORS["hot"], "marker": "o", "markersize": 3, "label": "Hot (coordinated)"}
+_COLD = {"color": COLORS["cold"], "marker": "s", "markersize": 3, "label": "Cold (independent)"}
 
 
+@styled
 def _plot_model_metrics(model: dict, path: Path) -> None:
     """Paper Figure "frequency_cdf": yield, coverage, TV against T, and coverage against support size."""
     p = model["parameters"]
@@ -531,7 +532,7 @@ def _plot_model_metrics(model: dict, path: Path) -> None:
     t = np.asarray(model["thresholds"], dtype=np.float64)
     fig, axes = _canvas(2, 2, size=(10.0, 7.6))
     fig.suptitle(
-        f"Planet Z, {p['model']}: n={n}, k={p['common_size']}, r={p['num_samples']}, seed={p['seed']}", fontsize=10
+        f"Planet Z, {p['model']}: n={n}, k={p['common_size']}, r={p['num_samples']}, seed={p['seed']}"
     )
     hot, cold = model["hot"], model["cold"]
     panels = [
@@ -550,19 +551,20 @@ def _plot_model_metrics(model: dict, path: Path) -> None:
         ax.set_xlabel("threshold T (votes)")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
     ax = axes[1, 1]
     ax.plot(hot["support_size"], hot["coverage"], **_HOT)
     ax.plot(cold["support_size"], cold["coverage"], **_COLD)
     ax.set_xscale("symlog", linthresh=1.0)
     ax.set_xlabel("support size (answers reaching T in some sample)")
     ax.set_ylabel("coverage")
-    ax.set_title("sweeping T", fontsize=9)
+    ax.set_title("Coverage against support size, sweeping T")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.savefig(path, dpi=110)
+    handles, labels = axes[0, 1].get_legend_handles_labels()  # one legend for the four panels, under them
+    fig.legend(handles, labels, loc="outside lower center", ncols=4)
+    fig.savefig(path)
 
 
+@styled
 def _plot_robust_mass(result: dict, path: Path) -> None:
     """Appendix D.1 figure "taurobust": P(tau) against tau / n."""
     fig, axes = _canvas()
@@ -571,7 +573,7 @@ def _plot_robust_mass(result: dict, path: Path) -> None:
     if model is not None:
         curve = model["robust_mass_curve"]
         n = model["parameters"]["num_teachers"]
-        ax.plot(np.asarray(curve["tau"]) / n, curve["mass"], color="tab:red",
+        ax.plot(np.asarray(curve["tau"]) / n, curve["mass"], color=COLORS["hot"],
                 label=f"{model['parameters']['model']} (n={n}, k={model['parameters']['common_size']})")
     for part, style in zip(result["model_free"], ("--", "-.", ":")):
         p = part["parameters"]
@@ -580,12 +582,13 @@ def _plot_robust_mass(result: dict, path: Path) -> None:
     ax.set_xlabel("tau / n")
     ax.set_ylabel("tau-robust mass P(tau)")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title("Remark D.1: the part of the average distribution that support tau can carry", fontsize=9)
+    ax.set_title("Mass of the average distribution that a support of tau votes can carry")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.savefig(path, dpi=110)
+    ax.legend()
+    fig.savefig(path)
 
 
+@styled
 def _plot_answers(model: dict, path: Path) -> None:
     """Appendix D.1 figures "averageprob_freq": average probability and mean Hot/Cold vote frequency per number."""
     numbers = FIRST_NUMBER + np.arange(NUM_NUMBERS)
@@ -599,16 +602,16 @@ def _plot_answers(model: dict, path: Path) -> None:
     ]
     for ax, (values, label) in zip(axes[:, 0], rows):
         values = np.asarray(values)
-        ax.bar(numbers[~common], values[~common], width=1.0, color="tab:blue", label="not in C")
-        ax.bar(numbers[common], values[common], width=2.0, color="tab:red", label="in C")
-        ax.set_ylabel(label, fontsize=8)
+        ax.bar(numbers[~common], values[~common], width=1.0, color=COLORS["fail"], label="not in C")
+        ax.bar(numbers[common], values[common], width=2.0, color=COLORS["queries"], label="in C (the common answers)")
+        ax.set_ylabel(label)
         ax.set_xlim(FIRST_NUMBER - 5, FIRST_NUMBER + NUM_NUMBERS + 5)
         ax.grid(True, alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
+    axes[0, 0].legend()
     axes[-1, 0].set_xlabel("answer (three-digit number)")
     p = model["parameters"]
-    axes[0, 0].set_title(f"Planet Z answers, {p['model']}: n={p['num_teachers']}, k={p['common_size']}", fontsize=9)
-    fig.savefig(path, dpi=110)
+    axes[0, 0].set_title(f"Planet Z answers, {p['model']}: n={p['num_teachers']}, k={p['common_size']}")
+    fig.savefig(path)
 
 
 def plot(result: dict, out_dir) -> list[Path]:
