@@ -732,7 +732,7 @@ _SHORT = {
 
 
 def _grouped_bars(ax, pairs: dict, metrics) -> None:
-    """Bars per configuration: for Hot (red) and Cold (blue), one bar per ``(name, getter, alpha)`` metric."""
+    """Bars per configuration: for Hot (orange) and Cold (blue), one bar per ``(name, getter, alpha)`` metric."""
     x = np.arange(len(pairs))
     width = 0.8 / (2 * len(metrics))
     slot = 0
@@ -752,7 +752,7 @@ def _save(fig, path: Path) -> Path:
 
 @styled
 def plot(result: dict, out_dir) -> list[Path]:
-    """Three figures, one panel per part (Hot red, Cold blue, per configuration):
+    """Three figures, one panel per part (Hot orange, Cold blue, per configuration):
     ``end_to_end_tokens.png`` (private and fallback tokens), ``end_to_end_epsilon.png`` (private tokens and
     records per epsilon spent, log scale) and ``end_to_end_diversity.png`` (distinct records, distinct-1 and
     distinct-2 ratios of the produced records)."""
