@@ -41,9 +41,20 @@ from mechanisms.noisy_argmax import DPArgMax, TruncatedGeometricNoisyArgMax
 from mechanisms.weighted_sampling import DPWeightedSampling
 from pate_accountant.bisection import switch_point
 from pate_accountant.events import ADD_REMOVE_ONE, REPLACE_ONE
-from pate_accountant.validation import check_generator, check_int, check_real
+from pate_accountant.validation import (
+    MAX_COUNT,
+    MAX_STEP_EPSILON,
+    check_delta,
+    check_epsilon,
+    check_generator,
+    check_int,
+    check_real,
+)
 
 __all__ = [
+    "MAX_AUDIT_EPSILON",
+    "MAX_AUDIT_RUNS",
+    "MAX_SMALL_HISTOGRAMS",
     "AuditCase",
     "AuditResult",
     "audit_case",
@@ -58,10 +69,26 @@ __all__ = [
     "exact_pair_epsilon",
     "hockey_stick",
     "law_epsilon",
+    "largest_showable_epsilon",
     "neighbouring_pairs",
     "run_audit_case",
     "small_histograms",
 ]
+
+#: The most runs per histogram an audit makes (docs/ranges.md): about 1 to 1.5 microseconds per run on a
+#: 2-core machine, so 10^8 runs on each histogram of the pair take a few minutes; beyond that the
+#: Clopper-Pearson bounds barely tighten.
+MAX_AUDIT_RUNS = 10**8
+#: The largest claimed epsilon a ready-made audit case takes (docs/ranges.md): an audit of ``R`` runs cannot
+#: show an epsilon above about ``ln(R / 6)`` (the upper confidence bound of an outcome never seen is about
+#: ``6 / R``; :func:`largest_showable_epsilon`), 16.9 at :data:`MAX_AUDIT_RUNS`, so a larger claim can never be
+#: caught.
+MAX_AUDIT_EPSILON = 15.0
+#: The most histograms :func:`small_histograms` enumerates (each is a Python object; the exact checks on their
+#: pairs are quadratic in the vocabulary).
+MAX_SMALL_HISTOGRAMS = 10**6
+#: e^epsilon stays a finite float64 up to 709.78; :func:`hockey_stick` takes epsilon up to this.
+_MAX_EXP_EPSILON = 700.0
 
 #: Label of the target outcome in audit counts.
 TARGET_LABEL = "target"
@@ -183,7 +210,7 @@ def audit_pair(
     The claim defaults to the mechanism's event (``event.epsilon``, ``event.delta``).  The pair should
     be neighbouring (one vote moved, or added/removed under that relation); the audit does not check it.
     """
-    num_runs = check_int("num_runs", num_runs, minimum=1)
+    num_runs = check_int("num_runs", num_runs, minimum=1, maximum=MAX_AUDIT_RUNS)
     check_generator("rng", rng)
     confidence = check_real("confidence", confidence, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
     epsilon, delta = _claims(mechanism, claimed_epsilon, claimed_delta)
@@ -224,7 +251,7 @@ def hockey_stick(first, second, epsilon: float) -> float:
     (the hockey-stick divergence; the largest ``P(S) - e^eps Q(S)`` over sets of outcomes ``S``).  The laws
     are ``{outcome: probability}`` dicts (missing outcomes have probability zero) or two probability vectors
     over the same outcomes."""
-    epsilon = check_real("epsilon", epsilon, minimum=0.0)
+    epsilon = check_real("epsilon", epsilon, minimum=0.0, maximum=_MAX_EXP_EPSILON)
     p, q = _aligned(first, second)
     scale = math.exp(epsilon)
     return float(max(np.maximum(0.0, p - scale * q).sum(), np.maximum(0.0, q - scale * p).sum()))
@@ -265,6 +292,12 @@ def small_histograms(max_teachers: int, vocab_size: int, *, tail: bool = True, m
     vocab_size = check_int("vocab_size", vocab_size, minimum=1)
     min_teachers = check_int("min_teachers", min_teachers, minimum=0)
     buckets = vocab_size + (1 if tail else 0)
+    total = sum(math.comb(n + buckets - 1, buckets - 1) for n in range(min_teachers, max_teachers + 1))
+    if total > MAX_SMALL_HISTOGRAMS:
+        raise ValueError(
+            f"max_teachers = {max_teachers} over vocab_size = {vocab_size} gives {total:.3g} histograms, more than "
+            f"{MAX_SMALL_HISTOGRAMS}: choose fewer teachers or a smaller vocabulary"
+        )
     out = []
     for n in range(min_teachers, max_teachers + 1):
         for split in itertools.combinations(range(n + buckets - 1), buckets - 1):  # stars and bars
@@ -371,14 +404,36 @@ def audit_case(name: str, epsilon: float | None = None, delta: float | None = No
     if entry is None or entry.audit is None:
         raise ValueError(f"unknown mechanism {name!r}; choose one of {list(registry.audit_names())}")
     noise_scale = check_real("noise_scale", noise_scale, minimum=0.0, maximum=1.0, min_open=True)
+    if epsilon is not None:
+        epsilon = check_epsilon(
+            "epsilon", epsilon, maximum=MAX_AUDIT_EPSILON,
+            why=f"an audit of at most {MAX_AUDIT_RUNS:.0e} runs cannot show an epsilon above about "
+                f"{largest_showable_epsilon(MAX_AUDIT_RUNS):.1f}; docs/ranges.md",
+        )
+    if delta is not None:
+        delta = check_delta("delta", delta)
     return entry.audit(epsilon, delta, noise_scale)
+
+
+def largest_showable_epsilon(num_runs: int, confidence: float = 0.95, num_outcomes: int = 2) -> float:
+    """The largest lower bound :func:`audit_pair` can report with ``num_runs`` runs per histogram (at delta 0):
+    ``ln(1 / P_hi)`` with ``P_hi`` the upper Clopper-Pearson bound of an outcome never seen on one side and
+    ``P_lo <= 1`` on the other.  A claim above it can never be caught by that many runs."""
+    num_runs = check_int("num_runs", num_runs, minimum=1)
+    confidence = check_real("confidence", confidence, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    num_outcomes = check_int("num_outcomes", num_outcomes, minimum=1)
+    alpha = (1 - confidence) / (2 * num_outcomes)
+    return -math.log(clopper_pearson(0, num_runs, 2 * alpha)[1])
 
 
 def between_thresholds_case(epsilon, delta, scale):
 
     epsilon = 1.0 if epsilon is None else epsilon
+    if 2 / epsilon + 8 > MAX_COUNT:
+        raise ValueError(f"epsilon must be >= {2 / (MAX_COUNT - 8):.3g} for the between-thresholds case, got {epsilon:g} "
+                         "(its thresholds are 2/epsilon + 8 apart, at most 2^53)")
     honest = BetweenThresholds(epsilon, 0, int(math.ceil(2 / epsilon)) + 8)
-    run = BetweenThresholds(epsilon / scale, honest.low, honest.high)
+    run = BetweenThresholds(min(epsilon / scale, MAX_STEP_EPSILON), honest.low, honest.high)
     h, h2 = _pair({0: 0}, {0: 1}, 1)
     return AuditCase(
         "between-thresholds", run.on_token(0), honest.event.epsilon, 0.0, h, h2,
@@ -391,7 +446,7 @@ def noisy_argmax_case(epsilon, delta, scale):
     epsilon = 2.0 if epsilon is None else epsilon
     delta = 1e-6 if delta is None else delta
     honest = TruncatedGeometricNoisyArgMax(epsilon, delta)
-    run = TruncatedGeometricNoisyArgMax(min(epsilon / scale, 50.0), delta)
+    run = TruncatedGeometricNoisyArgMax(min(epsilon / scale, MAX_STEP_EPSILON), delta)
     big = 2 * honest.error_bound + 2  # both keys always released
     h, h2 = _pair({0: big, 1: big + 4}, {0: big - 1, 1: big + 5}, 2 * big + 4)
     return AuditCase(
@@ -405,8 +460,9 @@ def dp_argmax_case(epsilon, delta, scale):
     epsilon = 1.0 if epsilon is None else epsilon
     delta = 1e-6 if delta is None else delta
     honest = DPArgMax(epsilon, delta, relation="add-remove-one")
-    run = DPArgMax(min(epsilon / scale, 50.0), delta, relation="add-remove-one")
-    n = 200
+    run = DPArgMax(min(epsilon / scale, MAX_STEP_EPSILON), delta, relation="add-remove-one")
+    # n = 200, or more when the noise is wide: the runner-up keeps a vote to lose (n >= 2L + 4).
+    n = max(200, 2 * (run.error_bound + 5))
     top = n // 2 + run.error_bound + 1  # yield probability about one half for the mechanism that runs
     h, h2 = _pair({0: top, 1: n - top}, {0: top, 1: n - top - 1}, n, n - 1)
     return AuditCase(
@@ -423,7 +479,7 @@ def weighted_sampling_case(epsilon, delta, scale):
     # Replace-one only (n changes under add/remove-one, and every sampling rate c/n with it).  The pair moves
     # a lone token's vote to the tail, so one count changes: the claim for it is the per-count budget.
     honest = DPWeightedSampling(epsilon, delta)
-    run = DPWeightedSampling(min(epsilon / scale, 50.0), delta)
+    run = DPWeightedSampling(min(epsilon / scale, MAX_STEP_EPSILON), delta)
     n = 40
     pi = run.inclusion_probabilities(n)
     # The count where pi* grows fastest, among counts whose inclusion is likely enough to measure.

@@ -51,14 +51,30 @@ import numbers
 import attr
 import numpy as np
 
-from mechanisms.base import BatchRelease, EpsilonDeltaClaim, Mechanism, OutcomeDistribution, TargetClaim, claim_under
+from mechanisms.base import (
+    BatchRelease,
+    EpsilonDeltaClaim,
+    Mechanism,
+    OutcomeDistribution,
+    TargetClaim,
+    claim_under,
+)
 from mechanisms.histogram import as_batch, as_histogram
 from mechanisms.qtarget import q_star_rows
-from mechanisms.randomness import discrete_laplace_cut_law, random_bits, sample_geometric, sample_laws
-from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, BetweenThresholdsEvent
+from mechanisms.randomness import (
+    discrete_laplace_cut_law,
+    random_bits,
+    sample_geometric,
+    sample_laws,
+)
+from pate_accountant.events import (
+    NEIGHBOURING_RELATIONS,
+    REPLACE_ONE,
+    BetweenThresholdsEvent,
+)
 from pate_accountant.release import BELOW as BELOW_CLASS
 from pate_accountant.release import TARGET, TOKEN, Release
-from pate_accountant.validation import check_int, check_real
+from pate_accountant.validation import MAX_COUNT, check_epsilon, check_int, check_real
 
 __all__ = [
     "ABOVE",
@@ -85,7 +101,14 @@ OUTCOME_LABELS = ("below", "between", "above")
 
 
 def _eps(epsilon) -> float:
-    return check_real("epsilon", epsilon, minimum=0.0, min_open=True)
+    """Epsilon in ``(0, MAX_STEP_EPSILON]`` (docs/ranges.md)."""
+    return check_epsilon("epsilon", epsilon)
+
+
+def _bounded_int(name: str, value, minimum: int = -MAX_COUNT) -> int:
+    """A threshold, count or token in ``[minimum, MAX_COUNT]``: int64 arithmetic on it (``c + 1``, ``high - c``)
+    stays exact and it converts to float64 exactly (docs/ranges.md)."""
+    return check_int(name, value, minimum=minimum, maximum=MAX_COUNT)
 
 
 def _int_array(name: str, values) -> np.ndarray:
@@ -165,7 +188,7 @@ def _table(counts: np.ndarray, epsilon: float, low: int, high: int) -> np.ndarra
 def outcome_table(counts, epsilon: float, low: int, high: int) -> np.ndarray:
     """Exact ``(below, between, above)`` probabilities for each count (rows of a ``(..., 3)`` array)."""
     epsilon = _eps(epsilon)
-    low, high = check_int("low", low), check_int("high", high)
+    low, high = _bounded_int("low", low), _bounded_int("high", high)
     if low >= high:
         raise ValueError(f"low must be < high, got low={low}, high={high}")
     return _table(_int_array("counts", counts), epsilon, low, high)
@@ -181,7 +204,7 @@ def continuous_q(epsilon: float, gap: float) -> float:
 def between_thresholds_q(epsilon: float, gap: int) -> float:
     """The exact ``q`` of ``between`` for the discrete version: ``(1 - e^{-epsilon (g+1)}) / (1 + e^{epsilon})``,
     i.e. :func:`continuous_q` at gap ``g + 1`` (derivation in the module docstring and the docs)."""
-    gap = check_int("gap", gap, minimum=1)
+    gap = check_int("gap", gap, minimum=1, maximum=2 * MAX_COUNT)
     return continuous_q(epsilon, gap + 1)
 
 
@@ -200,7 +223,7 @@ def certify_q(epsilon: float, low: int, high: int, counts=None) -> float:
     ``c`` needs no separate pass.)
     """
     epsilon = _eps(epsilon)
-    low, high = check_int("low", low), check_int("high", high)
+    low, high = _bounded_int("low", low), _bounded_int("high", high)
     if low >= high:
         raise ValueError(f"low must be < high, got low={low}, high={high}")
     if counts is None:
@@ -229,7 +252,7 @@ def _label_law(epsilon: float, low: int, high: int, count: int):
 # -- the mechanism ---------------------------------------------------------------------------------
 def _threshold(name):
     def convert(value):
-        return check_int(name, value)
+        return _bounded_int(name, value)
 
     return convert
 
@@ -247,7 +270,8 @@ class BetweenThresholds(Mechanism):
     Pure ``epsilon``-DP per query (the count has sensitivity one under replace-one and add/remove: one
     teacher's vote changes, paper Observation 1).  The ``between`` outcome is the target: it is charged
     by target-charging accountants, and :attr:`event` carries its certified ``q`` (see the module
-    docstring).  ``low`` and ``high`` are integers with ``(high - low) * epsilon >= MIN_GAP_EPSILON``.
+    docstring).  ``low`` and ``high`` are integers in ``[-2^53, 2^53]`` with ``(high - low) * epsilon >=
+    MIN_GAP_EPSILON``; ``epsilon`` lies in ``(0, 50]`` (docs/ranges.md).
 
     A query reads one count, so a call takes a count, or a histogram with ``token=``; :meth:`on_token`
     gives the histogram mechanism that always reads the same token (a :class:`TokenQuery`, whose law and
@@ -316,14 +340,14 @@ class BetweenThresholds(Mechanism):
                 raise ValueError(
                     f"token is only used with a histogram input; got the count {value!r} and token={token!r}"
                 )
-            return check_int("count", value, minimum=0)
+            return _bounded_int("count", value, 0)
         if token is None:
             raise ValueError("token is required when the input is a histogram (BetweenThresholds reads one count)")
-        return as_histogram(value).count(check_int("token", token, minimum=0))
+        return as_histogram(value).count(_bounded_int("token", token, 0))
 
     def outcome_probabilities(self, count: int) -> tuple[float, float, float]:
         """Exact ``(P[below], P[between], P[above])`` for the count ``count``."""
-        count = check_int("count", count, minimum=0)
+        count = _bounded_int("count", count, 0)
         row = _table(np.array([count]), self.epsilon, self.low, self.high)[0]
         return float(row[BELOW]), float(row[BETWEEN]), float(row[ABOVE])
 
@@ -371,7 +395,7 @@ class BetweenThresholds(Mechanism):
             if (counts < 0).any():
                 raise ValueError(f"counts must be non-negative, got {int(counts[counts < 0][0])}")
         else:
-            token = check_int("token", token, minimum=0)
+            token = _bounded_int("token", token, 0)
             batch = as_batch(counts)
             hit = batch.tokens == token
             counts = np.zeros(batch.num_histograms, dtype=np.int64)
@@ -395,7 +419,7 @@ class TokenQuery(Mechanism):
     either relation)."""
 
     query: BetweenThresholds = attr.ib()
-    token: int = attr.ib(converter=lambda v: check_int("token", v, minimum=0))
+    token: int = attr.ib(converter=lambda v: _bounded_int("token", v, 0))
 
     @query.validator
     def _check_query(self, attribute, value):

@@ -57,12 +57,12 @@ from mechanisms.base import (
     wrapped_claim,
 )
 from mechanisms.histogram import as_batch
-from mechanisms.randomness import random_bits
 from mechanisms.qtarget import q_star_rows
+from mechanisms.randomness import random_bits
 from pate_accountant.events import BoundaryWrapperEvent
 from pate_accountant.release import TARGET, Release
 from pate_accountant.tct import MAX_EPSILON_FOR_ONE_THIRD, boundary_wrapper_q
-from pate_accountant.validation import check_int, check_real
+from pate_accountant.validation import MAX_STEP_EPSILON, check_int, check_real
 
 __all__ = [
     "MAX_EPSILON_FOR_ONE_THIRD",
@@ -257,6 +257,8 @@ def _inner_epsilon(inner) -> float:
     eps = check_real("inner.event.epsilon", eps, minimum=0.0)
     if eps == 0.0:
         raise ValueError("inner.event.epsilon must be > 0 for a boundary wrapper (got 0.0)")
+    if eps > MAX_STEP_EPSILON:  # q takes e^{2 eps_A}: the per-run range of a mechanism (docs/ranges.md)
+        raise ValueError(f"inner.event.epsilon must lie in (0, {MAX_STEP_EPSILON:g}] for a boundary wrapper, got {eps:g}")
     return eps
 
 

@@ -40,10 +40,12 @@ from mechanisms.randomness import (
     truncated_geometric_law,
 )
 from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE
-from pate_accountant.validation import check_int, check_real
+from pate_accountant.validation import MIN_DELTA, check_epsilon, check_int, check_real
 
 __all__ = [
     "INCLUSION_BITS",
+    "MAX_ERROR_BOUND",
+    "MIN_COUNT_DELTA",
     "TruncatedGeometric",
     "certified_inclusion",
     "delta_effective",
@@ -51,14 +53,40 @@ __all__ = [
     "k_star",
     "optimal_inclusion",
     "per_count_budget",
+    "check_error_bound",
     "truncation",
 ]
 
+#: The largest truncation ``L`` (error bound) of truncated-geometric noise (docs/ranges.md): the noise tables
+#: hold ``2L + 1`` float64 entries and the exact sampler's law as many thresholds (built in about 3 s at
+#: ``L = 10^6``), and a DPArgMax release needs more than ``2L`` teachers anyway.  ``L`` is about
+#: ``min(ln(1/delta) / epsilon, 1 / (2 delta))``, so this limits small epsilons together with small deltas.
+MAX_ERROR_BOUND = 10**6
+#: The smallest per-count delta the helpers take: half of :data:`pate_accountant.validation.MIN_DELTA` (a
+#: replace-one mechanism gives each count half its delta).
+MIN_COUNT_DELTA = MIN_DELTA / 2
+
 
 def _check_eps_delta(epsilon, delta) -> tuple[float, float]:
-    epsilon = check_real("epsilon", epsilon, minimum=0.0, min_open=True)
+    epsilon = check_epsilon("epsilon", epsilon)
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    if delta < MIN_COUNT_DELTA:
+        raise ValueError(f"delta must lie in [{MIN_COUNT_DELTA:g}, 1), got {delta:g} (half the smallest total delta "
+                         f"{MIN_DELTA:g}: a per-count share; docs/ranges.md)")
     return epsilon, delta
+
+
+def check_error_bound(error_bound: int, epsilon: float, delta: float) -> int:
+    """``error_bound`` (the truncation ``L`` of a mechanism built at total ``(epsilon, delta)``) if it is at most
+    :data:`MAX_ERROR_BOUND`; otherwise a ``ValueError`` naming epsilon and delta, raised before any table is
+    built."""
+    if error_bound > MAX_ERROR_BOUND:
+        raise ValueError(
+            f"epsilon = {epsilon:g} with delta = {delta:g} gives the noise truncation L = {error_bound} (about "
+            f"min(ln(1/delta)/epsilon, 1/(2 delta))), above the limit {MAX_ERROR_BOUND}: the exact noise tables hold "
+            "2L + 1 entries and a release needs more than 2L teachers; raise epsilon or delta (docs/ranges.md)"
+        )
+    return error_bound
 
 
 def per_count_budget(epsilon: float, delta: float, relation: str = REPLACE_ONE) -> tuple[float, float]:
@@ -108,7 +136,7 @@ def delta_effective_bounds(epsilon: float, k: int) -> tuple[Fraction, Fraction]:
 
     ``delta_eff = (1 - r) r^k / (1 + r - 2 r^{k+1})`` with ``r = e^-eps`` enclosed in a fixed-point
     interval; numerator and denominator are bounded separately and divided outwards."""
-    epsilon = check_real("epsilon", epsilon, minimum=0.0, min_open=True)
+    epsilon = check_epsilon("epsilon", epsilon)
     k = check_int("k", k, minimum=0)
     # enough bits for 128 significant bits of r^(k+1) (whose size is about 2^(-eps (k+1) / ln 2))
     bits = _BOUND_BITS + 2 * k.bit_length() + int(epsilon * (k + 1) / math.log(2)) + 1
@@ -143,7 +171,7 @@ def _normaliser(epsilon: float, k: int) -> float:
 
 def delta_effective(epsilon: float, k: int) -> float:
     """``A(k) e^{-eps k}``: the delta actually spent by ``TG(eps, k)`` with threshold ``k + 1``."""
-    epsilon = check_real("epsilon", epsilon, minimum=0.0, min_open=True)
+    epsilon = check_epsilon("epsilon", epsilon)
     k = check_int("k", k, minimum=0)
     return _normaliser(epsilon, k) * math.exp(-epsilon * k)
 
@@ -154,8 +182,8 @@ class TruncatedGeometric:
     __slots__ = ("epsilon", "k", "_support", "_pmf", "_cdf", "_law")
 
     def __init__(self, epsilon: float, k: int):
-        self.epsilon = check_real("epsilon", epsilon, minimum=0.0, min_open=True)
-        self.k = check_int("k", k, minimum=0)
+        self.epsilon = check_epsilon("epsilon", epsilon)
+        self.k = check_int("k", k, minimum=0, maximum=MAX_ERROR_BOUND)
         self._support = np.arange(-self.k, self.k + 1)
         weights = np.exp(-self.epsilon * np.abs(self._support))
         self._pmf = weights / weights.sum()

@@ -40,13 +40,31 @@ import math
 import attr
 import numpy as np
 
-from mechanisms.base import FAIL_VALUE, BatchRelease, EpsilonDeltaClaim, Mechanism, OutcomeDistribution, claim_under
-from mechanisms.geometric import TruncatedGeometric, delta_effective, per_count_budget, truncation
+from mechanisms.base import (
+    FAIL_VALUE,
+    BatchRelease,
+    EpsilonDeltaClaim,
+    Mechanism,
+    OutcomeDistribution,
+    claim_under,
+)
+from mechanisms.geometric import (
+    TruncatedGeometric,
+    check_error_bound,
+    delta_effective,
+    per_count_budget,
+    truncation,
+)
 from mechanisms.histogram import as_batch, as_histogram
 from mechanisms.randomness import random_bits, uniform_below
-from pate_accountant.events import ADD_REMOVE_ONE, NEIGHBOURING_RELATIONS, REPLACE_ONE, NoisyArgMaxEvent
+from pate_accountant.events import (
+    ADD_REMOVE_ONE,
+    NEIGHBOURING_RELATIONS,
+    REPLACE_ONE,
+    NoisyArgMaxEvent,
+)
 from pate_accountant.release import Release
-from pate_accountant.validation import check_real
+from pate_accountant.validation import check_delta, check_epsilon
 
 __all__ = ["DPArgMax", "TruncatedGeometricNoisyArgMax"]
 
@@ -58,11 +76,13 @@ _CHUNK_ELEMENTS = 1 << 22
 
 # --- validation (converters, so the stored values are plain floats) -------------------------------
 def _epsilon(value) -> float:
-    return check_real("epsilon", value, minimum=0.0, min_open=True)
+    """The total per-run epsilon, in ``(0, MAX_STEP_EPSILON]`` (docs/ranges.md)."""
+    return check_epsilon("epsilon", value)
 
 
 def _delta(value) -> float:
-    return check_real("delta", value, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    """The total per-run delta, in ``[MIN_DELTA, 1)`` (docs/ranges.md)."""
+    return check_delta("delta", value)
 
 
 def _relation(value) -> str:
@@ -154,7 +174,9 @@ class _CountNoise(Mechanism):
 
     def __attrs_post_init__(self):
         eps_c, delta_c = self._per_count()
-        noise = TruncatedGeometric(eps_c, truncation(eps_c, delta_c))
+        # The truncation L is checked before any table of 2L + 1 entries is built (docs/ranges.md).
+        error_bound = check_error_bound(truncation(eps_c, delta_c), self.epsilon, self.delta)
+        noise = TruncatedGeometric(eps_c, error_bound)
         object.__setattr__(self, "_noise", noise)
         object.__setattr__(self, "_table", _Table(noise))
 

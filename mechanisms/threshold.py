@@ -18,11 +18,12 @@ import numpy as np
 from mechanisms.base import Mechanism, OutcomeDistribution
 from mechanisms.histogram import as_batch, as_histogram
 from pate_accountant.events import ThresholdPrivacyEvent
-from pate_accountant.validation import attrs_validator, check_int, check_real
+from pate_accountant.validation import MAX_COUNT, attrs_validator, check_int, check_real
 
 
 def _positive_int(instance, attribute, value):
-    check_int(attribute.name, value, minimum=1)
+    """A threshold in ``[1, 2^53]``: compared with int64 counts (docs/ranges.md)."""
+    check_int(attribute.name, value, minimum=1, maximum=MAX_COUNT)
 
 
 @attr.s(frozen=True, slots=True)

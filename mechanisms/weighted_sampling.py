@@ -57,20 +57,32 @@ import numpy as np
 from scipy.signal import lfilter
 from scipy.special import gammaln, roots_legendre, xlog1py, xlogy
 
-from mechanisms.base import FAIL_VALUE, BatchRelease, EpsilonDeltaClaim, Mechanism, OutcomeDistribution, claim_under
+from mechanisms.base import (
+    FAIL_VALUE,
+    BatchRelease,
+    EpsilonDeltaClaim,
+    Mechanism,
+    OutcomeDistribution,
+    claim_under,
+)
 from mechanisms.geometric import (
     INCLUSION_BITS,
     TruncatedGeometric,
     certified_inclusion,
+    check_error_bound,
     optimal_inclusion,
     per_count_budget,
     truncation,
 )
 from mechanisms.histogram import as_batch, as_histogram
 from mechanisms.randomness import RationalLaw, sample_laws, uniform_below
-from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, WeightedSamplingEvent
+from pate_accountant.events import (
+    NEIGHBOURING_RELATIONS,
+    REPLACE_ONE,
+    WeightedSamplingEvent,
+)
 from pate_accountant.release import Release
-from pate_accountant.validation import check_int, check_real
+from pate_accountant.validation import check_delta, check_epsilon, check_int
 
 __all__ = ["DPWeightedSampling", "inclusion_table", "uniform_survivor_probabilities"]
 
@@ -224,11 +236,13 @@ def _quadrature_probabilities(table: np.ndarray, counts: np.ndarray, sample: np.
 
 
 def _validated_epsilon(value) -> float:
-    return check_real("epsilon", value, minimum=0.0, min_open=True)
+    """The total per-run epsilon, in ``(0, MAX_STEP_EPSILON]`` (docs/ranges.md)."""
+    return check_epsilon("epsilon", value)
 
 
 def _validated_delta(value) -> float:
-    return check_real("delta", value, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    """The total per-run delta, in ``[MIN_DELTA, 1)`` (docs/ranges.md)."""
+    return check_delta("delta", value)
 
 
 def _check_relation(instance, attribute, value):
@@ -280,6 +294,8 @@ class DPWeightedSampling(Mechanism):
             raise ValueError(
                 f"delta must be < 0.5 when release_counts=True (the release is charged 2 * delta), got {self.delta}"
             )
+        if self.release_counts:  # the sanitised counts draw TG(eps_c, L): L is checked before any table is built
+            check_error_bound(self.error_bound, self.epsilon, self.delta)
 
     # -- parameters ---------------------------------------------------------------------------------------
     @property

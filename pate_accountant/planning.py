@@ -26,6 +26,11 @@ or not, pays the mixture weight ``w = 1 - (1 - delta0)^2`` in delta
 ``query_delta_share`` of ``delta`` (default one half) is reserved for them and the budget also limits the
 number of queries (``max_queries``), exactly as a budgeted ``TargetChargingAccountant`` does.
 
+Ranges (docs/ranges.md): the budget epsilon lies in ``(0, MAX_BUDGET_EPSILON]``, ``eps0`` in ``[MIN_EPS0, MAX_EPS0]``,
+deltas in ``[1e-300, 1)``, ``q`` in ``[MIN_Q, 1]``; the work a plan would do is estimated first and a search past
+``MAX_SEARCH_STEPS`` composed steps (or one bound past ``MAX_BOUND_DRAWS`` draws, or ``MAX_PLAN_QUERIES``
+queries) is refused with a ``ValueError`` naming the parameter, before it starts.
+
 Neighbouring relation: the one the per-query level ``eps0`` is stated under (by default one teacher's
 vote changes, paper Observation 1); planning itself does not change it.  This module imports only the
 standard library, numpy, scipy and ``pate_accountant`` (never ``mechanisms`` or ``ensembles``).
@@ -37,9 +42,17 @@ import dataclasses
 import math
 from collections.abc import Mapping
 
+import numpy as np
+from scipy.special import log_ndtr, ndtr
 
 from pate_accountant.bisection import switch_point
-from pate_accountant.composition import drv_epsilon, kov, optimal_epsilon, pure_optimal_delta, pure_part_delta
+from pate_accountant.composition import (
+    drv_epsilon,
+    kov,
+    optimal_epsilon,
+    pure_optimal_delta,
+    pure_part_delta,
+)
 from pate_accountant.tct import (
     TargetChargingSplit,
     check_composition,
@@ -51,9 +64,24 @@ from pate_accountant.tct import (
     tct_splits,
     wrapped_query_delta,
 )
-from pate_accountant.validation import check_int, check_real
+from pate_accountant.validation import (
+    MAX_COUNT,
+    MAX_STEP_EPSILON,
+    check_delta,
+    check_epsilon,
+    check_int,
+    check_real,
+)
 
 __all__ = [
+    "MAX_BOUND_DRAWS",
+    "MAX_BUDGET_EPSILON",
+    "MAX_EPS0",
+    "MAX_PLAN_QUERIES",
+    "MAX_SEARCH_STEPS",
+    "MIN_EPS0",
+    "MIN_Q",
+    "MIN_TARGET_RATE",
     "PLAIN_METHODS",
     "AccountingComparison",
     "BassilyTTTeachers",
@@ -65,6 +93,8 @@ __all__ = [
     "bassily_tt_tokens",
     "c_delta",
     "compare_accounting",
+    "estimated_steps",
+    "max_plannable_tokens",
     "paper_target_hits",
     "plain_epsilon",
     "plain_max_queries",
@@ -83,6 +113,32 @@ DEFAULT_AGGREGATOR_DELTA = 1e-6
 #: Default share of ``delta`` reserved for the per-query weights of an approximate inner (the same default as
 #: ``TargetChargingAccountant(query_delta_share=0.5)``).
 DEFAULT_QUERY_DELTA_SHARE = 0.5
+
+# -- documented ranges (docs/ranges.md) --------------------------------------------------------------------
+#: The largest total budget epsilon a plan takes: nothing is private at 300 (``e^-300``), and ``plan_for_tokens``
+#: may try a per-query level up to twice the budget, whose ``e^{eps0}`` must stay finite (float64: ``e^709``).
+MAX_BUDGET_EPSILON = 300.0
+#: ``eps0`` (a query's privacy level) lies in ``[MIN_EPS0, MAX_EPS0]``: the per-run range of a mechanism
+#: (:data:`pate_accountant.validation.MAX_STEP_EPSILON`), and above float64's smallest normal numbers so that
+#: ``C_delta / eps0`` stays finite.
+MAX_EPS0 = MAX_STEP_EPSILON
+MIN_EPS0 = 1e-300
+#: The smallest ``q`` of a q-target: one hit alone needs about ``ln(1/beta) / q`` private draws (up to 7 x 10^5
+#: at ``delta = 1e-300``), composed exactly.
+MIN_Q = 1e-3
+#: ``compare --queries``: the exact optimal composition of ``k`` steps holds a law of ``k + 1`` float64 weights
+#: (80 MB and about 2 s at 10^7).
+MAX_PLAN_QUERIES = 10**7
+#: The most private draws one evaluation of the TCT bound composes (``hits / q``): 8 tail splits, each an exact
+#: law of that many steps (about 4 s at 3 x 10^6).
+MAX_BOUND_DRAWS = 3 * 10**6
+#: The most ``eps0``-DP steps a search may reach (:func:`estimated_steps` of the budget): a search (the hit
+#: limit, the plain query limit, the calibration of ``plan_for_tokens``) evaluates exact compositions about 40
+#: times, about half a minute on a 2-core machine at this limit.
+MAX_SEARCH_STEPS = 3 * 10**5
+#: The smallest positive ``target_rate``: the queries a budget affords grow like ``hits / rate`` (and, per
+#: teacher, ``n / rate``), which must stay well inside float64.
+MIN_TARGET_RATE = 1e-12
 
 _TCT_ASSUMPTION = (
     "TCT bound (ours, docs/tct_and_individual.md section 1): the interaction stops at the tau-th target hit; each query is eps0-DP in "
@@ -290,18 +346,104 @@ class BassilyTTTokens(_Result):
 # -- validation helpers ----------------------------------------------------------------------------------
 
 
-def _check_budget(epsilon, delta) -> tuple[float, float]:
-    epsilon = check_real("epsilon", epsilon, minimum=0.0, min_open=True)
-    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+_BUDGET_WHY = "a larger budget promises nothing, and the plans' e^epsilon terms must stay finite; docs/ranges.md"
+
+
+def _check_budget(epsilon, delta, name: str = "epsilon") -> tuple[float, float]:
+    epsilon = check_epsilon(name, epsilon, maximum=MAX_BUDGET_EPSILON, why=_BUDGET_WHY)
+    delta = check_delta("delta", delta)
     return epsilon, delta
 
 
 def _check_eps0(eps0) -> float:
-    return check_real("eps0", eps0, minimum=0.0, min_open=True)
+    eps0 = check_epsilon("eps0", eps0, maximum=MAX_EPS0, why="the per-run range of a mechanism; docs/ranges.md")
+    if eps0 < MIN_EPS0:
+        raise ValueError(f"eps0 must lie in [{MIN_EPS0:g}, {MAX_EPS0:g}], got {eps0:g} (C_delta/eps0 must stay finite)")
+    return eps0
 
 
 def _check_q(name: str, q) -> float:
-    return check_real(name, q, minimum=0.0, maximum=1.0, min_open=True)
+    q = check_real(name, q, minimum=0.0, maximum=1.0, min_open=True)
+    if q < MIN_Q:
+        raise ValueError(f"{name} must lie in [{MIN_Q:g}, 1], got {q:g} (one target hit alone needs about "
+                         f"ln(1/delta)/{name} private draws; docs/ranges.md)")
+    return q
+
+
+def _size(value) -> str:
+    """A count or a float size for a message: exact up to ``10^15``, else three digits (``inf`` in words)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 10**15:
+            return str(value)
+        return f"{float(value):.3g}" if value < 10**300 else f"about 1e{len(str(value)) - 1}"
+    return f"{value:.3g}" if math.isfinite(value) else "more than 1e308"
+
+
+def _check_count(name: str, value, minimum: int, maximum: int, why: str) -> int:
+    """An integer in ``[minimum, maximum]``; the message names the range and ``why``."""
+    value = check_int(name, value, minimum=minimum)
+    if value > maximum:
+        raise ValueError(f"{name} must lie in [{minimum}, {maximum}], got {_size(value)} ({why}; docs/ranges.md)")
+    return value
+
+
+def _gdp_delta(epsilon: float, mu: float) -> float:
+    """The tight delta at ``epsilon`` of the Gaussian (mu-GDP) privacy loss ``N(mu^2/2, mu^2)``."""
+    with np.errstate(all="ignore"):
+        return float(ndtr(-epsilon / mu + mu / 2.0) - math.exp(epsilon + float(log_ndtr(-epsilon / mu - mu / 2.0))))
+
+
+def estimated_steps(epsilon: float, delta: float, eps0: float) -> float:
+    """About how many ``eps0``-DP steps compose within ``(epsilon, delta)`` under exact optimal composition: the
+    central-limit (Gaussian DP) approximation ``(mu / eps0)^2``, ``mu`` the largest GDP parameter whose delta at
+    ``epsilon`` is at most ``delta``, and at least ``epsilon / eps0`` (basic composition).  An estimate, not a
+    bound (within 10% of the exact plain query limit for ``eps0 <= 0.1``; ``tests/test_robustness.py``): the
+    planners refuse a search whose estimate exceeds :data:`MAX_SEARCH_STEPS` before it starts.  ``inf`` when
+    it does not fit a float."""
+    epsilon = check_real("epsilon", epsilon, minimum=0.0, min_open=True)
+    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    eps0 = check_real("eps0", eps0, minimum=0.0, min_open=True)
+    lo, hi = 0.0, 1.0
+    while _gdp_delta(epsilon, hi) <= delta:  # delta -> 1 as mu grows: this stops
+        lo, hi = hi, 2.0 * hi
+    if lo == 0.0:
+        lo = hi / 2.0
+        while lo > 1e-300 and _gdp_delta(epsilon, lo) > delta:
+            hi, lo = lo, lo / 2.0
+        if lo <= 1e-300:
+            lo = 0.0
+    for _ in range(80):
+        middle = (lo + hi) / 2.0
+        if _gdp_delta(epsilon, middle) <= delta:
+            lo = middle
+        else:
+            hi = middle
+    ratio = hi / eps0
+    return max(ratio * ratio, epsilon / eps0)
+
+
+def _check_search(epsilon: float, delta: float, eps0: float, name: str = "epsilon") -> None:
+    """Refuse, before it starts, a search over the hits or queries ``(epsilon, delta)`` buys at level ``eps0``
+    when it would compose more than :data:`MAX_SEARCH_STEPS` steps (:func:`estimated_steps`)."""
+    steps = estimated_steps(epsilon, delta, eps0)
+    if steps > MAX_SEARCH_STEPS:
+        raise ValueError(
+            f"eps0 = {eps0:g} with {name} = {epsilon:g} (delta {delta:g}) lets {_size(steps)} eps0-DP steps "
+            f"compose within the budget, above the planning limit of {MAX_SEARCH_STEPS:.0e}: the plan would evaluate "
+            f"exact compositions of that many steps (about half a minute at the limit); choose a larger eps0 or a "
+            f"smaller {name} (docs/ranges.md)"
+        )
+
+
+def _check_bound_draws(num_queries: int, rate: float, hits: int, q: float, q_name: str, what: str) -> None:
+    """Refuse one TCT bound evaluation whose private draws (about ``hits / q``) exceed :data:`MAX_BOUND_DRAWS`."""
+    if hits / q > MAX_BOUND_DRAWS:
+        raise ValueError(
+            f"num_queries = {num_queries} at target_rate {rate:g} gives {what} {hits} target hits; at {q_name} = "
+            f"{q:.4g} the TCT bound composes about {hits / q:.3g} private draws, above the limit "
+            f"{MAX_BOUND_DRAWS:.0e} (exact compositions of that many steps); plan fewer queries or a lower target "
+            "rate (docs/ranges.md)"
+        )
 
 
 def _check_delta0(delta0, delta) -> float:
@@ -385,7 +527,7 @@ def _tct_assumptions(composition: str) -> list[str]:
 
 def c_delta(delta0: float) -> float:
     """``C_delta = 2 ln(1/delta0)`` (paper, "Privacy analysis considerations")."""
-    delta0 = check_real("delta0", delta0, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    delta0 = check_delta("delta0", delta0)
     return 2.0 * math.log(1.0 / delta0)
 
 
@@ -417,9 +559,10 @@ def plain_epsilon(num_queries: int, eps0: float, delta: float, *, delta0: float 
     (exact optimal composition, continuous, :func:`pate_accountant.composition.optimal_epsilon`).  ``inf``
     when ``delta`` cannot cover the per-step deltas.
     """
-    k = check_int("num_queries", num_queries, minimum=0)
+    k = _check_count("num_queries", num_queries, 0, MAX_PLAN_QUERIES,
+                     "exact composition holds a law of num_queries + 1 weights")
     eps0 = _check_eps0(eps0)
-    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    delta = check_delta("delta", delta)
     delta0 = check_real("delta0", delta0, minimum=0.0, maximum=1.0, max_open=True)
     if method not in PLAIN_METHODS:
         raise ValueError(f"method must be one of {PLAIN_METHODS}, got {method!r}")
@@ -464,6 +607,7 @@ def plain_max_queries(eps0: float, epsilon: float, delta: float, *, delta0: floa
     delta0 = check_real("delta0", delta0, minimum=0.0, maximum=1.0, max_open=True)
     if method not in PLAIN_METHODS:
         raise ValueError(f"method must be one of {PLAIN_METHODS}, got {method!r}")
+    _check_search(epsilon, delta, eps0)
     return largest_fitting(lambda k: _plain_fits(k, eps0, epsilon, delta, delta0, method))
 
 
@@ -498,6 +642,7 @@ def target_hits(
     share = _check_share(query_delta_share)
     delta0 = _check_inner_delta(delta0, delta, share)
     composition = check_composition(composition)
+    _check_search(epsilon, delta, eps0)
     split, w = _split(epsilon, delta, eps0, q, delta0, share, composition)
     hits = split.max_hits
     details = tct_details(hits, q, eps0, split.delta_tct, composition=composition)
@@ -546,14 +691,13 @@ def yields(
     """
     plan = target_hits(epsilon, delta, eps0, q=q, delta0=delta0, composition=composition,
                        query_delta_share=query_delta_share)
-    aggregator_delta = check_real("aggregator_delta", aggregator_delta, minimum=0.0, maximum=1.0,
-                                  min_open=True, max_open=True)
+    aggregator_delta = check_delta("aggregator_delta", aggregator_delta)
     cd = c_delta(aggregator_delta)
     min_teachers = cd / plan.eps0
     if num_teachers is None:
         n = min_teachers
     else:
-        n = check_real("num_teachers", num_teachers, minimum=0.0, min_open=True)
+        n = check_real("num_teachers", num_teachers, minimum=0.0, min_open=True, maximum=MAX_COUNT)
     per_hit = plan.eps0 * n / 2.0
     charging = [a for a in plan.assumptions if a.startswith(("delta0 ", "WARNING"))]
     assumptions = [
@@ -621,6 +765,13 @@ def _max_eps0_for_hits(hits: int, q: float, epsilon: float, delta: float, compos
     return best
 
 
+def max_plannable_tokens(q: float = 1.0 / 3.0, aggregator_delta: float = DEFAULT_AGGREGATOR_DELTA) -> int:
+    """The largest ``tokens`` :func:`plan_for_tokens` plans: ``tokens`` need about ``2 tokens / C_delta`` target
+    hits and ``hits / q`` private draws, at most :data:`MAX_SEARCH_STEPS` (1381551 at the defaults)."""
+    q = _check_q("q", q)
+    return math.floor(MAX_SEARCH_STEPS * q * c_delta(aggregator_delta) / 2.0)
+
+
 def plan_for_tokens(
     tokens: int,
     epsilon: float,
@@ -649,9 +800,17 @@ def plan_for_tokens(
     share = _check_share(query_delta_share)
     delta0 = _check_inner_delta(delta0, delta, share)
     composition = check_composition(composition)
-    aggregator_delta = check_real("aggregator_delta", aggregator_delta, minimum=0.0, maximum=1.0,
-                                  min_open=True, max_open=True)
+    aggregator_delta = check_delta("aggregator_delta", aggregator_delta)
     cd = c_delta(aggregator_delta)
+    largest = max_plannable_tokens(q, aggregator_delta)
+    if tokens > largest:  # checked on integers, before any float: no overflow for any tokens
+        hits = 2.0 * tokens / cd if tokens < 10**300 else math.inf
+        raise ValueError(
+            f"tokens = {_size(tokens)} needs about 2 tokens / C_delta = {_size(hits)} target hits"
+            f" (C_delta = {cd:.4g} at aggregator_delta {aggregator_delta:g}), about hits / q private draws, "
+            f"above the planning limit of {MAX_SEARCH_STEPS:.0e} draws: the largest plannable horizon here is "
+            f"{largest} tokens (docs/ranges.md)"
+        )
     needed = math.ceil(2.0 * tokens / cd)
     w = wrapped_query_delta(delta0)
     reserved = share * delta if w > 0.0 else 0.0  # as target_charging_split reserves it, whatever eps0
@@ -754,28 +913,33 @@ def compare_accounting(
     does (:func:`pate_accountant.tct.target_charging_split`, ``query_delta_share`` of ``delta`` reserved for
     the per-query weights) and take the smaller of its hit and query limits.
     """
-    k = check_int("num_queries", num_queries, minimum=0)
+    k = _check_count("num_queries", num_queries, 0, MAX_PLAN_QUERIES,
+                     "exact composition holds a law of num_queries + 1 weights")
     eps0 = _check_eps0(eps0)
-    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
-    n = check_int("num_teachers", num_teachers, minimum=1)
+    delta = check_delta("delta", delta)
+    n = _check_count("num_teachers", num_teachers, 1, MAX_COUNT, "2^53, the largest integer float64 holds exactly")
     rate = check_real("target_rate", target_rate, minimum=0.0, maximum=1.0)
+    if 0.0 < rate < MIN_TARGET_RATE:
+        raise ValueError(f"target_rate must be 0 or lie in [{MIN_TARGET_RATE:g}, 1], got {rate:g} (docs/ranges.md)")
     q = _check_q("q", q)
     individual_q = q if individual_q is None else _check_q("individual_q", individual_q)
     delta0 = _check_delta0(delta0, delta)
     share = _check_share(query_delta_share)
     composition = check_composition(composition)
-    aggregator_delta = check_real("aggregator_delta", aggregator_delta, minimum=0.0, maximum=1.0,
-                                  min_open=True, max_open=True)
+    aggregator_delta = check_delta("aggregator_delta", aggregator_delta)
     cd = c_delta(aggregator_delta)
     if charged_per_hit is None:
         g = min(n, math.ceil(cd / eps0 * (1 - 1e-12)))
     else:
         g = check_int("charged_per_hit", charged_per_hit, minimum=1, maximum=n)
     if budget_epsilon is not None:
-        budget_epsilon = check_real("budget_epsilon", budget_epsilon, minimum=0.0, min_open=True)
+        budget_epsilon, _ = _check_budget(budget_epsilon, delta, name="budget_epsilon")
+        _check_search(budget_epsilon, delta, eps0, name="budget_epsilon")
 
     hits = _hits(rate, k)
     per_teacher = _per_teacher(hits, g, n)
+    _check_bound_draws(k, rate, hits, q, "q", "target charging")
+    _check_bound_draws(k, rate, per_teacher, individual_q, "individual_q", "individual charging (worst teacher)")
     plain = {m: plain_epsilon(k, eps0, delta, delta0=delta0, method=m) for m in PLAIN_METHODS}
     plain["best"] = min(plain.values())
     w = wrapped_query_delta(delta0)
@@ -862,7 +1026,7 @@ def bassily_tt_teachers(eta: float, epsilon: float, delta: float, tokens: int) -
     Known values: ``eta = 0.4, eps = 1, delta = 1e-6``: ``m = 1e3 -> 9527.93``, ``m = 1e6 -> 12504.77``.
     """
     eta, epsilon, delta = _check_btt(eta, epsilon, delta)
-    m = check_int("tokens", tokens, minimum=1)
+    m = _check_count("tokens", tokens, 1, MAX_COUNT, "2^53, the largest integer float64 holds exactly")
     n = BTT_CONSTANT / (epsilon * eta) * math.log(4.0 * m / delta) * math.sqrt(math.log(2.0 / delta))
     return BassilyTTTeachers(eta=eta, epsilon=epsilon, delta=delta, tokens=m, n_required=n,
                              num_teachers=math.ceil(n * (1 - 1e-12)), assumptions=_BTT_ASSUMPTIONS)
@@ -874,7 +1038,7 @@ def bassily_tt_tokens(eta: float, epsilon: float, delta: float, num_teachers: fl
     ``1e300``).  Known values (``eta = 0.4, eps = 1, delta = 1e-6``): ``n = 10000 -> 2990``,
     ``12000 -> 309955``, ``15000 -> 327068772``."""
     eta, epsilon, delta = _check_btt(eta, epsilon, delta)
-    n = check_real("num_teachers", num_teachers, minimum=0.0, min_open=True)
+    n = check_real("num_teachers", num_teachers, minimum=0.0, min_open=True, maximum=MAX_COUNT)
     x = eta * n * epsilon / (BTT_CONSTANT * math.sqrt(math.log(2.0 / delta)))
     log_m = math.log(delta / 4.0) + x
     if log_m < 690.0:

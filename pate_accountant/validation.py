@@ -11,6 +11,42 @@ import numbers
 
 import numpy as np
 
+# -- documented ranges shared by the three packages (docs/ranges.md) ---------------------------------------
+#: The largest epsilon of one mechanism run (a mechanism's total per-run epsilon, a step of a private run) and
+#: of a planned query's level ``eps0``.  At 50 a run already promises nothing (``e^-50`` is ``2e-22``), and every
+#: formula stays finite in float64: the largest exponent any of them takes is ``e^{2 eps}`` (the boundary
+#: wrapper's ``q`` at ``eps_A = eps``), far below float64's limit ``e^709``; the exact integer samplers keep
+#: their bit counts small (``eps (L + 1) / ln 2`` bits).
+MAX_STEP_EPSILON = 50.0
+#: The smallest delta a mechanism or a plan takes: below it ``delta`` approaches float64's smallest normal
+#: number (``2.2e-308``) and products such as ``delta (e^eps + 1)`` or ``delta / 2`` (a per-count share) lose
+#: their precision or underflow.  ``ln(1/delta)`` is at most 691 here.
+MIN_DELTA = 1e-300
+#: The largest count (votes, teachers, thresholds, token ids) checked where one is converted to float64 or
+#: combined in int64 arithmetic: ``2^53``, the largest integer float64 holds exactly.
+MAX_COUNT = 2**53
+
+
+def check_epsilon(name: str, value, *, maximum: float = MAX_STEP_EPSILON, why: str = "") -> float:
+    """``value`` as a float in ``(0, maximum]`` (default :data:`MAX_STEP_EPSILON`); the message above the range
+    names the range, the value and (``why``) the reason."""
+    value = check_real(name, value, minimum=0.0, min_open=True)
+    if value > maximum:
+        reason = why or "a larger epsilon promises no privacy and leaves float64's range in e^epsilon; docs/ranges.md"
+        raise ValueError(f"{name} must lie in (0, {maximum:g}], got {value:g} ({reason})")
+    return value
+
+
+def check_delta(name: str, value, *, minimum: float = MIN_DELTA) -> float:
+    """``value`` as a float in ``[minimum, 1)`` (default :data:`MIN_DELTA`)."""
+    value = check_real(name, value, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    if value < minimum:
+        raise ValueError(
+            f"{name} must lie in [{minimum:g}, 1), got {value:g} (smaller deltas leave float64's normal range; "
+            "docs/ranges.md)"
+        )
+    return value
+
 
 def check_int(name: str, value, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """Return ``value`` as an ``int`` if it is an integer in ``[minimum, maximum]``."""

@@ -13,9 +13,13 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
+from pate_accountant.validation import MAX_STEP_EPSILON, MIN_DELTA
+
 __all__ = [
     "cannot_write",
+    "delta",
     "int_at_least",
+    "int_in",
     "nonnegative_int",
     "open_unit",
     "positive_float",
@@ -23,43 +27,51 @@ __all__ = [
     "positive_int",
     "real_in",
     "scale",
+    "step_epsilon",
     "whole_number",
     "write_json",
 ]
 
 
-def int_at_least(minimum: int, what: str):
-    """An integer option ``>= minimum`` (written as a plain integer)."""
+def int_at_least(minimum: int, what: str, maximum: int | None = None):
+    """An integer option ``>= minimum`` (and ``<= maximum``, if given), written as a plain integer."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
-        if value < minimum:
+        if value < minimum or (maximum is not None and value > maximum):
             raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
         return value
 
     return parse
 
 
-def whole_number(what: str, minimum: int):
-    """An integer option ``>= minimum`` that may also be written as a float with no fraction (``1e6``)."""
+def whole_number(what: str, minimum: int, maximum: int | None = None):
+    """An integer option ``>= minimum`` (and ``<= maximum``, if given) that may also be written as a float with
+    no fraction (``1e6``)."""
 
     def parse(text: str) -> int:
         try:
             value = float(text) if any(c in text for c in ".eE") else int(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
         if isinstance(value, float):  # allow 1e6, refuse 2.5
             if not math.isfinite(value) or value != int(value):
                 raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
             value = int(value)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {value if abs(value) < 10**15 else text}")
         return value
 
     return parse
+
+
+def int_in(minimum: int, maximum: int, why: str = ""):
+    """An integer option in ``[minimum, maximum]`` (``1e6`` is fine, ``2.5`` is not); ``why`` is said with the
+    range, e.g. ``must be an integer in [1, 100000000] (...)``."""
+    return whole_number(f"an integer in [{minimum}, {maximum}]" + (f" ({why})" if why else ""), minimum, maximum)
 
 
 def real_in(what: str, minimum: float, maximum: float | None = None, *, min_open: bool = False,
@@ -86,6 +98,10 @@ nonnegative_int = int_at_least(0, "a non-negative integer")
 positive_float = real_in("a positive number", 0.0, min_open=True)
 open_unit = real_in("a number in (0, 1)", 0.0, 1.0, min_open=True, max_open=True)
 scale = real_in("a number in (0, 1]", 0.0, 1.0, min_open=True)
+#: The epsilon of one mechanism run, in ``(0, MAX_STEP_EPSILON]`` (docs/ranges.md).
+step_epsilon = real_in(f"a number in (0, {MAX_STEP_EPSILON:g}]", 0.0, MAX_STEP_EPSILON, min_open=True)
+#: A delta, in ``[MIN_DELTA, 1)`` (docs/ranges.md).
+delta = real_in(f"a number in [{MIN_DELTA:g}, 1)", MIN_DELTA, 1.0, max_open=True)
 
 
 def write_json(path: Path, payload: dict) -> None:

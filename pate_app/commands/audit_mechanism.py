@@ -9,7 +9,7 @@ import json
 import numpy as np
 
 from mechanisms import audit, registry
-from pate_app.options import nonnegative_int, open_unit, positive_float, positive_int, scale
+from pate_app.options import delta, int_in, nonnegative_int, open_unit, real_in, scale
 
 NAME = "audit-mechanism"
 HELP = "empirically lower-bound a mechanism's epsilon on a worst-case neighbouring pair"
@@ -18,6 +18,15 @@ DESCRIPTION = (
     "tight, and report a Clopper-Pearson lower bound on its epsilon (docs/mechanisms/audit.md). "
     "Exit status 1 when the bound exceeds the claimed epsilon."
 )
+
+
+#: ``--epsilon``: the ready-made cases' claims, ``(0, mechanisms.audit.MAX_AUDIT_EPSILON]`` (docs/ranges.md).
+audit_epsilon = real_in(f"a number in (0, {audit.MAX_AUDIT_EPSILON:g}] (no audit can show more; docs/ranges.md)",
+                        0.0, audit.MAX_AUDIT_EPSILON, min_open=True)
+#: ``--runs``: ``[1, mechanisms.audit.MAX_AUDIT_RUNS]`` (about a microsecond and a half per run and histogram).
+audit_runs = int_in(1, audit.MAX_AUDIT_RUNS, "10^8 runs per histogram take a few minutes")
+#: An exact pair epsilon below this share of the claim means the pair says little at this epsilon.
+_TIGHT_SHARE = 0.25
 
 
 def mechanism_name(value: str) -> str:
@@ -31,9 +40,11 @@ def mechanism_name(value: str) -> str:
 def add_arguments(p) -> None:
     """``NAME`` and the claim, size, seed, noise-scale and confidence options."""
     p.add_argument("name", type=mechanism_name, metavar="NAME", help="one of: " + ", ".join(registry.audit_names()))
-    p.add_argument("--epsilon", type=positive_float, default=None, help="claimed total epsilon (default: per mechanism)")
-    p.add_argument("--delta", type=open_unit, default=None, help="claimed total delta (default 1e-6 where used)")
-    p.add_argument("--runs", type=positive_int, default=200_000, help="runs on each histogram (default 200000)")
+    p.add_argument("--epsilon", type=audit_epsilon, default=None,
+                   help=f"claimed total epsilon in (0, {audit.MAX_AUDIT_EPSILON:g}] (default: per mechanism)")
+    p.add_argument("--delta", type=delta, default=None, help="claimed total delta in [1e-300, 1) (default 1e-6 where used)")
+    p.add_argument("--runs", type=audit_runs, default=200_000,
+                   help=f"runs on each histogram, at most {audit.MAX_AUDIT_RUNS:.0e} (default 200000)")
     p.add_argument("--seed", type=nonnegative_int, default=None, help="seed (default: fresh OS entropy)")
     p.add_argument(
         "--noise-scale", type=scale, default=1.0,
@@ -48,10 +59,13 @@ def main(args: argparse.Namespace) -> int:
     try:
         case = audit.audit_case(args.name, args.epsilon, args.delta, args.noise_scale)
     except (TypeError, ValueError) as exc:
-        args.parser.error(str(exc))
+        message = str(exc)
+        option = {"epsilon": "--epsilon", "delta": "--delta"}.get(message.split(" ", 1)[0])
+        args.parser.error(f"argument {option}: {message}" if option else message)
     rng = np.random.default_rng(args.seed)
     result = audit.run_audit_case(case, args.runs, rng, confidence=args.confidence)
     exact = audit.exact_pair_epsilon(case.mechanism, case.histogram, case.neighbour, case.claimed_delta)
+    notes = audit_notes(case, exact, args.runs, args.confidence)
     payload = {
         "mechanism": args.name,
         "noise_scale": args.noise_scale,
@@ -60,6 +74,7 @@ def main(args: argparse.Namespace) -> int:
                  "num_teachers": case.histogram.num_teachers, "note": case.note},
         "exact_pair_epsilon": exact,
         **result.as_dict(),
+        "notes": notes,
     }
     if args.json:
         print(json.dumps(payload, indent=2, allow_nan=False, default=str))
@@ -74,4 +89,21 @@ def main(args: argparse.Namespace) -> int:
         print(f"  lower bound     : epsilon >= {result.epsilon_lower_bound:.4f} at {result.confidence:.0%} confidence "
               f"(outcome {result.worst_outcome}, {result.direction})")
         print(f"  verdict         : {verdict}")
+        for note in notes:
+            print(f"  note            : {note}")
     return 1 if result.violation else 0
+
+
+def audit_notes(case, exact: float, runs: int, confidence: float) -> list[str]:
+    """What limits this audit's reach, in words (empty when nothing does): a claim above what ``runs`` runs can
+    ever show, and a pair that is far from tight at this epsilon (its exact epsilon far below the claim)."""
+    notes = []
+    reach = audit.largest_showable_epsilon(runs, confidence)
+    if case.claimed_epsilon >= reach:
+        notes.append(f"{runs} runs per histogram cannot show an epsilon above about {reach:.2f}, so no violation of "
+                     f"the claim {case.claimed_epsilon:g} can be caught: use more --runs")
+    if exact < _TIGHT_SHARE * case.claimed_epsilon:
+        notes.append(f"the pair is not tight at this epsilon (exact pair epsilon {exact:.4f} against the claim "
+                     f"{case.claimed_epsilon:g}: the probability that moves is below delta), so this audit says little "
+                     "about the claim")
+    return notes

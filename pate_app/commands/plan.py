@@ -13,7 +13,14 @@ from pathlib import Path
 from pate_accountant import planning
 from pate_app.commands.experiment import run_and_write
 from pate_app.experiments import load
-from pate_app.options import cannot_write, open_unit, positive_float, print_json, real_in, whole_number
+from pate_app.options import (
+    cannot_write,
+    open_unit,
+    positive_float,
+    print_json,
+    real_in,
+    whole_number,
+)
 
 NAME = "plan"
 HELP = "answer budget questions before a run (target hits, yields, teachers, accounting, margin)"
@@ -53,13 +60,17 @@ def add_arguments(plan) -> None:
 
     def common(p, *, eps0=True, budget=True, tct=True):
         if budget:
-            p.add_argument("--epsilon", type=positive_float, default=1.0, help="total epsilon (default 1)")
-        p.add_argument("--delta", type=open_unit, default=1e-6, help="total delta (default 1e-6)")
+            p.add_argument("--epsilon", type=positive_float, default=1.0,
+                           help=f"total epsilon, in (0, {planning.MAX_BUDGET_EPSILON:g}] (default 1)")
+        p.add_argument("--delta", type=open_unit, default=1e-6, help="total delta, in [1e-300, 1) (default 1e-6)")
         if eps0:
             p.add_argument("--eps0", type=positive_float, required=True,
-                           help="privacy level of one query's target (TCT level; 2 eps_A for a BoundaryWrapper)")
+                           help="privacy level of one query's target (TCT level; 2 eps_A for a BoundaryWrapper), in "
+                           f"[{planning.MIN_EPS0:g}, {planning.MAX_EPS0:g}]; the budget may buy at most about "
+                           f"{planning.MAX_SEARCH_STEPS:.0e} eps0-DP steps (docs/ranges.md)")
         if tct:
-            p.add_argument("--q", type=fraction_q, default=1.0 / 3.0, help="q of the q-target (default 1/3)")
+            p.add_argument("--q", type=fraction_q, default=1.0 / 3.0,
+                           help=f"q of the q-target, in [{planning.MIN_Q:g}, 1] (default 1/3)")
             p.add_argument("--delta0", type=delta0_type, default=0.0,
                            help="delta_A of a boundary-wrapped approximate inner (default 0: a pure inner, the "
                            "paper's figure). With delta0 > 0 every query, hit or not, pays w = 1-(1-delta0)^2 in "
@@ -80,7 +91,7 @@ def add_arguments(plan) -> None:
                        description="Expected yields = hits x eps0 n / 2 (planning.yields), the paper's relation "
                        "for alpha <= T/n; n defaults to C_delta/eps0, C_delta = 2 ln(1/aggregator delta).")
     common(p)
-    p.add_argument("--teachers", type=count, default=None, help="number of teachers n (default C_delta/eps0)")
+    p.add_argument("--teachers", type=count, default=None, help="number of teachers n, at most 2^53 (default C_delta/eps0)")
     p.add_argument("--aggregator-delta", type=open_unit, default=1e-6,
                    help="delta0 of the aggregator in C_delta = 2 ln(1/delta0) (default 1e-6)")
     p.set_defaults(handler=_run_plan_yields, parser=p)
@@ -88,7 +99,9 @@ def add_arguments(plan) -> None:
     p = sub.add_parser("for-tokens", help="which eps0 and how many teachers for a wanted number of tokens",
                        description="Largest eps0 (fewest teachers n = C_delta/eps0) whose budget buys at least "
                        "--tokens yields (planning.plan_for_tokens); never overshoots the budget.")
-    p.add_argument("--tokens", type=count, required=True, help="wanted number of yields (tokens)")
+    p.add_argument("--tokens", type=count, required=True,
+                   help=f"wanted number of yields (tokens); at most about {planning.MAX_SEARCH_STEPS:.0e} q C_delta / 2 "
+                   f"({planning.max_plannable_tokens(1.0 / 3.0, planning.DEFAULT_AGGREGATOR_DELTA)} at the defaults; docs/ranges.md)")
     common(p, eps0=False)
     p.add_argument("--aggregator-delta", type=open_unit, default=1e-6,
                    help="delta0 of the aggregator in C_delta = 2 ln(1/delta0) (default 1e-6)")
@@ -97,9 +110,12 @@ def add_arguments(plan) -> None:
     p = sub.add_parser("compare", help="plain composition vs target charging vs individual charging",
                        description="Epsilon of one run shape under plain composition, target charging and "
                        "individual charging (planning.compare_accounting).")
-    p.add_argument("--queries", type=count0, required=True, help="number of queries in the run")
-    p.add_argument("--target-rate", type=unit, required=True, help="fraction of queries that hit the target")
-    p.add_argument("--teachers", type=count, required=True, help="number of teachers n")
+    p.add_argument("--queries", type=count0, required=True,
+                   help=f"number of queries in the run, at most {planning.MAX_PLAN_QUERIES:.0e}; the hits over q at most "
+                   f"{planning.MAX_BOUND_DRAWS:.0e} (docs/ranges.md)")
+    p.add_argument("--target-rate", type=unit, required=True,
+                   help=f"fraction of queries that hit the target: 0 or in [{planning.MIN_TARGET_RATE:g}, 1]")
+    p.add_argument("--teachers", type=count, required=True, help="number of teachers n, at most 2^53")
     p.add_argument("--charged-per-hit", type=count, default=None,
                    help="teachers charged per hit (default min(n, ceil(C_delta/eps0)), about 2L)")
     p.add_argument("--individual-q", type=fraction_q, default=None, help="q for individual charging (default --q)")
@@ -115,8 +131,8 @@ def add_arguments(plan) -> None:
                        "planning.bassily_tt_teachers / bassily_tt_tokens).")
     p.add_argument("--eta", type=fraction_q, default=0.4, help="margin as a fraction of n (default 0.4)")
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--tokens", type=count, help="tokens m: report the teachers needed")
-    which.add_argument("--teachers", type=count, help="teachers n: report the most tokens m")
+    which.add_argument("--tokens", type=count, help="tokens m, at most 2^53: report the teachers needed")
+    which.add_argument("--teachers", type=count, help="teachers n, at most 2^53: report the most tokens m")
     common(p, eps0=False, tct=False)
     p.set_defaults(handler=_run_plan_margin, parser=p)
 

@@ -25,7 +25,7 @@ import numpy as np
 from ensembles import metrics, synthetic
 from ensembles.histograms import coordinated_votes, independent_votes
 from pate_accountant.validation import check_int
-from pate_app.options import positive_int
+from pate_app.options import int_in
 from pate_app.plotting import new_figure
 
 __all__ = [
@@ -33,6 +33,9 @@ __all__ = [
     "FULL_RUNTIME",
     "HELP",
     "MAX_COMMON_SIZE",
+    "MAX_SAMPLES",
+    "MAX_TEACHERS",
+    "MAX_VOTES",
     "NAME",
     "SIZES",
     "add_arguments",
@@ -62,6 +65,15 @@ DESCRIPTION = (
 SIZES = {"full": {"teachers": 2000, "samples": 1000}, "quick": {"teachers": 300, "samples": 200}}
 FULL_RUNTIME = "about 10 s on a 2-core CPU"
 DEFAULT_COMMON_SIZE = 20
+
+#: The documented ranges of the sizes (docs/ranges.md), measured on a 2-core machine: every teacher's
+#: distribution over the Planet Z vocabulary costs about 30 KB (and 0.15 ms), every vote about 60 bytes and
+#: 0.7 microseconds (two int64 vote matrices, Hot and Cold, and the metrics' work arrays).  At the limits the
+#: run needs about 1.5 GB for the teachers or 1.8 GB and 20 s for the votes.
+MAX_TEACHERS = 50_000
+MAX_SAMPLES = 100_000
+#: ``teachers x samples``: the size of each of the two vote matrices.
+MAX_VOTES = 3 * 10**7
 
 #: Vote draws are split into this many chunks so a progress bar moves during long runs.
 _VOTE_CHUNKS = 10
@@ -139,9 +151,11 @@ def histograms_experiment(
     """
     from tqdm import tqdm
 
-    n = check_int("num_teachers", num_teachers, minimum=1)
-    r = check_int("num_samples", num_samples, minimum=1)
+    n = check_int("num_teachers", num_teachers, minimum=1, maximum=MAX_TEACHERS)
+    r = check_int("num_samples", num_samples, minimum=1, maximum=MAX_SAMPLES)
     k = check_int("common_size", common_size, minimum=1, maximum=MAX_COMMON_SIZE)
+    if n * r > MAX_VOTES:
+        raise ValueError(_too_many_votes(n, r, "num_teachers", "num_samples"))
     seed = check_int("seed", seed, minimum=0)
     rng = np.random.default_rng(seed)
     chunks = [c.size for c in np.array_split(np.arange(r), min(_VOTE_CHUNKS, r))]
@@ -207,6 +221,12 @@ def histograms_experiment(
         "common_mass": float(average[common].sum()),
         "summary": summary,
     }
+
+
+def _too_many_votes(n: int, r: int, teachers: str, samples: str) -> str:
+    return (f"{teachers} x {samples} = {n} x {r} = {n * r} votes per ensemble, more than {MAX_VOTES:.0e} (about "
+            f"{(30e3 * n + 60 * n * r) / 1e9:.2g} GB and {0.15e-3 * n + 0.7e-6 * n * r:.0f} s; docs/ranges.md): draw fewer "
+            "samples or use fewer teachers")
 
 
 def format_summary(result: dict) -> str:
@@ -304,11 +324,13 @@ def plot_histograms_experiment(result: dict, out_dir) -> list[Path]:
 def add_arguments(parser) -> None:
     """``--teachers``, ``--samples`` (override the size) and ``--common-size``."""
     full, quick = SIZES["full"], SIZES["quick"]
-    parser.add_argument("--teachers", metavar="N", type=positive_int, default=None,
-                        help=f"number of teachers n (default: {full['teachers']}, --quick: {quick['teachers']})")
-    parser.add_argument("--samples", metavar="R", type=positive_int, default=None,
-                        help=f"histograms drawn per ensemble r (default: {full['samples']}, --quick: {quick['samples']})")
-    parser.add_argument("--common-size", metavar="K", type=positive_int, default=DEFAULT_COMMON_SIZE,
+    parser.add_argument("--teachers", metavar="N", type=int_in(1, MAX_TEACHERS, "about 30 KB per teacher"), default=None,
+                        help=f"number of teachers n, in [1, {MAX_TEACHERS}] (default: {full['teachers']}, --quick: "
+                             f"{quick['teachers']}); n x r at most {MAX_VOTES:.0e}")
+    parser.add_argument("--samples", metavar="R", type=int_in(1, MAX_SAMPLES), default=None,
+                        help=f"histograms drawn per ensemble r, in [1, {MAX_SAMPLES}] (default: {full['samples']}, "
+                             f"--quick: {quick['samples']})")
+    parser.add_argument("--common-size", metavar="K", type=int_in(1, MAX_COMMON_SIZE), default=DEFAULT_COMMON_SIZE,
                         help=f"size k of the common set C of answers (default: {DEFAULT_COMMON_SIZE}, "
                              f"at most {MAX_COMMON_SIZE})")
 
@@ -318,13 +340,17 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=N
     """The experiment at the ``quick`` or full size (``teachers``/``samples`` override it): see
     :func:`histograms_experiment`.  A bad option raises ``ValueError`` naming it."""
     sizes = SIZES["quick" if quick else "full"]
-    options = {"--teachers": (teachers, sizes["teachers"]), "--samples": (samples, sizes["samples"])}
+    options = {"--teachers": (teachers, sizes["teachers"], MAX_TEACHERS),
+               "--samples": (samples, sizes["samples"], MAX_SAMPLES)}
     values = {}
-    for option, (given, default) in options.items():
+    for option, (given, default, largest) in options.items():
         value = default if given is None else given
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"argument {option}: must be a positive integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= largest:
+            raise ValueError(f"argument {option}: must be an integer in [1, {largest}], got {value!r}")
         values[option] = value
+    if values["--teachers"] * values["--samples"] > MAX_VOTES:
+        raise ValueError("argument --teachers: " + _too_many_votes(values["--teachers"], values["--samples"],
+                                                                     "--teachers", "--samples"))
     if isinstance(common_size, bool) or not isinstance(common_size, int) or not 1 <= common_size <= MAX_COMMON_SIZE:
         raise ValueError(f"argument --common-size: must be an integer in [1, {MAX_COMMON_SIZE}], got {common_size!r}")
     result = histograms_experiment(values["--teachers"], values["--samples"], common_size, seed, progress=progress)
