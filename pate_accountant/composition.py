@@ -42,6 +42,7 @@ from pate_accountant.validation import check_int, check_real
 
 __all__ = [
     "DELTA_SAFETY",
+    "MAX_EXACT_STEPS",
     "basic",
     "drv",
     "drv_epsilon",
@@ -223,9 +224,18 @@ def pure_part_delta(k: int, delta0: float, delta: float) -> float:
     return min(1.0, -math.expm1(x) * (1.0 - 2.0 * _ULP))
 
 
+#: The most steps whose exact privacy-loss law (``k + 1`` binomial weights) :func:`optimal_epsilon` builds: about
+#: a second and a few hundred MB.  Beyond it, it answers with the smaller of two valid upper bounds of the
+#: optimal value, DRV (at the pure part's delta) and basic composition: more than the exact value, never less.
+#: (A boundary-wrapped mechanism at a large epsilon has a tiny ``q``, and one target hit then needs billions
+#: of private draws.)
+MAX_EXACT_STEPS = 2**22
+
+
 def optimal_epsilon(k: int, epsilon0: float, delta0: float, delta: float, *, cache: bool = True) -> float:
     """Optimal epsilon of ``k`` identical ``(epsilon0, delta0)`` steps at total ``delta`` (continuous, never
-    below the exact value; ``inf`` when ``delta`` does not even cover ``1 - (1 - delta0)^k``).
+    below the exact value; ``inf`` when ``delta`` does not even cover ``1 - (1 - delta0)^k``).  Above
+    :data:`MAX_EXACT_STEPS` steps, an upper bound of it (DRV or basic composition, whichever is smaller).
 
     ``cache=False`` does not keep the ``k + 1`` binomial weights in the module's small LRU cache (for a caller
     that asks for a new ``k`` every time, like a budgeted accountant); the value is the same.
@@ -239,5 +249,8 @@ def optimal_epsilon(k: int, epsilon0: float, delta0: float, delta: float, *, cac
         return math.inf
     if k == 0 or epsilon0 == 0.0:
         return 0.0
+    if k > MAX_EXACT_STEPS:
+        basic = k * epsilon0
+        return min(basic, drv_epsilon(k, epsilon0, target)) if 0.0 < target < 1.0 else basic
     weights, losses = _law(k, epsilon0, cache)
     return _bisect_epsilon(weights, losses, k * epsilon0, target)

@@ -40,6 +40,7 @@ from pate_accountant.validation import check_int, check_real
 
 __all__ = [
     "MAX_EPSILON_FOR_ONE_THIRD",
+    "MAX_PRIVATE_DRAWS",
     "NO_LIMIT",
     "QUERY_DELTA_ROUNDING",
     "SPLITS",
@@ -62,6 +63,10 @@ __all__ = [
 #: Fractions of delta tried for the tail ``beta`` (the rest goes to the composition).
 SPLITS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 COMPOSITIONS = ("optimal", "drv")
+#: The most private draws a TCT bound is computed for (float64 counts integers exactly up to here).  A query
+#: class whose hits need more (a boundary-wrapped mechanism at a large epsilon has ``q`` near ``e^-2eps``) has
+#: an infinite bound: it charges everything, never less than the truth.
+MAX_PRIVATE_DRAWS = 2**53
 #: The query limit of a pure class (no per-query weight): no limit (a plain integer keeps the check one
 #: comparison in the accountant's fast path).
 NO_LIMIT = sys.maxsize
@@ -138,12 +143,17 @@ def negative_binomial_tail(hits: int, q: float, k: int) -> float:
 
 @functools.lru_cache(maxsize=4096)
 def private_draws_needed(hits: int, q: float, beta: float) -> int:
-    """Smallest ``k >= hits`` with ``P[Bin(k, q) <= hits - 1] <= beta``."""
+    """Smallest ``k >= hits`` with ``P[Bin(k, q) <= hits - 1] <= beta``; ``MAX_PRIVATE_DRAWS + 1`` when it is
+    known to exceed :data:`MAX_PRIVATE_DRAWS`."""
     hits = check_int("hits", hits, minimum=0)
     q = check_real("q", q, minimum=0.0, maximum=1.0, min_open=True)
     beta = check_real("beta", beta, minimum=0.0, maximum=1.0, min_open=True)
     if hits == 0:
         return 0
+    if hits > 2 * q * MAX_PRIVATE_DRAWS and beta < 0.5:
+        # Bin(MAX, q) has mean below hits / 2, so (Markov) it stays below hits with chance at least 1/2 > beta:
+        # more than MAX_PRIVATE_DRAWS draws are needed.
+        return MAX_PRIVATE_DRAWS + 1
     if negative_binomial_tail(hits, q, hits) <= beta:
         return hits
     # One more than the largest k whose tail still exceeds beta; the first probe is at 2 hits / q + 10 (about
@@ -167,6 +177,8 @@ def _tct(hits: int, q: float, eps0: float, delta: float, composition: str) -> tu
     if hits == 0:
         return (0.0, 0, 0.0)
     for fraction, k, slack in tct_splits(hits, q, delta):
+        if k > MAX_PRIVATE_DRAWS:  # an infinite bound for this split
+            continue
         if composition == "optimal":
             eps = pure_optimal_epsilon(k, eps0, slack)
         else:

@@ -338,3 +338,32 @@ def test_histograms_experiment_refuses_sizes_before_any_work():
             histograms.histograms_experiment(30_000, 1001, 20, 0, progress=False)
         with pytest.raises(ValueError, match=r"^argument --samples: must be an integer in \[1, 100000\]"):
             histograms.run(samples=10**6, progress=False)
+
+
+# -- composition and TCT at astronomically many private draws ---------------------------------------------------
+def test_optimal_composition_beyond_the_exact_law_is_an_upper_bound():
+    """Past MAX_EXACT_STEPS the optimal epsilon is not computed from the k + 1 weights (memory) but bounded by the
+    smaller of DRV and basic composition: never below the exact value, which grows with k."""
+    from pate_accountant.composition import MAX_EXACT_STEPS, drv_epsilon, optimal_epsilon
+
+    with deadline(30.0):
+        exact = optimal_epsilon(MAX_EXACT_STEPS, 1e-4, 0.0, 1e-6, cache=False)
+        beyond = optimal_epsilon(MAX_EXACT_STEPS + 1, 1e-4, 0.0, 1e-6)
+    assert exact < beyond == min(drv_epsilon(MAX_EXACT_STEPS + 1, 1e-4, 1e-6), (MAX_EXACT_STEPS + 1) * 1e-4)
+
+
+@pytest.mark.parametrize("step_epsilon", [10.0, 20.0, 50.0])
+def test_target_charging_of_a_wrapper_at_a_large_epsilon_refuses_at_once(step_epsilon):
+    """A boundary wrapper at a large epsilon has q near e^(-2 eps): one target hit needs billions of private draws
+    (at 50, more than 2^53). The accountant answers at once that it cannot pay, instead of building a law of
+    billions of weights (a MemoryError before)."""
+    from mechanisms import BoundaryWrapper, DPArgMax
+    from pate_accountant.accountants import TargetChargingAccountant
+    from pate_accountant.tct import MAX_PRIVATE_DRAWS, private_draws_needed, tct_epsilon
+
+    with deadline(20.0):
+        accountant = TargetChargingAccountant(budget=(150.0, 1e-4))
+        assert not accountant.can_afford(BoundaryWrapper(DPArgMax(step_epsilon, 1e-6)).event)
+        assert accountant.spent() == (0.0, 0.0)
+    assert private_draws_needed(1, 1e-22, 1e-6) == MAX_PRIVATE_DRAWS + 1
+    assert tct_epsilon(1, 1e-22, 0.1, 1e-6) == math.inf
