@@ -6,7 +6,9 @@ experiments and their figures, built on the three library layers (``pate_account
 One command protocol (docs/cli.md, "Adding a command"): every command and every experiment is a module
 named in the one table below, with
 
-* ``NAME`` (the word that invokes it), ``HELP`` (one line) and ``DESCRIPTION`` (a paragraph);
+* ``NAME`` (the word that invokes it), ``HELP`` (one line) and ``DESCRIPTION`` (a paragraph); a command's
+  one-line help is also in the table (:data:`COMMAND_HELP`), so that ``pate-accountant --help`` lists the
+  commands without importing any of them;
 * ``add_arguments(parser)``: its own options (an ``argparse`` parser or argument group);
 * a command adds ``main(args) -> int`` (the exit status); an experiment adds instead
   ``SIZES``/``FULL_RUNTIME`` and ``run``/``plot``/``summary`` (:mod:`pate_app.experiments`), and the
@@ -25,6 +27,15 @@ COMMANDS = {
     "audit-mechanism": "pate_app.commands.audit_mechanism",
     "experiment": "pate_app.commands.experiment",
 }
+#: Each command's one-line help (its module's ``HELP``; a test keeps the two equal).
+COMMAND_HELP = {
+    "demo": "generate a few synthetic records privately from the bundled sample on the embedded model",
+    "generate": "generate synthetic records privately from a Dolly-format JSONL file on a local model",
+    "plan": "answer budget questions before a run (target hits, yields, teachers, accounting, margin)",
+    "audit": "verify a privacy ledger and print the budget it spent",
+    "audit-mechanism": "empirically lower-bound a mechanism's epsilon on a worst-case neighbouring pair",
+    "experiment": "run a reproducible experiment from the paper",
+}
 EXPERIMENTS = {
     "histograms": "pate_app.experiments.histograms",
     "alpha-sweep": "pate_app.experiments.alpha_sweep",
@@ -34,7 +45,7 @@ EXPERIMENTS = {
     "end-to-end": "pate_app.experiments.end_to_end",
 }
 
-__all__ = ["COMMANDS", "EXPERIMENTS", "load_module"]
+__all__ = ["COMMANDS", "COMMAND_HELP", "EXPERIMENTS", "load_module"]
 
 
 def load_module(kind: str, table: dict, name: str, required: tuple):

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from pate_accountant import __version__
-from pate_app import COMMANDS, load_module
+from pate_app import COMMAND_HELP, COMMANDS, load_module
 
 __all__ = ["build_parser", "load_command", "main"]
 
@@ -26,8 +26,13 @@ def load_command(name: str):
     return load_module("command", COMMANDS, name, _REQUIRED)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``pate-accountant`` parser: one subparser per command of the table, in its order."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``pate-accountant`` parser: one subparser per command of the table, in its order.
+
+    ``only`` (what :func:`main` passes: the command word of ``argv``, or ``""`` when there is none) imports and
+    builds that command alone; the others are listed with their one-line help from the table, so that
+    ``pate-accountant --help`` and a command's own ``--help`` or argument errors import no other command
+    (and none of the libraries behind it).  ``None``: every command, in full."""
     parser = argparse.ArgumentParser(
         prog="pate-accountant",
         description="Hot PATE: coordinated teacher ensembles, DP aggregation and privacy accounting.",
@@ -35,17 +40,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
+        if only is not None and name != only:
+            commands.add_parser(name, help=COMMAND_HELP[name])
+            continue
         module = load_command(name)
-        p = commands.add_parser(module.NAME, help=module.HELP, description=module.DESCRIPTION)
+        p = commands.add_parser(module.NAME, help=COMMAND_HELP[name], description=module.DESCRIPTION)
         p.set_defaults(handler=module.main, parser=p)
         module.add_arguments(p)
     return parser
 
 
+def _command_word(argv: list) -> str:
+    """The command ``argv`` names (its first word that is not an option), or ``""``."""
+    return next((word for word in argv if not word.startswith("-")), "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(_command_word(argv))
     try:
         args = parser.parse_args(argv)
         return int(args.handler(args))
