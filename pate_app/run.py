@@ -22,6 +22,9 @@ stderr, and the seed is never written into a shareable artifact (ledger, JSON re
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import re
 import sys
 import time
 from pathlib import Path
@@ -29,6 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from ensembles.backends import transformers_backend as tb
+from ensembles.backends.sharded import (
+    BackendSpec,
+    RayExecutor,
+    ShardedBackend,
+    TransformersSpec,
+)
 from ensembles.backends.transformers_backend import TransformersBackend
 from ensembles.data import OPEN_SLOT, partition_records, teacher_prompts
 from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable
@@ -45,6 +54,7 @@ __all__ = [
     "build_mechanism",
     "check_inputs",
     "check_reachable",
+    "check_workers",
     "default_demo_ledger",
     "demo_model_path",
     "private_run",
@@ -173,6 +183,62 @@ def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budge
         ledger.close()
 
 
+#: What ``--ray-address`` takes besides ``local`` and ``auto``: ``HOST:PORT`` or ``ray://HOST:PORT``.
+_RAY_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}")
+
+
+def _ray_installed() -> bool:
+    return importlib.util.find_spec("ray") is not None
+
+
+def check_workers(workers: int, num_teachers: int, ray_address: str | None) -> None:
+    """Refuse, before anything is written: ``--workers`` that is not a positive integer or exceeds
+    ``--teachers`` (every shard needs a teacher), a malformed ``--ray-address``, or ``--ray-address`` without
+    Ray installed."""
+
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise RunInputError(f"--workers must be a positive integer, got {workers!r}")
+    if workers > num_teachers:
+        raise RunInputError(f"--workers {workers} exceeds --teachers {num_teachers}: every worker needs at least "
+                            "one teacher")
+    if ray_address is None:
+        return
+    if not isinstance(ray_address, str) or not (ray_address in ("local", "auto")
+                                                 or _RAY_ADDRESS.fullmatch(ray_address)):
+        raise RunInputError(f"--ray-address must be 'local', 'auto', HOST:PORT or ray://HOST:PORT, got {ray_address!r}")
+    if not _ray_installed():
+        raise RunInputError(f"--ray-address {ray_address}: Ray is not installed; install the distributed extra: "
+                            "pip install 'pate-accountant[distributed]'")
+
+
+def _backends(stack: contextlib.ExitStack, model, threads, workers: int, ray_address: str | None):
+    """The teachers' backend and the public fallback backend (closed by ``stack``).
+
+    One worker and no Ray: today's single :class:`TransformersBackend`.  ``workers > 1`` in this process: the
+    model is loaded once and shared by ``workers`` shards (:class:`ShardedBackend`).  Ray: every actor loads
+    the model itself (``TransformersSpec``), the coordinator keeps only the tokenizer, and the public
+    fallback is one more actor."""
+
+    if ray_address is None and workers == 1:
+        backend = TransformersBackend(model, threads=threads, top_p=None, temperature=1.0)  # ValueError: bad path
+        return backend, TransformersBackend(backend.model, backend.tokenizer, threads=threads)
+    if ray_address is None:
+        base = TransformersBackend(model, threads=threads, top_p=None, temperature=1.0)
+        backend = ShardedBackend(BackendSpec(TransformersBackend, base.model, base.tokenizer, threads=threads),
+                                 workers)
+        stack.callback(backend.close)
+        return backend, TransformersBackend(base.model, base.tokenizer, threads=threads)
+    spec = TransformersSpec.for_model(model, threads=threads)  # ValueError: bad path, before Ray starts
+    try:
+        backend = ShardedBackend(spec, workers, executor=RayExecutor(ray_address))
+        stack.callback(backend.close)  # closed last: its executor started Ray, if one did
+        public = ShardedBackend(spec, 1, executor=RayExecutor(ray_address))
+        stack.callback(public.close)
+    except (ConnectionError, TimeoutError) as exc:
+        raise RunInputError(f"--ray-address {ray_address}: cannot reach the Ray cluster: {exc}") from None
+    return backend, public
+
+
 def _progress_bar(total: int, enabled: bool):
     if not enabled:
         return None
@@ -200,6 +266,8 @@ def private_run(
     temperature: float = 1.0,
     top_p: float | None = None,
     threads: int | None = None,
+    workers: int = 1,
+    ray_address: str | None = None,
     progress: bool = False,
     command: str = "generate",
     model_label: str | None = None,
@@ -213,8 +281,11 @@ def private_run(
     ``dataset``: the data set's name (default ``data_label``, else ``"records"``), stored in the ledger;
     ``(step_epsilon, step_delta)``: the mechanism's per-step parameters; ``(epsilon, delta)``: the data
     set's total budget (an existing ledger must have the same accountant and budget).  ``seed``: for
-    reproducible tests only (see the module docstring).  Raises :class:`RunInputError` (or ``ValueError``
-    from the backend for an unknown model path) before anything is written.
+    reproducible tests only (see the module docstring).  ``workers``: teacher shards
+    (:class:`~ensembles.backends.sharded.ShardedBackend`; 1, the default, is one unsharded backend), in this
+    process, or as Ray actors on the cluster at ``ray_address`` (``"local"`` starts one here); docs/distributed.md.
+    Raises :class:`RunInputError` (or ``ValueError`` from the backend for an unknown model path) before anything
+    is written.
 
     The result's ``spent`` is the data set's total spent after this run (every run in the ledger) and
     ``spent_before`` what it was when this run started.
@@ -235,6 +306,7 @@ def private_run(
     mech = build_mechanism(mechanism, step_epsilon, step_delta, relation)
     check_inputs(records, num_teachers, mech, accountant, budget)
     check_reachable(mech, num_teachers)
+    check_workers(workers, num_teachers, ray_address)
     ledger_path = Path(ledger_path)
     if not ledger_path.parent.is_dir():
         raise RunInputError(f"ledger folder {str(ledger_path.parent)!r} does not exist")
@@ -242,88 +314,90 @@ def private_run(
     if existing:
         _check_existing_ledger(ledger_path, dataset, accountant, budget, mech)
 
-    backend = TransformersBackend(model, threads=threads, top_p=None, temperature=1.0)  # ValueError: bad path
-    public = TransformersBackend(backend.model, backend.tokenizer, threads=threads)
+    with contextlib.ExitStack() as stack:  # stops the shards' workers, whatever happens
+        backend, public = _backends(stack, model, threads, workers, ray_address)
 
-    rng = np.random.default_rng(seed)
-    parts = partition_records(records, num_teachers, rng)
-    shared_prefix, prompts = teacher_prompts(parts)
-    public_prompt = OPEN_SLOT  # the open slot only: no private record
-    try:  # prompts that do not fit the context window: refused before the ledger exists
-        backend.check_prompts(prompts, shared_prefix)
-    except ValueError as exc:
-        raise RunInputError(f"--teachers {num_teachers}: {exc} (use more teachers or shorter records)") from None
+        rng = np.random.default_rng(seed)
+        parts = partition_records(records, num_teachers, rng)
+        shared_prefix, prompts = teacher_prompts(parts)
+        public_prompt = OPEN_SLOT  # the open slot only: no private record
+        try:  # prompts that do not fit the context window: refused before the ledger exists
+            backend.check_prompts(prompts, shared_prefix)
+        except ValueError as exc:
+            raise RunInputError(f"--teachers {num_teachers}: {exc} (use more teachers or shorter records)") from None
 
-    metadata = {
-        "command": command,
-        "mechanism": describe_mechanism(mech),
-        "mechanism_name": mechanism,
-        "accountant": accountant,
-        "budget": {"epsilon": budget[0], "delta": budget[1]},
-        "seeded": seed is not None,
-        "software_version": __version__,
-        "dataset": dataset,
-        "model": model_label if model_label is not None else str(model),
-        "data": data_label if data_label is not None else "records",
-        "num_teachers": num_teachers,
-        "records_requested": num_records,
-        "max_tokens": max_tokens,
-        "histograms": "coordinated",
-        "fallback": "public (same model, shared prefix only)",
-        "temperature": temperature,
-        "top_p": top_p,
-        "stop": "newline",
-    }
+        metadata = {
+            "command": command,
+            "mechanism": describe_mechanism(mech),
+            "mechanism_name": mechanism,
+            "accountant": accountant,
+            "budget": {"epsilon": budget[0], "delta": budget[1]},
+            "seeded": seed is not None,
+            "software_version": __version__,
+            "dataset": dataset,
+            "model": model_label if model_label is not None else str(model),
+            "data": data_label if data_label is not None else "records",
+            "num_teachers": num_teachers,
+            "records_requested": num_records,
+            "max_tokens": max_tokens,
+            "histograms": "coordinated",
+            "fallback": "public (same model, shared prefix only)",
+            "temperature": temperature,
+            "top_p": top_p,
+            "stop": "newline",
+            "workers": workers,
+            "executor": "ray" if ray_address is not None else "in-process",
+        }
 
-    if seed is not None:
-        print("pate-accountant: warning: this run is seeded, so it has no privacy against anyone who knows the "
-              "seed (they can re-run both neighbouring data sets and compare); the seed is not recorded. Leave "
-              "--seed out for a private run.", file=sys.stderr, flush=True)
-    ledger = Ledger.open(str(ledger_path))
-    try:
+        if seed is not None:
+            print("pate-accountant: warning: this run is seeded, so it has no privacy against anyone who knows the "
+                  "seed (they can re-run both neighbouring data sets and compare); the seed is not recorded. Leave "
+                  "--seed out for a private run.", file=sys.stderr, flush=True)
+        ledger = Ledger.open(str(ledger_path))
         try:
-            ledger.set_dataset(dataset)
-            acct = build_accountant(accountant, budget, ledger)
-        except ValueError as exc:  # another process changed the ledger since the checks above
-            raise RunInputError(f"--ledger {str(ledger_path)!r}: {exc}") from None
-        spent_before = tuple(float(x) for x in acct.spent())
-        run_id = ledger.begin_run(metadata)
-        generator = PrivateGenerator(
-            backend, mech, acct, histograms="coordinated", fallback="public", public_backend=public,
-            public_prompt=public_prompt, max_tokens=max_tokens, stop_strings=("\n",), top_p=top_p,
-            temperature=temperature,
-        )
-        bar = _progress_bar(num_records * max_tokens, progress)
-        on_token = None if bar is None else (lambda token_id: bar.update(1))
-        out_records = []
-        try:
-            for _ in range(num_records):
-                result = generator.generate(prompts, shared_prefix=shared_prefix, rng=rng,
-                                            mechanism_rng=rng if seed is not None else None, on_token=on_token)
-                counts = result.outcome_counts()
-                out_records.append({
-                    "text": result.text.strip(),
-                    "stop_reason": result.stop_reason,
-                    "num_tokens": len(result.token_ids),
-                    "charged_runs": result.num_charged_runs,
-                    "outcomes": counts,
-                    "private_tokens": counts.get("token", 0),
-                    "fallback_tokens": counts.get("fallback", 0),
-                })
+            try:
+                ledger.set_dataset(dataset)
+                acct = build_accountant(accountant, budget, ledger)
+            except ValueError as exc:  # another process changed the ledger since the checks above
+                raise RunInputError(f"--ledger {str(ledger_path)!r}: {exc}") from None
+            spent_before = tuple(float(x) for x in acct.spent())
+            run_id = ledger.begin_run(metadata)
+            generator = PrivateGenerator(
+                backend, mech, acct, histograms="coordinated", fallback="public", public_backend=public,
+                public_prompt=public_prompt, max_tokens=max_tokens, stop_strings=("\n",), top_p=top_p,
+                temperature=temperature,
+            )
+            bar = _progress_bar(num_records * max_tokens, progress)
+            on_token = None if bar is None else (lambda token_id: bar.update(1))
+            out_records = []
+            try:
+                for _ in range(num_records):
+                    result = generator.generate(prompts, shared_prefix=shared_prefix, rng=rng,
+                                                mechanism_rng=rng if seed is not None else None, on_token=on_token)
+                    counts = result.outcome_counts()
+                    out_records.append({
+                        "text": result.text.strip(),
+                        "stop_reason": result.stop_reason,
+                        "num_tokens": len(result.token_ids),
+                        "charged_runs": result.num_charged_runs,
+                        "outcomes": counts,
+                        "private_tokens": counts.get("token", 0),
+                        "fallback_tokens": counts.get("fallback", 0),
+                    })
+                    if bar is not None:
+                        bar.update(max_tokens - len(result.token_ids))
+                    if result.stop_reason == "budget":
+                        break
+            finally:
                 if bar is not None:
-                    bar.update(max_tokens - len(result.token_ids))
-                if result.stop_reason == "budget":
-                    break
+                    bar.close()
+            spent = tuple(float(x) for x in acct.spent())
+            rows = ledger.row_count
+            runs = len(ledger.runs)
+            run_rows = sum(1 for row in ledger.rows() if row.run == run_id)
+            verdict = ledger.verify()
         finally:
-            if bar is not None:
-                bar.close()
-        spent = tuple(float(x) for x in acct.spent())
-        rows = ledger.row_count
-        runs = len(ledger.runs)
-        run_rows = sum(1 for row in ledger.rows() if row.run == run_id)
-        verdict = ledger.verify()
-    finally:
-        ledger.close()
+            ledger.close()
 
     return {
         "command": command,

@@ -234,3 +234,43 @@ def test_every_command_and_experiment_of_the_table_follows_the_protocol():
         assert load(name).NAME == name
     with pytest.raises(ValueError, match="command must be one of"):
         load_command("nonsense")
+
+
+def _generate_argv(tmp_path, *extra):
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"instruction": f"write item {i}", "context": "", "response": "ok",
+                                        "category": "open_qa"}) + "\n" for i in range(8)), encoding="utf-8")
+    (tmp_path / "model").mkdir(exist_ok=True)  # never loaded: the flags are refused first
+    return ["generate", "--model", str(tmp_path / "model"), "--data", str(data), "--teachers", "4",
+            "--mechanism", "dp-argmax", "--accountant", "basic", "--epsilon", "500", "--delta", "0.5",
+            "--step-epsilon", "8", "--step-delta", "0.001", "--ledger", str(tmp_path / "run.sqlite"), *extra]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--workers", "0"], "argument --workers: must be a positive integer, got 0"),
+        (["--workers", "two"], "argument --workers: must be a positive integer, got 'two'"),
+        (["--workers", "5"], "--workers 5 exceeds --teachers 4: every worker needs at least one teacher"),
+        (["--ray-address", "nowhere"],
+         "--ray-address must be 'local', 'auto', HOST:PORT or ray://HOST:PORT, got 'nowhere'"),
+        (["--ray-address", "ray://head:10001:x"],
+         "--ray-address must be 'local', 'auto', HOST:PORT or ray://HOST:PORT, got 'ray://head:10001:x'"),
+    ],
+)
+def test_generate_sharding_flags_are_refused_before_anything_is_written(tmp_path, capsys, extra, message):
+    assert main(_generate_argv(tmp_path, *extra)) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()[-1]) < 200
+    assert not (tmp_path / "run.sqlite").exists()
+
+
+def test_generate_ray_address_without_ray_names_the_extra(tmp_path, capsys, monkeypatch):
+    import pate_app.run
+
+    monkeypatch.setattr(pate_app.run, "_ray_installed", lambda: False)
+    assert main(_generate_argv(tmp_path, "--ray-address", "local", "--workers", "2")) == 2
+    err = capsys.readouterr().err
+    assert "--ray-address local: Ray is not installed; install the distributed extra" in err
+    assert "pate-accountant[distributed]" in err
+    assert not (tmp_path / "run.sqlite").exists()

@@ -409,3 +409,24 @@ def test_cli_generate_twice_on_one_ledger(model_dir, tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "belongs to the data set 'data.jsonl'" in err
+
+
+@pytest.mark.parametrize("ray", [False, True], ids=["in-process", "ray-local"])
+def test_cli_generate_on_worker_shards_equals_the_unsharded_run(model_dir, tmp_path, capsys, ray):
+    """``--workers 2`` (in this process, one shared model; or two Ray actors of a local cluster that each load the
+    model, plus one for the public fallback) releases the same records and spends the same budget."""
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    assert main(_generate_argv(model_dir, data, tmp_path / "one.sqlite", "--json")) == 0
+    plain = json.loads(capsys.readouterr().out)
+    extra = ("--workers", "2") + (("--ray-address", "local") if ray else ())
+    assert main(_generate_argv(model_dir, data, tmp_path / "two.sqlite", "--json", *extra)) == 0
+    sharded = json.loads(capsys.readouterr().out)
+    assert sharded["audit"]["ok"]
+    assert sharded["records"] == plain["records"] and sharded["spent"] == plain["spent"]
+    assert sharded["parameters"]["workers"] == 2
+    assert sharded["parameters"]["executor"] == ("ray" if ray else "in-process")
+    if ray:
+        import ray as ray_module
+
+        assert not ray_module.is_initialized()  # the run's executor started Ray and shut it down

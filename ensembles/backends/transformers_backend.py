@@ -31,7 +31,8 @@ import numpy as np
 from ensembles.backends.device_votes import device_votes
 from ensembles.distributions import TeacherDistributions, top_p_keep
 
-__all__ = ["TransformersBackend", "convert_gguf", "converted_gguf_path", "default_cache_dir", "smollm2_path"]
+__all__ = ["TransformersBackend", "convert_gguf", "converted_gguf_path", "default_cache_dir", "resolve_model_path",
+           "smollm2_path"]
 
 #: Default number of teachers per forward pass.
 DEFAULT_BATCH_SIZE = 32
@@ -110,7 +111,10 @@ def convert_gguf(gguf_file, cache_dir=None) -> Path:
     return target
 
 
-def _resolve_model_path(model) -> Path:
+def resolve_model_path(model) -> Path:
+    """The local folder a model path names: a folder with a ``config.json`` as it is, a ``.gguf`` file (or a
+    folder holding one) converted once by :func:`convert_gguf`; a clear ``ValueError`` otherwise (model hubs
+    are not used)."""
     path = Path(model).expanduser()
     if not path.exists():
         raise ValueError(f"model path {str(path)!r} does not exist (model hubs are not used: give a local folder)")
@@ -192,7 +196,7 @@ class TransformersBackend:
             raise ValueError(f"threads must be a positive integer, got {threads!r}")
         path = None
         if isinstance(model, (str, os.PathLike)):
-            path = _resolve_model_path(model)  # clear error before torch is even imported
+            path = resolve_model_path(model)  # clear error before torch is even imported
         elif tokenizer is None:
             raise ValueError("a loaded model needs its tokenizer: TransformersBackend(model, tokenizer)")
 

@@ -10,7 +10,7 @@ from ensembles.data import load_dolly_jsonl
 from mechanisms import registry as mechanisms_registry
 from pate_accountant import registry as accountants_registry
 from pate_app.commands.run_options import add_run_options, run_and_report
-from pate_app.options import open_unit, positive_float
+from pate_app.options import open_unit, positive_float, positive_int
 
 NAME = "generate"
 HELP = "generate synthetic records privately from a Dolly-format JSONL file on a local model"
@@ -42,6 +42,13 @@ def add_arguments(p) -> None:
                    help="name of the data set the ledger belongs to (default: the --data file's name); it is "
                         "stored in the shareable ledger, so choose a name that reveals nothing private")
     add_run_options(p, demo=False)
+    p.add_argument("--workers", metavar="N", type=positive_int, default=1,
+                   help="split the teachers into N contiguous shards, each its own backend: in this process (one "
+                        "model, shared), or one Ray actor each with --ray-address (default 1: no sharding; "
+                        "docs/distributed.md)")
+    p.add_argument("--ray-address", metavar="ADDRESS", default=None,
+                   help="run the shards as Ray actors on the cluster at ADDRESS (HOST:PORT, ray://HOST:PORT or auto; "
+                        "'local' starts a local cluster); needs the distributed extra")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pate_app.options import nonnegative_int, open_unit, positive_float, positive_int, print_json, scale
+from pate_app.options import delta, nonnegative_int, positive_float, positive_int, print_json, scale, step_epsilon
 from pate_app.run import RunInputError, private_run
 
 __all__ = ["DEMO_DEFAULTS", "add_run_options", "run_and_report"]
@@ -24,10 +24,10 @@ def add_run_options(p, *, demo: bool) -> None:
                    help=f"synthetic records to generate (default {d['records']})")
     p.add_argument("--max-tokens", metavar="T", type=positive_int, default=d["max_tokens"],
                    help=f"at most T tokens per record; a record also stops at a newline (default {d['max_tokens']})")
-    p.add_argument("--step-epsilon", metavar="E", type=positive_float, default=d["step_epsilon"],
-                   help=f"per-step epsilon of the mechanism (default {d['step_epsilon']:g})")
-    p.add_argument("--step-delta", metavar="D", type=open_unit, default=d["step_delta"],
-                   help=f"per-step delta of the mechanism (default {d['step_delta']:g})")
+    p.add_argument("--step-epsilon", metavar="E", type=step_epsilon, default=d["step_epsilon"],
+                   help=f"per-step epsilon of the mechanism, in (0, 50] (default {d['step_epsilon']:g})")
+    p.add_argument("--step-delta", metavar="D", type=delta, default=d["step_delta"],
+                   help=f"per-step delta of the mechanism, in [1e-300, 1) (default {d['step_delta']:g})")
     p.add_argument("--relation", choices=("replace-one", "add-remove-one"), default=d["relation"],
                    help=f"neighbouring relation of the mechanism (default {d['relation']})")
     p.add_argument("--temperature", metavar="T", type=positive_float, default=d["temperature"],
@@ -54,6 +54,7 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
             step_epsilon=args.step_epsilon, step_delta=args.step_delta, relation=args.relation,
             epsilon=args.epsilon, delta=args.delta, num_records=args.records, max_tokens=args.max_tokens,
             seed=args.seed, temperature=args.temperature, top_p=args.top_p, threads=args.threads,
+            workers=getattr(args, "workers", 1), ray_address=getattr(args, "ray_address", None),
             progress=not args.no_progress and not args.json, command=command,
             model_label=model_label, data_label=data_label, dataset=dataset,
         )
