@@ -156,11 +156,15 @@ def _choice(name, value, allowed):
     return value
 
 
-def _check_untransformed(name, backend) -> None:
+def _check_untransformed(name, backend, temperature: float, top_p) -> None:
     """Temperature and top-p are the generator's, applied once (by ``backend.votes``): refuse a backend that
-    applies its own as well."""
+    applies its own as well, and let a backend that cannot apply these (``check_sampling``) refuse them now,
+    before any run."""
     if backend is None:
         return
+    check = getattr(backend, "check_sampling", None)
+    if check is not None:
+        check(temperature, top_p)
     temperature, top_p = getattr(backend, "temperature", 1.0), getattr(backend, "top_p", None)
     if temperature != 1.0 or top_p not in (None, 1.0):
         raise ValueError(f"{name} applies temperature={temperature} and top_p={top_p} itself; build it with "
@@ -318,8 +322,6 @@ class PrivateGenerator:
             raise TypeError("public_backend must implement NextTokenBackend")
         if public_backend is not None and public_backend.vocab_size != backend.vocab_size:
             raise ValueError("public_backend must share the backend's vocabulary")
-        for name, model in (("backend", backend), ("public_backend", public_backend)):
-            _check_untransformed(name, model)
         self.public_backend, self.public_prompt = public_backend, public_prompt
         self.max_tokens = check_int("max_tokens", max_tokens, minimum=1)
         if isinstance(stop_strings, str):
@@ -329,6 +331,8 @@ class PrivateGenerator:
             raise ValueError("stop strings must be non-empty")
         self.top_p = None if top_p is None else check_real("top_p", top_p, minimum=0.0, maximum=1.0, min_open=True)
         self.temperature = check_real("temperature", temperature, minimum=0.0, min_open=True)
+        for name, model in (("backend", backend), ("public_backend", public_backend)):
+            _check_untransformed(name, model, self.temperature, self.top_p)
         self.seed = seed
         if candidate is None:
             candidate = "uniform" if public_backend is None else "public"

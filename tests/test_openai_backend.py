@@ -121,10 +121,10 @@ def test_host_temperature_is_refused(server):
     api.begin([[W["the"]], [W["cat"]]])
     with pytest.raises(ValueError, match="logprobs_temperature"):
         api.votes(StepKey(1, 0, 0), temperature=0.7)
-    generator = PrivateGenerator(api, DPArgMax(1.0, 1e-5), BasicCompositionAccountant(budget=(2.0, 1e-3)),
-                                 temperature=0.7, seed=1)
-    with pytest.raises(ValueError, match="logprobs_temperature"):
-        generator.generate([[W["the"]], [W["cat"]]])
+    accountant = BasicCompositionAccountant(budget=(2.0, 1e-3))
+    with pytest.raises(ValueError, match="logprobs_temperature"):  # refused when the generator is built
+        PrivateGenerator(api, DPArgMax(1.0, 1e-5), accountant, temperature=0.7, seed=1)
+    assert accountant.spent() == (0.0, 0.0)
 
 
 def test_processed_logprobs_at_the_declared_temperature():

@@ -15,6 +15,8 @@ steps, because every active teacher appends the *same* released token each step 
   returns only the votes); ``teacher_ids`` are the rows' original indices (Cold PATE's keys; default
   ``active_teachers()``).  A teacher's vote is a function of its own context and ``key`` alone, whatever
   other teachers share its batch or shard;
+* optional ``check_sampling(temperature, top_p)``: a backend that cannot apply some temperature or top-p
+  raises ``ValueError`` here; ``PrivateGenerator`` asks when it is built, before any run;
 * ``drop_teachers(indices)``: remove teachers (original indices) from later steps (individual charging);
 * ``encode(text) -> list[int]``, ``decode(ids) -> str``, ``vocab_size``, ``eos_token_id`` (or ``None``);
 * ``next_token_distributions(contexts)``: the stateless form, one token-id context per teacher.

@@ -201,13 +201,17 @@ class OpenAICompatibleBackend(ContextBackend):
               teacher_ids=None) -> np.ndarray:
         """:meth:`ContextBackend.votes`, but only at temperature 1: a temperature belongs on the server
         (``logprobs_temperature``), where it acts before the top-``k`` cut."""
+        self.check_sampling(temperature, top_p)
+        return super().votes(key, temperature=temperature, top_p=top_p, histograms=histograms,
+                             teacher_ids=teacher_ids)
+
+    def check_sampling(self, temperature: float, top_p: float | None = None) -> None:
+        """Refuse a host temperature other than 1 (``PrivateGenerator`` asks when it is built, before any run)."""
         if temperature != 1.0:
             raise ValueError(
                 f"temperature={temperature} would be applied on the host to top-{self._k} rows with a tail, only "
                 f"approximately (and on top of logprobs_temperature={self._temperature}); have the server apply "
                 "it (logprobs_temperature, docs/remote_backend.md) and keep PrivateGenerator(temperature=1.0)")
-        return super().votes(key, temperature=temperature, top_p=top_p, histograms=histograms,
-                             teacher_ids=teacher_ids)
 
     def check_server_temperature(self) -> None:
         """Check on the public probe prompt that the server's logprobs are at ``logprobs_temperature``.
