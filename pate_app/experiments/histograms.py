@@ -26,7 +26,7 @@ from ensembles import metrics, synthetic
 from ensembles.histograms import coordinated_votes, independent_votes
 from pate_accountant.validation import check_int
 from pate_app.options import int_in
-from pate_app.plotting import new_figure
+from pate_app.plotting import COLORS, legend_outside, new_figure, styled
 
 __all__ = [
     "DESCRIPTION",
@@ -269,6 +269,7 @@ def format_table(result: dict) -> str:
     return "\n".join(rows)
 
 
+@styled
 def plot_histograms_experiment(result: dict, out_dir) -> list[Path]:
     """Write ``histograms_coverage.png`` and ``histograms_support.png`` into ``out_dir`` (created if missing).
 
@@ -284,16 +285,16 @@ def plot_histograms_experiment(result: dict, out_dir) -> list[Path]:
     t = np.asarray(result["thresholds"], dtype=np.float64)
     pmax_line = n * result["max_average_probability"]
     title = f"Planet Z-like ensemble: n={n}, k={p['common_size']}, r={p['num_samples']}, seed={p['seed']}"
-    hot_style = {"color": "tab:red", "marker": "o", "markersize": 3, "label": "Hot (coordinated)"}
-    cold_style = {"color": "tab:blue", "marker": "s", "markersize": 3, "label": "Cold (independent)"}
+    hot_style = {"color": COLORS["hot"], "marker": "o", "label": "Hot (coordinated)"}
+    cold_style = {"color": COLORS["cold"], "marker": "s", "label": "Cold (independent)"}
 
     def new_axes():
-        fig = new_figure((6.4, 4.4))
+        fig = new_figure((7.2, 5.4))
         ax = fig.add_subplot()
         ax.set_xscale("log")
         ax.set_xlabel("threshold T (votes)")
-        ax.set_title(title, fontsize=9)
-        ax.axvline(pmax_line, color="gray", linestyle=":", linewidth=1, label="n x max average token probability")
+        ax.set_title(title)
+        ax.axvline(pmax_line, color=COLORS["threshold"], linestyle=":", linewidth=1, label="n x max average token probability")
         ax.grid(True, which="major", alpha=0.3)
         return fig, ax
 
@@ -301,12 +302,12 @@ def plot_histograms_experiment(result: dict, out_dir) -> list[Path]:
     fig, ax = new_axes()
     ax.plot(t, result["hot"]["coverage"], **hot_style)
     ax.plot(t, result["cold"]["coverage"], **cold_style)
-    ax.plot(t, result["robust_mass"], color="black", linestyle="--", label="robust mass P(tau = T) (Remark D.1)")
+    ax.plot(t, result["robust_mass"], color="black", linestyle="--", label="tau-robust mass P(tau = T)")
     ax.set_ylabel("coverage (transferred probability mass)")
     ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=8, loc="lower left")
+    legend_outside(ax, where="below", ncol=2)
     path = out / "histograms_coverage.png"
-    fig.savefig(path, dpi=120)
+    fig.savefig(path)
     paths.append(path)
 
     fig, ax = new_axes()
@@ -314,9 +315,9 @@ def plot_histograms_experiment(result: dict, out_dir) -> list[Path]:
     ax.plot(t, result["cold"]["support_size"], **cold_style)
     ax.set_yscale("symlog", linthresh=1.0)
     ax.set_ylabel("support size (tokens reaching T in some sample)")
-    ax.legend(fontsize=8, loc="upper right")
+    legend_outside(ax, where="below", ncol=2)
     path = out / "histograms_support.png"
-    fig.savefig(path, dpi=120)
+    fig.savefig(path)
     paths.append(path)
     return paths
 
