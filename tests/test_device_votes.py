@@ -149,3 +149,17 @@ def test_the_kernel_on_cuda_votes_as_on_the_cpu(top_p):
     same = np.mean([(device_votes(logits.cuda().to(torch.bfloat16), key, temperature=0.7, top_p=top_p)
                      == device_votes(logits, key, temperature=0.7, top_p=top_p)).mean() for key in keys])
     assert same > 0.9  # bf16 logits move near-ties only
+
+
+def test_the_cached_cut_serves_retries_and_gives_the_same_votes():
+    """A retry at the same position races again on new noise with the cut kept in ``cache``: same votes as
+    computing the cut afresh, one cut per (temperature, top-p)."""
+    logits = torch.from_numpy(_logits(32, 400, 6))
+    cache = {}
+    for retry in range(15):
+        key = StepKey(4, 2, retry)
+        np.testing.assert_array_equal(device_votes(logits, key, temperature=0.8, top_p=0.9, cache=cache),
+                                      device_votes(logits, key, temperature=0.8, top_p=0.9))
+    assert len(cache) == 1
+    device_votes(logits, StepKey(4, 2, 0), top_p=0.5, cache=cache)
+    assert len(cache) == 2

@@ -12,9 +12,9 @@ calls :func:`device_votes` and sends back one ``int32`` vote per teacher; no dis
 
 The top-p cut is the host rule (:func:`~ensembles.distributions.top_p_keep`) on float64 probabilities of the
 tokens within a margin of each row's most likely one (:data:`ensembles.keyed_votes.TOP_P_MARGINS`), so no
-row is ever fully sorted unless its distribution is flat.  The normaliser ``logsumexp_j logit_ij / T`` sums
-``dtype`` exponentials in float64: ``dtype=torch.float64`` reproduces the host path exactly (the tests'
-proof), float32 (the default) moves each probability by about 1e-7 relative, which can only move a top-p cut
+row is ever fully sorted unless its distribution is flat.  The normaliser ``logsumexp_j logit_ij / T`` is
+computed in ``dtype``: ``dtype=torch.float64`` reproduces the host path exactly (the tests' proof), float32
+(the default) moves each probability by about 1e-7 relative, which can only move a top-p cut
 whose running mass lies within that of ``top_p``.  Either way the cut is a function of the teacher's own
 logits, so the votes keep Algorithm 1's law and the privacy analysis is unchanged.
 
@@ -43,12 +43,16 @@ _COLD_ROWS = 64
 
 
 def device_votes(logits, key: StepKey, *, temperature: float = 1.0, top_p: float | None = None,
-                 histograms: str = "coordinated", teacher_ids=None, dtype=None) -> np.ndarray:
+                 histograms: str = "coordinated", teacher_ids=None, dtype=None, cache=None) -> np.ndarray:
     """One ``int32`` vote per row of ``logits`` (a ``(n, V)`` torch tensor of raw next-token logits, on any
     device) on the randomness of ``key``, at ``temperature`` with the optional ``top_p`` cut; a vote into the
     top-p tail is :data:`~ensembles.TAIL_VOTE`.  ``histograms``: ``"coordinated"`` (Hot PATE) or
     ``"independent"`` (Cold PATE, with ``teacher_ids`` the rows' original teacher indices, default
-    ``0..n-1``).  ``dtype`` (default float32): the precision of the race and of the exponentials."""
+    ``0..n-1``).  ``dtype`` (default float32): the precision of the race and of the exponentials.
+
+    ``cache`` (optional, a dict the caller empties whenever ``logits`` change): keeps the top-p cut of these
+    logits, which does not depend on the key, so that a retry at the same position (a new key) only races
+    again on new noise."""
     import torch
 
     if not isinstance(key, StepKey):
@@ -73,9 +77,16 @@ def device_votes(logits, key: StepKey, *, temperature: float = 1.0, top_p: float
     minus_log_u = torch.from_numpy(-np.log(noise)).to(device=scaled.device, dtype=dtype)
     if top_p is None:
         return torch.argmax(scaled + minus_log_u, dim=1).to(torch.int32).cpu().numpy()
-    rows, cols, _, log_norm, tail = _top_p_entries(scaled, top_p)
+    cut_key = (temperature, top_p, dtype)
+    cut = None if cache is None else cache.get(cut_key)
+    if cut is None:
+        rows, cols, _, log_norm, tail = _top_p_entries(scaled, top_p)
+        cut = (rows, cols, scaled[rows, cols], log_norm, tail)
+        if cache is not None:
+            cache[cut_key] = cut
+    rows, cols, kept, log_norm, tail = cut
     # The race among each row's kept tokens; ties (probability zero) go to the smallest token id.
-    score = scaled[rows, cols] + minus_log_u[cols]
+    score = kept + minus_log_u[cols]
     best = torch.full((n,), -torch.inf, dtype=dtype, device=scaled.device).scatter_reduce(0, rows, score, "amax")
     winner = torch.where(score == best[rows], cols, vocab)
     votes = torch.full((n,), vocab, dtype=torch.long, device=scaled.device).scatter_reduce(0, rows, winner, "amin")
@@ -87,12 +98,10 @@ def device_votes(logits, key: StepKey, *, temperature: float = 1.0, top_p: float
 
 
 def _log_normaliser(scaled):
-    """``logsumexp`` of each row in float64 (exponentials in ``scaled``'s dtype, summed in float64)."""
+    """``logsumexp`` of each row in ``scaled``'s dtype (torch's fused kernel), returned as float64."""
     import torch
 
-    row_max = scaled.max(dim=1).values
-    total = torch.exp(scaled - row_max[:, None]).sum(dim=1, dtype=torch.float64)
-    return row_max.to(torch.float64) + torch.log(total)
+    return torch.logsumexp(scaled, dim=1).to(torch.float64)
 
 
 def _top_p_entries(scaled, top_p: float):

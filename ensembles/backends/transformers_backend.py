@@ -245,6 +245,9 @@ class TransformersBackend:
         self.add_bos = bool(add_bos)
         self._batches: list[_Batch] | None = None
         self._num_teachers = 0
+        #: The top-p cut of the current logits, kept across retries at one position (emptied by every
+        #: change of the teachers' state).
+        self._vote_cache: dict = {}
 
     # -- tokens --------------------------------------------------------------------------------------
     @property
@@ -429,6 +432,7 @@ class TransformersBackend:
         """Start a run: teacher ``i``'s context is ``shared_prefix + teacher_prompts[i]``; prefills caches."""
         prefix, suffixes = self._contexts(teacher_prompts, shared_prefix)
         self._batches = None
+        self._vote_cache.clear()
         self._num_teachers = len(suffixes)
         self._batches = self._prefill(prefix, suffixes, np.arange(len(suffixes), dtype=np.int64))
 
@@ -444,6 +448,7 @@ class TransformersBackend:
         if not isinstance(state, _Snapshot):
             raise TypeError(f"state must come from snapshot(), got {type(state).__name__}")
         self._batches = copy.deepcopy(state.batches)
+        self._vote_cache.clear()
         self._num_teachers = state.num_teachers
 
     def _check_started(self) -> None:
@@ -477,6 +482,7 @@ class TransformersBackend:
             if int(batch.lengths.max()) + 1 > self.max_context:
                 i = int(batch.teachers[int(np.argmax(batch.lengths))])
                 raise ValueError(f"teacher {i}'s context would exceed the context window of {self.max_context} tokens")
+        self._vote_cache.clear()
         for batch in self._batches:
             batch.pending.append(token_id)
             batch.lengths = batch.lengths + 1
@@ -490,6 +496,7 @@ class TransformersBackend:
         drop = np.asarray(sorted({int(i) for i in indices}), dtype=np.int64)
         if drop.size and (drop.min() < 0 or drop.max() >= self._num_teachers):
             raise ValueError(f"teacher indices must lie in [0, {self._num_teachers})")
+        self._vote_cache.clear()
         kept_batches = []
         for batch in self._batches:
             keep = ~np.isin(batch.teachers, drop)
@@ -527,7 +534,7 @@ class TransformersBackend:
         logits = self._active_logits()
         ids = self.active_teachers() if teacher_ids is None else teacher_ids
         return device_votes(logits, key, temperature=temperature, top_p=top_p, histograms=histograms,
-                            teacher_ids=ids)
+                            teacher_ids=ids, cache=self._vote_cache)
 
 
 def _check_pad(tokenizer) -> None:
