@@ -58,6 +58,9 @@ def add_arguments(plan) -> None:
                       help="do not show the progress bar (stderr)")
     sub = plan.add_subparsers(dest="plan_command", metavar="SUBCOMMAND", required=False)
 
+    def aggregator_delta(p, what="of the aggregator in C_delta = 2 ln(1/delta0)"):
+        p.add_argument("--aggregator-delta", type=open_unit, default=1e-6, help=f"delta0 {what} (default 1e-6)")
+
     def common(p, *, eps0=True, budget=True, tct=True):
         if budget:
             p.add_argument("--epsilon", type=positive_float, default=1.0,
@@ -92,8 +95,7 @@ def add_arguments(plan) -> None:
                        "for alpha <= T/n; n defaults to C_delta/eps0, C_delta = 2 ln(1/aggregator delta).")
     common(p)
     p.add_argument("--teachers", type=count, default=None, help="number of teachers n, at most 2^53 (default C_delta/eps0)")
-    p.add_argument("--aggregator-delta", type=open_unit, default=1e-6,
-                   help="delta0 of the aggregator in C_delta = 2 ln(1/delta0) (default 1e-6)")
+    aggregator_delta(p)
     p.set_defaults(handler=_run_plan_yields, parser=p)
 
     p = sub.add_parser("for-tokens", help="which eps0 and how many teachers for a wanted number of tokens",
@@ -103,8 +105,7 @@ def add_arguments(plan) -> None:
                    help=f"wanted number of yields (tokens); at most about {planning.MAX_SEARCH_STEPS:.0e} q C_delta / 2 "
                    f"({planning.max_plannable_tokens(1.0 / 3.0, planning.DEFAULT_AGGREGATOR_DELTA)} at the defaults; docs/ranges.md)")
     common(p, eps0=False)
-    p.add_argument("--aggregator-delta", type=open_unit, default=1e-6,
-                   help="delta0 of the aggregator in C_delta = 2 ln(1/delta0) (default 1e-6)")
+    aggregator_delta(p)
     p.set_defaults(handler=_run_plan_for_tokens, parser=p)
 
     p = sub.add_parser("compare", help="plain composition vs target charging vs individual charging",
@@ -121,8 +122,7 @@ def add_arguments(plan) -> None:
     p.add_argument("--individual-q", type=fraction_q, default=None, help="q for individual charging (default --q)")
     p.add_argument("--budget-epsilon", type=positive_float, default=None,
                    help="also report how many queries each accounting affords within this epsilon")
-    p.add_argument("--aggregator-delta", type=open_unit, default=1e-6,
-                   help="delta0 in C_delta = 2 ln(1/delta0), for the default --charged-per-hit (default 1e-6)")
+    aggregator_delta(p, "in C_delta = 2 ln(1/delta0), for the default --charged-per-hit")
     common(p, budget=False)
     p.set_defaults(handler=_run_plan_compare, parser=p)
 
