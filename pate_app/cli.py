@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from pate_accountant import __version__
 from pate_app import COMMAND_HELP, COMMANDS, load_module
+from pate_app.options import Parser
 
 __all__ = ["build_parser", "load_command", "main"]
 
@@ -33,7 +34,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     builds that command alone; the others are listed with their one-line help from the table, so that
     ``pate-accountant --help`` and a command's own ``--help`` or argument errors import no other command
     (and none of the libraries behind it).  ``None``: every command, in full."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="pate-accountant",
         description="Hot PATE: coordinated teacher ensembles, DP aggregation and privacy accounting.",
     )

@@ -242,7 +242,7 @@ def _generate_argv(tmp_path, *extra):
                                         "category": "open_qa"}) + "\n" for i in range(8)), encoding="utf-8")
     (tmp_path / "model").mkdir(exist_ok=True)  # never loaded: the flags are refused first
     return ["generate", "--model", str(tmp_path / "model"), "--data", str(data), "--teachers", "4",
-            "--mechanism", "dp-argmax", "--accountant", "basic", "--epsilon", "500", "--delta", "0.5",
+            "--mechanism", "dp-argmax", "--accountant", "basic", "--budget-epsilon", "500", "--budget-delta", "0.5",
             "--step-epsilon", "8", "--step-delta", "0.001", "--ledger", str(tmp_path / "run.sqlite"), *extra]
 
 

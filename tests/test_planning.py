@@ -569,29 +569,29 @@ def test_cli_subcommands_json(capsys):
     assert d["n_required"] == pytest.approx(9527.93, abs=0.005)
     d = run_json(capsys, "margin", "--teachers", "15000")
     assert d["m_max"] == 327068772
-    d = run_json(capsys, "margin", "--tokens", "100", "--eta", "0.2", "--delta", "1e-5")
+    d = run_json(capsys, "margin", "--tokens", "100", "--eta", "0.2", "--budget-delta", "1e-5")
     assert d["n_required"] == pytest.approx(13837.89, abs=0.005)
 
 
 def test_cli_delta0_is_the_wrapped_inner_delta(capsys):
-    d = run_json(capsys, "hits", "--eps0", "0.02", "--delta0", "1e-10")
+    d = run_json(capsys, "hits", "--eps0", "0.02", "--step-delta", "1e-10")
     assert d["max_queries"] == 2500 and d["hits"] == planning.target_hits(1.0, 1e-6, 0.02, delta0=1e-10).hits
     assert d["per_query_delta"] == pytest.approx(2e-10)
     assert run_json(capsys, "hits", "--eps0", "0.02")["max_queries"] is None
-    d = run_json(capsys, "yields", "--eps0", "0.01", "--delta0", "1e-10")
+    d = run_json(capsys, "yields", "--eps0", "0.01", "--step-delta", "1e-10")
     assert d["max_queries"] == 2500
-    d = run_json(capsys, "for-tokens", "--tokens", "1000", "--delta0", "1e-10")
+    d = run_json(capsys, "for-tokens", "--tokens", "1000", "--step-delta", "1e-10")
     assert d["max_queries"] == 2500 and d["epsilon_spent"] <= 1.0
     d = run_json(capsys, "compare", "--queries", "1000", "--target-rate", "0.01", "--eps0", "0.01", "--teachers",
-                 "20000", "--budget-epsilon", "1", "--delta0", "1e-10")
+                 "20000", "--budget-epsilon", "1", "--step-delta", "1e-10")
     assert d["max_queries"]["target_charging"] == 2500 and d["total_query_delta"] == pytest.approx(2e-7)
-    assert main(["plan", "hits", "--eps0", "0.02", "--delta0", "1e-10"]) == 0
+    assert main(["plan", "hits", "--eps0", "0.02", "--step-delta", "1e-10"]) == 0
     out = capsys.readouterr().out
     assert "queries, hit or not  : at most 2500" in out and "every query, hit or not, pays" in out
     assert main(["plan", "hits", "--eps0", "0.02"]) == 0
     assert "queries, hit or not" not in capsys.readouterr().out
     assert main(["plan", "hits", "--help"]) == 0
-    assert "delta_A of a boundary-wrapped" in " ".join(capsys.readouterr().out.split())
+    assert "delta of one run of the boundary-wrapped inner mechanism, delta_A" in " ".join(capsys.readouterr().out.split())
 
 
 def test_cli_text_output(capsys):
@@ -646,9 +646,9 @@ def test_cli_figures_without_plot_writes_the_results_but_no_figures(tmp_path, ca
         (["plan", "hits", "--eps0", "0"], "--eps0"),
         (["plan", "hits", "--eps0", "abc"], "--eps0"),
         (["plan", "hits", "--eps0", "0.01", "--q", "1.5"], "--q"),
-        (["plan", "hits", "--eps0", "0.01", "--delta", "1"], "--delta"),
-        (["plan", "hits", "--eps0", "0.01", "--delta0", "2e-6"], "--delta0"),
-        (["plan", "hits", "--eps0", "0.01", "--delta0", "4e-7"], "--delta0"),  # w > the reserve: no query fits
+        (["plan", "hits", "--eps0", "0.01", "--budget-delta", "1"], "--budget-delta"),
+        (["plan", "hits", "--eps0", "0.01", "--step-delta", "2e-6"], "--step-delta"),
+        (["plan", "hits", "--eps0", "0.01", "--step-delta", "4e-7"], "--step-delta"),  # w > the reserve: no query fits
         (["plan", "hits", "--eps0", "0.01", "--composition", "rdp"], "--composition"),
         (["plan", "yields", "--eps0", "0.01", "--teachers", "0"], "--teachers"),
         (["plan", "for-tokens"], "--tokens"),

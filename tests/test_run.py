@@ -177,7 +177,7 @@ def test_existing_file_that_is_no_data_set_ledger_refused(model_dir, tmp_path):
 
 def _generate_argv(model_dir, data, ledger, *extra):
     return ["generate", "--model", str(model_dir), "--data", str(data), "--teachers", "4",
-            "--mechanism", "dp-argmax", "--accountant", "basic", "--epsilon", "500", "--delta", "0.5",
+            "--mechanism", "dp-argmax", "--accountant", "basic", "--budget-epsilon", "500", "--budget-delta", "0.5",
             "--step-epsilon", "8", "--step-delta", "0.001", "--ledger", str(ledger), "--records", "2",
             "--max-tokens", "4", "--seed", "3", "--threads", "1", *extra]
 
@@ -289,7 +289,7 @@ def test_cli_demo_seed_reaches_no_shareable_output(model_dir, tmp_path, capsys, 
     monkeypatch.setattr(pate_app.run, "demo_model_path", lambda: model_dir)  # the tiny model, not SmolLM2
     ledger = tmp_path / "demo.sqlite"
     argv = ["demo", "--ledger", str(ledger), "--teachers", "64", "--records", "1", "--max-tokens", "3",
-            "--step-epsilon", "8", "--step-delta", "0.001", "--delta", "0.5", "--threads", "1", "--seed", str(SEED),
+            "--step-epsilon", "8", "--step-delta", "0.001", "--budget-delta", "0.5", "--threads", "1", "--seed", str(SEED),
             "--json"]
     assert main(argv) == 0
     captured = capsys.readouterr()

@@ -6,17 +6,20 @@ from __future__ import annotations
 import argparse
 import os
 
-from ensembles.data import bundled_sample
-from pate_app.commands.run_options import DEMO_DEFAULTS, add_run_options, run_and_report
-from pate_app.options import open_unit, positive_float
-from pate_app.run import default_demo_ledger, demo_model_path
+from pate_app.commands.run_options import (
+    DEMO_DEFAULTS,
+    add_budget_options,
+    add_run_options,
+    run_and_report,
+)
 
 _D = DEMO_DEFAULTS
 NAME = "demo"
 HELP = "generate a few synthetic records privately from the bundled sample on the embedded model"
 DESCRIPTION = (
     "Generate a few synthetic instructions privately (Hot PATE) from the bundled Dolly-format sample "
-    "on the embedded SmolLM2-135M-Instruct model, charge the sample's ledger and audit it (docs/demo.md). "
+    "on the embedded SmolLM2-135M-Instruct model, charge the sample's ledger and audit it (docs/demo.md); "
+    "`generate --data bundled` is the same run with every option open. "
     f"Defaults: {_D['teachers']} teachers, DPArgMax(epsilon {_D['step_epsilon']:g}, delta {_D['step_delta']:g}, "
     f"{_D['relation']}) per step, basic composition with budget (epsilon {_D['epsilon']:g}, delta {_D['delta']:g})."
 )
@@ -29,14 +32,15 @@ def add_arguments(p) -> None:
                         "data set is appended to, so repeated demos share one budget")
     p.add_argument("--dataset", metavar="NAME", default="bundled-sample",
                    help="name of the data set the ledger belongs to (default bundled-sample)")
-    p.add_argument("--epsilon", type=positive_float, default=_D["epsilon"],
-                   help=f"total budget epsilon (default {_D['epsilon']:g})")
-    p.add_argument("--delta", type=open_unit, default=_D["delta"], help=f"total budget delta (default {_D['delta']:g})")
-    add_run_options(p, demo=True)
+    add_budget_options(p, default=True)
+    add_run_options(p)
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the demo; 0 when its ledger audits."""
+    from ensembles.data import bundled_sample
+    from pate_app.run import default_demo_ledger, demo_model_path
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ledger = default_demo_ledger() if args.ledger is None else args.ledger
     try:

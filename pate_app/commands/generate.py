@@ -1,47 +1,60 @@
 """``pate-accountant generate``: synthetic records generated privately from a Dolly-format file on a local
-model, charged to the data set's ledger and audited (docs/demo.md)."""
+model (the embedded SmolLM2 by default), charged to the data set's ledger and audited (docs/demo.md)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
-from ensembles.data import load_dolly_jsonl
 from mechanisms import registry as mechanisms_registry
 from pate_accountant import registry as accountants_registry
-from pate_app.commands.run_options import add_run_options, run_and_report
-from pate_app.options import open_unit, positive_float, positive_int
+from pate_app.commands.run_options import (
+    DEMO_DEFAULTS,
+    add_budget_options,
+    add_run_options,
+    run_and_report,
+)
+from pate_app.options import positive_int
 
 NAME = "generate"
 HELP = "generate synthetic records privately from a Dolly-format JSONL file on a local model"
 DESCRIPTION = (
-    "Partition the records of --data between --teachers in-context teachers of the local model "
-    "--model, generate --records synthetic instructions privately, charge the data set's ledger --ledger "
-    "(created, or appended to when it exists: a ledger keeps one data set's budget across runs) and "
-    "audit it (docs/demo.md). --epsilon/--delta are the data set's total budget; --step-epsilon/"
-    "--step-delta the mechanism's per-step parameters."
+    "Partition the records of --data between --teachers in-context teachers of the model --model (the "
+    "embedded SmolLM2 unless a local path is given), generate --records synthetic instructions privately, "
+    "charge the data set's ledger --ledger (created, or appended to when it exists: a ledger keeps one data "
+    "set's budget across runs) and audit it (docs/demo.md). --budget-epsilon/--budget-delta are the data set's "
+    "total budget; --step-epsilon/--step-delta the mechanism's parameters for one step. `plan` prints the "
+    "generate command that runs a plan (docs/tutorial.md)."
 )
+#: ``--model embedded`` (the default) and ``--data bundled`` name what ships with the package.
+EMBEDDED, BUNDLED = "embedded", "bundled"
+EMBEDDED_LABEL = "SmolLM2-135M-Instruct (embedded)"
 
 
 def add_arguments(p) -> None:
     """``--model``, ``--data``, the mechanism and accountant (from the registries), the budget, the ledger,
     and the run options shared with ``demo``."""
-    p.add_argument("--model", metavar="PATH", required=True, help="local model folder, .gguf file, or folder with one")
+    d = DEMO_DEFAULTS
     p.add_argument("--data", metavar="FILE", required=True,
-                   help="Dolly-format JSON lines (records with a context are skipped)")
-    p.add_argument("--mechanism", choices=mechanisms_registry.run_mechanism_names(), required=True,
-                   help="per-step aggregation mechanism (mechanisms.registry)")
-    p.add_argument("--accountant", choices=accountants_registry.run_accountant_names(), required=True,
-                   help="privacy accountant (pate_accountant.registry)")
-    p.add_argument("--epsilon", type=positive_float, required=True, help="total budget epsilon")
-    p.add_argument("--delta", type=open_unit, required=True, help="total budget delta")
+                   help=f"Dolly-format JSON lines (records with a context are skipped), or '{BUNDLED}' for the "
+                        "sample shipped with the package (required)")
     p.add_argument("--ledger", metavar="FILE", required=True,
                    help="the data set's ledger: created if missing; an existing one must belong to the same data "
-                        "set, accountant and budget, and the run is appended to it")
+                        "set, accountant and budget, and the run is appended to it (required)")
+    add_budget_options(p, default=False)
+    p.add_argument("--model", metavar="PATH", default=EMBEDDED,
+                   help=f"local model folder, .gguf file, or folder with one; '{EMBEDDED}' is the SmolLM2-135M-"
+                        f"Instruct model shipped with the package (default {EMBEDDED}; model hubs are not used)")
+    p.add_argument("--mechanism", choices=mechanisms_registry.run_mechanism_names(), default=d["mechanism"],
+                   help=f"per-step aggregation mechanism, by its name in mechanisms.registry (default {d['mechanism']})")
+    p.add_argument("--accountant", choices=accountants_registry.run_accountant_names(), default=d["accountant"],
+                   help=f"privacy accountant, by its name in pate_accountant.registry (default {d['accountant']})")
     p.add_argument("--dataset", metavar="NAME", default=None,
-                   help="name of the data set the ledger belongs to (default: the --data file's name); it is "
-                        "stored in the shareable ledger, so choose a name that reveals nothing private")
-    add_run_options(p, demo=False)
+                   help="name of the data set the ledger belongs to (default: the --data file's name, or "
+                        "bundled-sample); it is stored in the shareable ledger, so choose a name that reveals "
+                        "nothing private")
+    add_run_options(p)
     p.add_argument("--workers", metavar="N", type=positive_int, default=1,
                    help="split the teachers into N contiguous shards, each its own backend: in this process (one "
                         "model, shared), or one Ray actor each with --ray-address (default 1: no sharding; "
@@ -51,15 +64,37 @@ def add_arguments(p) -> None:
                         "'local' starts a local cluster); needs the distributed extra")
 
 
+def model_label(model: str) -> str:
+    """A short name of ``--model`` for the run header, the JSON result and the ledger: the folder's or file's
+    own name, never the path leading to it."""
+    return EMBEDDED_LABEL if model == EMBEDDED else Path(os.path.expanduser(model)).resolve().name
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the generation; 0 when its ledger audits."""
+    from ensembles.data import bundled_sample, load_dolly_jsonl
+    from pate_app.run import demo_model_path
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if not os.path.exists(os.path.expanduser(args.model)):
-        args.parser.error(f"argument --model: no model at {args.model!r} (model hubs are not used: give a local path)")
-    try:
-        records = load_dolly_jsonl(args.data)
-    except (FileNotFoundError, ValueError) as exc:
-        args.parser.error(f"argument --data: {exc}")
-    dataset = args.dataset if args.dataset is not None else os.path.basename(args.data)
-    return run_and_report(args, command="generate", model=args.model, records=records, ledger=args.ledger,
-                          model_label=args.model, data_label=os.path.basename(args.data), dataset=dataset)
+    if args.model != EMBEDDED and not os.path.exists(os.path.expanduser(args.model)):
+        args.parser.error(f"argument --model: no model at {args.model!r} (model hubs are not used: give a local "
+                          f"path, or '{EMBEDDED}')")
+    if args.data == BUNDLED:
+        records, data_label, dataset = bundled_sample(), "bundled sample", "bundled-sample"
+    else:
+        try:
+            records = load_dolly_jsonl(args.data)
+        except (FileNotFoundError, ValueError) as exc:
+            args.parser.error(f"argument --data: {exc}")
+        data_label = dataset = os.path.basename(args.data)
+    if args.dataset is not None:
+        dataset = args.dataset
+    if args.model == EMBEDDED:
+        try:
+            model = demo_model_path()
+        except ValueError as exc:
+            args.parser.error(f"argument --model: {exc}")
+    else:
+        model = args.model
+    return run_and_report(args, command="generate", model=model, records=records, ledger=args.ledger,
+                          model_label=model_label(args.model), data_label=data_label, dataset=dataset)

@@ -8,12 +8,17 @@ command's own runner, so the figures have one home.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from pate_accountant import planning
+from pate_accountant.tct import MAX_EPSILON_FOR_ONE_THIRD, boundary_wrapper_q
 from pate_app.commands.experiment import run_and_write
 from pate_app.experiments import load
 from pate_app.options import (
+    BUDGET_DELTA_HELP,
+    BUDGET_EPSILON_HELP,
+    add_option,
     cannot_write,
     open_unit,
     positive_float,
@@ -63,23 +68,27 @@ def add_arguments(plan) -> None:
 
     def common(p, *, eps0=True, budget=True, tct=True):
         if budget:
-            p.add_argument("--epsilon", type=positive_float, default=1.0,
-                           help=f"total epsilon, in (0, {planning.MAX_BUDGET_EPSILON:g}] (default 1)")
-        p.add_argument("--delta", type=open_unit, default=1e-6, help="total delta, in [1e-300, 1) (default 1e-6)")
+            add_option(p, "--budget-epsilon", "--epsilon", metavar="E", type=positive_float, default=1.0,
+                       help=f"{BUDGET_EPSILON_HELP}, in (0, {planning.MAX_BUDGET_EPSILON:g}] (default 1)")
+        add_option(p, "--budget-delta", "--delta", metavar="D", type=open_unit, default=1e-6,
+                   help=f"{BUDGET_DELTA_HELP}, in [1e-300, 1) (default 1e-6)")
         if eps0:
             p.add_argument("--eps0", type=positive_float, required=True,
-                           help="privacy level of one query's target (TCT level; 2 eps_A for a BoundaryWrapper), in "
+                           help="target level eps0: what target charging charges per target hit (a boundary-wrapped "
+                           "DPArgMax of step epsilon e has eps0 = 2e), in "
                            f"[{planning.MIN_EPS0:g}, {planning.MAX_EPS0:g}]; the budget may buy at most about "
                            f"{planning.MAX_SEARCH_STEPS:.0e} eps0-DP steps (docs/ranges.md)")
         if tct:
-            p.add_argument("--q", type=fraction_q, default=1.0 / 3.0,
-                           help=f"q of the q-target, in [{planning.MIN_Q:g}, 1] (default 1/3)")
-            p.add_argument("--delta0", type=delta0_type, default=0.0,
-                           help="delta_A of a boundary-wrapped approximate inner (default 0: a pure inner, the "
-                           "paper's figure). With delta0 > 0 every query, hit or not, pays w = 1-(1-delta0)^2 in "
-                           "delta; half of --delta is reserved for them, so the budget also limits the queries "
-                           "(max_queries; docs/tct_and_individual.md, section 1). Plain composition reads it as "
-                           "each query's delta")
+            p.add_argument("--q", type=fraction_q, default=None,
+                           help=f"q of the q-target, in [{planning.MIN_Q:g}, 1] (default: the q of the run the plan "
+                           "prints, a boundary-wrapped DPArgMax of step epsilon eps0/2, which is 1/3 up to eps0 about "
+                           f"{2 * MAX_EPSILON_FOR_ONE_THIRD:.2f}; plan for-tokens: 1/3)")
+            add_option(p, "--step-delta", "--delta0", metavar="D", type=delta0_type, default=0.0,
+                       help="delta of one run of the boundary-wrapped inner mechanism, delta_A (default 0: a pure "
+                       "inner, the paper's figure). With a step delta > 0 every query, hit or not, pays "
+                       "w = 1-(1-delta_A)^2 in delta; half of --budget-delta is reserved for them, so the budget also "
+                       "limits the queries (max_queries; docs/tct_and_individual.md, section 1). Plain composition "
+                       "reads it as each query's delta")
             p.add_argument("--composition", choices=("optimal", "drv"), default="optimal",
                            help="composition inside the TCT bound (default optimal)")
         p.add_argument("--json", action="store_true", help="print only the JSON result")
@@ -88,6 +97,9 @@ def add_arguments(plan) -> None:
                        description="Largest number of target hits with TCT epsilon <= --epsilon "
                        "(planning.target_hits), next to plain composition of eps0-DP queries.")
     common(p)
+    p.add_argument("--teachers", type=count, default=None,
+                   help="teachers n of the printed run, at most 2^53 (default C_delta/eps0 with delta0 = 1e-6); the "
+                   "hits do not depend on n")
     p.set_defaults(handler=_run_plan_hits, parser=p)
 
     p = sub.add_parser("yields", help="expected yields (tokens) a budget buys (paper: eps0 n / 2 per hit)",
@@ -152,7 +164,7 @@ def add_arguments(plan) -> None:
 
 #: planning parameter -> the ``plan`` option that sets it (for error messages).
 _PLAN_OPTIONS = {
-    "epsilon": "--epsilon", "delta": "--delta", "eps0": "--eps0", "q": "--q", "delta0": "--delta0",
+    "epsilon": "--budget-epsilon", "delta": "--budget-delta", "eps0": "--eps0", "q": "--q", "delta0": "--step-delta",
     "num_teachers": "--teachers", "tokens": "--tokens", "num_queries": "--queries", "target_rate": "--target-rate",
     "charged_per_hit": "--charged-per-hit", "individual_q": "--individual-q", "budget_epsilon": "--budget-epsilon",
     "aggregator_delta": "--aggregator-delta", "eta": "--eta", "composition": "--composition",
@@ -172,16 +184,40 @@ def _plan_call(args, function, **kwargs):
         args.parser.error(message)
 
 
-def _plan_print(args, command: str, result, lines) -> int:
+def _plan_print(args, command: str, result, lines, run: dict | None = None, assumptions=(),
+                plain_run: dict | None = None) -> int:
+    """A plan's answer: ``lines``, the ``run`` block (:func:`run_plan`), the ``plain_run`` block
+    (:func:`plain_run_plan`) and the assumptions (the result's and ``assumptions``); with ``--json`` the same
+    as one object (the runs under their own keys)."""
+    notes = [*result.assumptions, *assumptions]
     if args.json:
-        print_json({"command": f"plan {command}", **result.as_dict()})
+        payload = {"command": f"plan {command}", **result.as_dict(), "assumptions": notes}
+        if run is not None:
+            payload["run"] = run
+        if plain_run is not None:
+            payload["plain_run"] = plain_run
+        print_json(payload)
         return 0
     for line in lines:
         print(line)
+    if run is not None:
+        for line in run_lines(run):
+            print(line)
+    if plain_run is not None:
+        for line in plain_run_lines(plain_run):
+            print(line)
     print("assumptions:")
-    for item in result.assumptions:
+    for item in notes:
         print(f"  - {item}")
     return 0
+
+
+def _run_for(args, eps0: float, num_teachers: int, aggregator_delta: float, budget_epsilon: float) -> dict:
+    """The run of a plan at level ``eps0``: its step delta is ``--step-delta`` when given, else the aggregator's
+    delta (the ``delta0`` of ``C_delta``, which sets the noise bound ``L``)."""
+    step_delta = args.step_delta if args.step_delta > 0.0 else aggregator_delta
+    return run_plan(eps0=eps0, num_teachers=num_teachers, budget_epsilon=budget_epsilon,
+                    budget_delta=args.budget_delta, step_delta=step_delta, composition=args.composition)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -209,10 +245,173 @@ def fraction_query_lines(r) -> list[str]:
     ]
 
 
+#: The run a target-charging plan describes (docs/tutorial.md): DPArgMax in the boundary wrapper, charged by the
+#: target-charging accountant under replace-one, with step epsilon eps0 / 2 (the wrapper's target level is twice
+#: its inner epsilon).  ``DATA`` and ``LEDGER`` are left for the user to fill in.
+RUN_MECHANISM, RUN_ACCOUNTANT, RUN_RELATION = "boundary-dp-argmax", "target-charging", "replace-one"
+RUN_PLACEHOLDERS = {
+    "DATA": "a Dolly-format JSONL file with at least as many records as teachers, or 'bundled' (the 201-record "
+            "sample shipped with the package)",
+    "LEDGER": "the data set's ledger file (created by the first run, appended to by the next)",
+}
+
+
+def _number(x: float) -> str:
+    """``x`` written so that it reads back exactly (``1``, ``1e-06``, ``0.0063``)."""
+    text = f"{x:.15g}"
+    return text if float(text) == x else repr(float(x))
+
+
+def _round_down(x: float, digits: int = 6) -> float:
+    """``x`` to ``digits`` significant digits, never above ``x`` (a planned run never charges more than planned)."""
+    from decimal import ROUND_FLOOR, Decimal
+
+    exact = Decimal(x)
+    step = Decimal(1).scaleb(exact.adjusted() - digits + 1)
+    return float(exact.quantize(step, rounding=ROUND_FLOOR))
+
+
+def run_plan(*, eps0: float, num_teachers: int, budget_epsilon: float, budget_delta: float, step_delta: float,
+             composition: str) -> dict:
+    """The ``generate`` command that runs a target-charging plan at level ``eps0`` with ``num_teachers`` teachers,
+    and what that exact run will be charged and can release: its q and per-query delta, the target hits and
+    queries its budget affords (planning at the run's own q and step delta), and its release threshold
+    ``n/2 + L + 1`` with the exact noise bound ``L`` of :class:`mechanisms.DPArgMax` (the paper's ``C_delta/eps0``
+    teachers assume ``L = ln(1/delta0)/eps0``)."""
+    from mechanisms import BoundaryWrapper, DPArgMax
+
+    step_epsilon = _round_down(eps0 / 2.0)
+    wrapper = BoundaryWrapper(DPArgMax(step_epsilon, step_delta, relation=RUN_RELATION))
+    error_bound = wrapper.inner.error_bound
+    threshold = num_teachers // 2 + error_bound + 1
+    argv = ["pate-accountant", "generate", "--data", "DATA", "--ledger", "LEDGER",
+            "--mechanism", RUN_MECHANISM, "--accountant", RUN_ACCOUNTANT, "--relation", RUN_RELATION,
+            "--teachers", str(num_teachers), "--step-epsilon", _number(step_epsilon),
+            "--step-delta", _number(step_delta),
+            "--budget-epsilon", _number(budget_epsilon), "--budget-delta", _number(budget_delta)]
+    run = {
+        "command": " ".join(argv), "argv": argv, "placeholders": RUN_PLACEHOLDERS,
+        "mechanism": RUN_MECHANISM, "accountant": RUN_ACCOUNTANT, "relation": RUN_RELATION,
+        "num_teachers": num_teachers, "step_epsilon": step_epsilon, "step_delta": step_delta,
+        "budget": {"epsilon": budget_epsilon, "delta": budget_delta},
+        "target_level": wrapper.epsilon, "q": wrapper.q, "error_bound": error_bound,
+        "release_threshold": threshold, "threshold_fraction": threshold / num_teachers,
+        "can_release": threshold <= num_teachers, "teachers_to_release": 2 * (error_bound + 1),
+        "hits": None, "max_queries": None, "per_query_delta": None, "refused": None,
+    }
+    try:
+        charged = planning.target_hits(budget_epsilon, budget_delta, wrapper.epsilon, q=wrapper.q, delta0=step_delta,
+                                       composition=composition)
+    except ValueError as exc:
+        run["refused"] = str(exc)
+    else:
+        run.update(hits=charged.hits, max_queries=charged.max_queries, per_query_delta=charged.per_query_delta)
+    return run
+
+
+def plain_run_plan(*, eps0: float, num_teachers: int, num_queries: int, budget_delta: float,
+                   step_delta: float) -> dict:
+    """The ``generate`` command that runs ``num_queries`` steps of :class:`mechanisms.DPArgMax` at ``(eps0,
+    step_delta)`` under basic composition (every step charged, no wrapper), with the budget those steps cost:
+    ``num_queries x eps0`` (rounded up) and ``--budget-delta`` (checked against ``num_queries x step_delta``)."""
+    from mechanisms import DPArgMax
+
+    step_epsilon = _round_down(eps0)
+    mechanism = DPArgMax(step_epsilon, step_delta, relation=RUN_RELATION)
+    threshold = num_teachers // 2 + mechanism.error_bound + 1
+    budget_epsilon = _round_up(max(num_queries, 1) * step_epsilon)
+    argv = ["pate-accountant", "generate", "--data", "DATA", "--ledger", "LEDGER", "--mechanism", "dp-argmax",
+            "--accountant", "basic", "--relation", RUN_RELATION, "--teachers", str(num_teachers),
+            "--step-epsilon", _number(step_epsilon), "--step-delta", _number(step_delta),
+            "--budget-epsilon", _number(budget_epsilon), "--budget-delta", _number(budget_delta)]
+    return {
+        "command": " ".join(argv), "argv": argv, "placeholders": RUN_PLACEHOLDERS,
+        "mechanism": "dp-argmax", "accountant": "basic", "relation": RUN_RELATION, "num_teachers": num_teachers,
+        "step_epsilon": step_epsilon, "step_delta": step_delta,
+        "budget": {"epsilon": budget_epsilon, "delta": budget_delta},
+        "steps": num_queries, "steps_delta": num_queries * step_delta,
+        "delta_fits": num_queries * step_delta <= budget_delta, "error_bound": mechanism.error_bound,
+        "release_threshold": threshold, "threshold_fraction": threshold / num_teachers,
+        "can_release": threshold <= num_teachers, "teachers_to_release": 2 * (mechanism.error_bound + 1),
+    }
+
+
+def plain_run_lines(run: dict) -> list[str]:
+    """The plain-composition run block of ``plan compare`` (:func:`plain_run_plan`)."""
+    lines = [
+        "run it with plain composition instead (every query charged):",
+        f"  {run['command']}",
+        f"  basic composition charges {run['steps']} steps x step epsilon {_number(run['step_epsilon'])} "
+        f"(the budget above) and {run['steps_delta']:.3g} of delta",
+    ]
+    if not run["delta_fits"]:
+        lines.append(f"  WARNING: {run['steps']} steps need delta {run['steps_delta']:.3g}, more than --budget-delta "
+                     f"{run['budget']['delta']:g}: the run stops early (lower --step-delta or raise --budget-delta)")
+    n, t = run["num_teachers"], run["release_threshold"]
+    lines.append(f"  release threshold n/2 + L + 1 = {t} of {n} teachers (T/n = {t / n:.3f}; exact L = "
+                 f"{run['error_bound']})")
+    if not run["can_release"]:
+        lines.append(f"  WARNING: the threshold is above n: every token would be a public fallback; at least "
+                     f"2(L+1) = {run['teachers_to_release']} teachers are needed")
+    return lines
+
+
+def run_lines(run: dict) -> list[str]:
+    """The run block of a plan's text answer (:func:`run_plan`)."""
+    lines = [
+        "run this plan:",
+        f"  {run['command']}",
+        *[f"  ({name}: {what})" for name, what in run["placeholders"].items()],
+        f"as that run is charged: target level {_number(run['target_level'])} = 2 x step epsilon, q {run['q']:.4g}",
+    ]
+    if run["refused"] is not None:
+        lines.append(f"  WARNING: that run cannot pay for one query: {run['refused']}")
+    else:
+        queries = "any number of" if run["max_queries"] is None else f"at most {run['max_queries']}"
+        lines.append(f"  its budget affords {run['hits']} target hits and {queries} queries (each pays delta "
+                     f"{run['per_query_delta']:.3g})")
+    n, t = run["num_teachers"], run["release_threshold"]
+    lines.append(f"  release threshold n/2 + L + 1 = {t} of {n} teachers (T/n = {t / n:.3f}; exact L = "
+                 f"{run['error_bound']})")
+    if not run["can_release"]:
+        lines.append(f"  WARNING: the threshold is above n: no histogram can clear it, so every token would be a "
+                     f"public fallback; at least 2(L+1) = {run['teachers_to_release']} teachers are needed")
+    return lines
+
+
+def _round_up(x: float, digits: int = 6) -> float | None:
+    """``x`` to ``digits`` significant digits, never below ``x`` (a budget that pays for the planned run);
+    ``None`` for an infinite or non-positive ``x``."""
+    if not math.isfinite(x) or x <= 0.0:
+        return None
+    from decimal import ROUND_CEILING, Decimal
+
+    exact = Decimal(x)
+    return float(exact.quantize(Decimal(1).scaleb(exact.adjusted() - digits + 1), rounding=ROUND_CEILING))
+
+
+def _with_yields(args, eps0: float, num_teachers: int, aggregator_delta: float, budget_epsilon: float) -> tuple:
+    """The run block and the exact-``L`` assumption of a yields plan."""
+    run = _run_for(args, eps0, num_teachers, aggregator_delta, budget_epsilon)
+    return run, (_exact_l_assumption(run),)
+
+
+def _exact_l_assumption(run: dict) -> str:
+    return (f"expected yields use the paper's relations (eps0 n / 2 yields per hit for alpha <= T/n, with the paper's "
+            f"L = ln(1/delta0)/eps0). The run above has the exact L = {run['error_bound']} and T/n = "
+            f"{run['threshold_fraction']:.3f}: the yields per hit fall as T/n grows, so planned yields are optimistic "
+            "unless T/n is near 0.55 (docs/results.md, alpha-sweep, measures the count law's yields per hit).")
+
+
+def _q(args) -> float:
+    """``--q``, or the q of the run the plan prints (a boundary-wrapped DPArgMax at step epsilon eps0/2)."""
+    return args.q if args.q is not None else boundary_wrapper_q(_round_down(args.eps0 / 2.0))
+
+
 def _run_plan_hits(args: argparse.Namespace) -> int:
     _plan_no_top_plot(args)
-    r = _plan_call(args, planning.target_hits, epsilon=args.epsilon, delta=args.delta, eps0=args.eps0, q=args.q,
-                   delta0=args.delta0, composition=args.composition)
+    r = _plan_call(args, planning.target_hits, epsilon=args.budget_epsilon, delta=args.budget_delta, eps0=args.eps0, q=_q(args),
+                   delta0=args.step_delta, composition=args.composition)
     plain = ", ".join(f"{m} {k}" for m, k in r.plain_queries.items())
     return _plan_print(args, "hits", r, [
         f"budget (epsilon {r.epsilon:g}, delta {r.delta:g}), target level eps0 {r.eps0:g}, q {r.q:.4g}, "
@@ -222,13 +421,14 @@ def _run_plan_hits(args: argparse.Namespace) -> int:
         *fraction_query_lines(r),
         f"paper (10 eps0)^-2   : {r.paper_hits:.1f} (ours / paper = {r.hits / r.paper_hits:.3f})",
         f"plain eps0-DP queries: {plain}",
-    ])
+    ], _run_for(args, r.eps0, args.teachers or math.ceil(planning.teachers_for(r.eps0)),
+                planning.DEFAULT_AGGREGATOR_DELTA, r.epsilon))
 
 
 def _run_plan_yields(args: argparse.Namespace) -> int:
     _plan_no_top_plot(args)
-    r = _plan_call(args, planning.yields, epsilon=args.epsilon, delta=args.delta, eps0=args.eps0,
-                   num_teachers=args.teachers, q=args.q, delta0=args.delta0, composition=args.composition,
+    r = _plan_call(args, planning.yields, epsilon=args.budget_epsilon, delta=args.budget_delta, eps0=args.eps0,
+                   num_teachers=args.teachers, q=_q(args), delta0=args.step_delta, composition=args.composition,
                    aggregator_delta=args.aggregator_delta)
     return _plan_print(args, "yields", r, [
         f"budget (epsilon {r.epsilon:g}, delta {r.delta:g}), eps0 {r.eps0:g}, q {r.q:.4g}, n = {r.num_teachers:.1f} "
@@ -239,13 +439,13 @@ def _run_plan_yields(args: argparse.Namespace) -> int:
         f"expected yields (ours)  : {r.yields:.1f}",
         f"paper: (10 eps0)^-2 hits: {r.paper_hits:.1f} -> {r.paper_yields:.1f} yields "
         f"(0.005 n^2/C_delta = {r.paper_formula_yields:.1f})",
-    ])
+    ], *_with_yields(args, r.eps0, math.ceil(r.num_teachers), r.aggregator_delta, r.epsilon))
 
 
 def _run_plan_for_tokens(args: argparse.Namespace) -> int:
     _plan_no_top_plot(args)
-    r = _plan_call(args, planning.plan_for_tokens, tokens=args.tokens, epsilon=args.epsilon, delta=args.delta,
-                   q=args.q, delta0=args.delta0, composition=args.composition,
+    r = _plan_call(args, planning.plan_for_tokens, tokens=args.tokens, epsilon=args.budget_epsilon, delta=args.budget_delta,
+                   q=1.0 / 3.0 if args.q is None else args.q, delta0=args.step_delta, composition=args.composition,
                    aggregator_delta=args.aggregator_delta)
     return _plan_print(args, "for-tokens", r, [
         f"wanted {r.tokens} yields within (epsilon {r.epsilon:g}, delta {r.delta:g}), q {r.q:.4g}, "
@@ -257,14 +457,14 @@ def _run_plan_for_tokens(args: argparse.Namespace) -> int:
         *fraction_query_lines(r),
         f"expected yields      : {r.expected_yields:.1f}",
         f"paper's formula      : eps0 {r.paper_eps0:.6g}, {r.paper_num_teachers:.1f} teachers",
-    ])
+    ], *_with_yields(args, r.eps0, r.num_teachers, r.aggregator_delta, r.epsilon))
 
 
 def _run_plan_compare(args: argparse.Namespace) -> int:
     _plan_no_top_plot(args)
-    r = _plan_call(args, planning.compare_accounting, num_queries=args.queries, eps0=args.eps0, delta=args.delta,
+    r = _plan_call(args, planning.compare_accounting, num_queries=args.queries, eps0=args.eps0, delta=args.budget_delta,
                    num_teachers=args.teachers, target_rate=args.target_rate, charged_per_hit=args.charged_per_hit,
-                   q=args.q, individual_q=args.individual_q, delta0=args.delta0, composition=args.composition,
+                   q=_q(args), individual_q=args.individual_q, delta0=args.step_delta, composition=args.composition,
                    aggregator_delta=args.aggregator_delta, budget_epsilon=args.budget_epsilon)
     plain = ", ".join(f"{m} {e:.4f}" for m, e in r.plain.items())
     lines = [
@@ -280,18 +480,25 @@ def _run_plan_compare(args: argparse.Namespace) -> int:
     if r.max_queries is not None:
         mq = ", ".join(f"{k} {'unlimited' if v is None else v}" for k, v in r.max_queries.items())
         lines.append(f"queries within epsilon {r.budget_epsilon:g}: {mq}")
-    return _plan_print(args, "compare", r, lines)
+    budget = r.budget_epsilon if r.budget_epsilon is not None else _round_up(r.target_charging)
+    run = None
+    if budget is not None and 0.0 < budget <= planning.MAX_BUDGET_EPSILON:
+        run = _run_for(args, r.eps0, r.num_teachers, args.aggregator_delta, budget)
+    plain_run = plain_run_plan(eps0=r.eps0, num_teachers=r.num_teachers, num_queries=r.num_queries,
+                               budget_delta=args.budget_delta,
+                               step_delta=args.step_delta if args.step_delta > 0.0 else args.aggregator_delta)
+    return _plan_print(args, "compare", r, lines, run, plain_run=plain_run)
 
 
 def _run_plan_margin(args: argparse.Namespace) -> int:
     _plan_no_top_plot(args)
     if args.tokens is not None:
-        r = _plan_call(args, planning.bassily_tt_teachers, eta=args.eta, epsilon=args.epsilon, delta=args.delta,
+        r = _plan_call(args, planning.bassily_tt_teachers, eta=args.eta, epsilon=args.budget_epsilon, delta=args.budget_delta,
                        tokens=args.tokens)
         lines = [f"BassilyTT margin eta {r.eta:g}, (epsilon {r.epsilon:g}, delta {r.delta:g}): {r.tokens} tokens need "
                  f"n >= {r.n_required:.2f} teachers ({r.num_teachers})"]
     else:
-        r = _plan_call(args, planning.bassily_tt_tokens, eta=args.eta, epsilon=args.epsilon, delta=args.delta,
+        r = _plan_call(args, planning.bassily_tt_tokens, eta=args.eta, epsilon=args.budget_epsilon, delta=args.budget_delta,
                        num_teachers=args.teachers)
         m = f"{r.m_max}" if r.m_max is not None else f"about 10^{r.log10_m_max:.1f}"
         lines = [f"BassilyTT margin eta {r.eta:g}, (epsilon {r.epsilon:g}, delta {r.delta:g}): "

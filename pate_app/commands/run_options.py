@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-from pate_app.options import delta, nonnegative_int, positive_float, positive_int, print_json, scale, step_epsilon
-from pate_app.run import RunInputError, private_run
+from pate_app.options import (
+    BUDGET_DELTA_HELP,
+    BUDGET_EPSILON_HELP,
+    STEP_DELTA_HELP,
+    STEP_EPSILON_HELP,
+    add_option,
+    delta,
+    nonnegative_int,
+    open_unit,
+    positive_float,
+    positive_int,
+    print_json,
+    scale,
+    step_epsilon,
+)
 
-__all__ = ["DEMO_DEFAULTS", "add_run_options", "run_and_report"]
+__all__ = ["DEMO_DEFAULTS", "add_budget_options", "add_run_options", "run_and_report"]
 
-#: ``demo`` defaults (docs/demo.md explains the choice).
+#: ``demo`` defaults, also ``generate``'s for every option but the budget (docs/demo.md explains the choice).
 DEMO_DEFAULTS = {
     "teachers": 64, "records": 3, "max_tokens": 24, "mechanism": "dp-argmax", "accountant": "basic",
     "step_epsilon": 2.0, "step_delta": 1e-6, "relation": "replace-one", "epsilon": 150.0, "delta": 1e-4,
@@ -15,19 +28,31 @@ DEMO_DEFAULTS = {
 }
 
 
-def add_run_options(p, *, demo: bool) -> None:
-    """The options ``demo`` and ``generate`` share (``demo`` gives ``--teachers`` a default)."""
+def add_budget_options(p, *, default: bool) -> None:
+    """``--budget-epsilon``/``--budget-delta`` (formerly ``--epsilon``/``--delta``): the data set's total budget;
+    ``default``: the demo's, else required (a budget is the data owner's decision: docs/cli.md)."""
     d = DEMO_DEFAULTS
-    p.add_argument("--teachers", metavar="N", type=positive_int, default=d["teachers"] if demo else None,
-                   required=not demo, help="number of teachers n" + (f" (default {d['teachers']})" if demo else ""))
+    add_option(p, "--budget-epsilon", "--epsilon", metavar="E", type=positive_float,
+               default=d["epsilon"] if default else None, required=not default,
+               help=BUDGET_EPSILON_HELP + (f" (default {d['epsilon']:g})" if default else " (required)"))
+    add_option(p, "--budget-delta", "--delta", metavar="D", type=open_unit,
+               default=d["delta"] if default else None, required=not default,
+               help=BUDGET_DELTA_HELP + (f" (default {d['delta']:g})" if default else " (required)"))
+
+
+def add_run_options(p) -> None:
+    """The options ``demo`` and ``generate`` share, with the demo's defaults."""
+    d = DEMO_DEFAULTS
+    p.add_argument("--teachers", metavar="N", type=positive_int, default=d["teachers"],
+                   help=f"number of teachers n; each gets at least one record (default {d['teachers']})")
     p.add_argument("--records", metavar="K", type=positive_int, default=d["records"],
                    help=f"synthetic records to generate (default {d['records']})")
     p.add_argument("--max-tokens", metavar="T", type=positive_int, default=d["max_tokens"],
                    help=f"at most T tokens per record; a record also stops at a newline (default {d['max_tokens']})")
     p.add_argument("--step-epsilon", metavar="E", type=step_epsilon, default=d["step_epsilon"],
-                   help=f"per-step epsilon of the mechanism, in (0, 50] (default {d['step_epsilon']:g})")
+                   help=f"{STEP_EPSILON_HELP} (default {d['step_epsilon']:g})")
     p.add_argument("--step-delta", metavar="D", type=delta, default=d["step_delta"],
-                   help=f"per-step delta of the mechanism, in [1e-300, 1) (default {d['step_delta']:g})")
+                   help=f"{STEP_DELTA_HELP} (default {d['step_delta']:g})")
     p.add_argument("--relation", choices=("replace-one", "add-remove-one"), default=d["relation"],
                    help=f"neighbouring relation of the mechanism (default {d['relation']})")
     p.add_argument("--temperature", metavar="T", type=positive_float, default=d["temperature"],
@@ -46,13 +71,15 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
                    dataset: str) -> int:
     """One private run (:func:`pate_app.run.private_run`) from the parsed options, printed (or ``--json``);
     0 when the ledger audits, 1 otherwise.  Bad input is a usage error (exit 2) before anything is written."""
+    from pate_app.run import RunInputError, private_run
+
     try:
         result = private_run(
             model=model, records=records, num_teachers=args.teachers, ledger_path=ledger,
             mechanism=getattr(args, "mechanism", DEMO_DEFAULTS["mechanism"]),
             accountant=getattr(args, "accountant", DEMO_DEFAULTS["accountant"]),
             step_epsilon=args.step_epsilon, step_delta=args.step_delta, relation=args.relation,
-            epsilon=args.epsilon, delta=args.delta, num_records=args.records, max_tokens=args.max_tokens,
+            epsilon=args.budget_epsilon, delta=args.budget_delta, num_records=args.records, max_tokens=args.max_tokens,
             seed=args.seed, temperature=args.temperature, top_p=args.top_p, threads=args.threads,
             workers=getattr(args, "workers", 1), ray_address=getattr(args, "ray_address", None),
             progress=not args.no_progress and not args.json, command=command,

@@ -1,0 +1,80 @@
+"""docs/tutorial.md, run as written: every ``pate-accountant`` command in its ``bash`` blocks exits 0 in a fresh
+folder, in order (plan, generate on the bundled sample and the embedded model, audit); the ``generate``
+command is the one ``plan compare`` prints, with ``DATA`` and ``LEDGER`` filled in; the plan output it shows
+is the tool's output line for line; and the numbers its text quotes are the tool's."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+#: Model lane: the tutorial's run loads the embedded SmolLM2 (about a minute on two cores).
+pytestmark = pytest.mark.slow
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from pate_accountant.cli import main  # noqa: E402
+
+TUTORIAL = Path(__file__).resolve().parent.parent / "docs" / "tutorial.md"
+
+
+def _blocks(kind: str) -> list[str]:
+    """The fenced blocks opened by ```` ```KIND ```` (``""``: a plain fence), in order."""
+    blocks, current = [], None
+    for line in TUTORIAL.read_text(encoding="utf-8").splitlines():
+        if current is None and line.startswith("```"):
+            current = [] if line[3:].strip() == kind else False
+        elif current is not None and line.startswith("```"):
+            if current is not False:
+                blocks.append("\n".join(current) + "\n")
+            current = None
+        elif current:
+            current.append(line)
+        elif current == []:
+            current = [line]
+    return blocks
+
+
+def _commands() -> list[list[str]]:
+    return [shlex.split(line) for block in _blocks("bash") for line in block.splitlines()
+            if line.startswith("pate-accountant ")]
+
+
+def test_the_tutorial_runs_as_written(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    commands = _commands()
+    assert [argv[1] for argv in commands] == ["plan", "generate", "audit", "plan"]
+    outputs = []
+    for argv in commands:
+        assert main(argv[1:]) == 0, argv
+        outputs.append(capsys.readouterr().out)
+
+    # The generate command is the plain run the plan printed, DATA and LEDGER filled in, plus its size.
+    assert main([*commands[0][1:], "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    filled = [{"DATA": "bundled", "LEDGER": "tutorial.sqlite"}.get(w, w) for w in plan["plain_run"]["argv"]]
+    generate = commands[1]
+    assert generate[:len(filled)] == filled
+    assert generate[len(filled):] == ["--records", "2", "--max-tokens", "24"]
+    assert (tmp_path / "tutorial.sqlite").is_file()
+    assert "verdict     : OK" in outputs[2] or "OK" in outputs[2].splitlines()[-1]
+
+    # The plan output the page shows is the tool's, line for line (the placeholders' notes shortened).
+    shown = [b for b in _blocks("") if b.startswith("48 queries")][0].splitlines()
+    real = outputs[0].splitlines()
+    for line in shown:
+        if line.strip() not in ("(DATA: ...)", "(LEDGER: ...)"):
+            assert line in real, line
+
+    # The for-tokens numbers the text quotes.
+    assert main([*commands[3][1:], "--json"]) == 0
+    tokens = json.loads(capsys.readouterr().out)
+    text = TUTORIAL.read_text(encoding="utf-8")
+    run = tokens["run"]
+    assert f"{tokens['num_teachers']:,} teachers at `eps0 = {tokens['eps0']:.3g}`" in text
+    assert f"`L = {run['error_bound']}`" in text and f"{run['release_threshold']:,} votes" in text
+    assert f"({run['teachers_to_release']:,})" in text and not run["can_release"]
