@@ -11,10 +11,6 @@ import argparse
 import math
 from pathlib import Path
 
-from pate_accountant import planning
-from pate_accountant.tct import MAX_EPSILON_FOR_ONE_THIRD, boundary_wrapper_q
-from pate_app.commands.experiment import run_and_write
-from pate_app.experiments import load
 from pate_app.options import (
     BUDGET_DELTA_HELP,
     BUDGET_EPSILON_HELP,
@@ -49,6 +45,17 @@ count = whole_number("a positive integer", 1)
 count0 = whole_number("a non-negative integer", 0)
 
 
+#: The planning limits the options' help states (docs/ranges.md), written out so that building the parser
+#: (``plan --help``, an argument error) imports neither numpy nor scipy; ``tests/test_cli_grammar.py`` keeps
+#: them equal to :mod:`pate_accountant.planning`'s.
+LIMITS = {
+    "MAX_BUDGET_EPSILON": 300.0, "MIN_EPS0": 1e-300, "MAX_EPS0": 50.0, "MAX_SEARCH_STEPS": 300_000, "MIN_Q": 0.001,
+    "MAX_PLAN_QUERIES": 10_000_000, "MAX_BOUND_DRAWS": 3_000_000, "MIN_TARGET_RATE": 1e-12,
+    # planning.max_plannable_tokens(1/3, planning.DEFAULT_AGGREGATOR_DELTA); 2 x tct.MAX_EPSILON_FOR_ONE_THIRD
+    "max_plannable_tokens": 1_381_551, "max_eps0_for_one_third": 0.6238107163648713,
+}
+
+
 def add_arguments(plan) -> None:
     """The top-level ``--plot`` shorthand and one subcommand per planning question."""
     plan.add_argument("--plot", dest="plan_plot", action="store_true",
@@ -69,20 +76,20 @@ def add_arguments(plan) -> None:
     def common(p, *, eps0=True, budget=True, tct=True):
         if budget:
             add_option(p, "--budget-epsilon", "--epsilon", metavar="E", type=positive_float, default=1.0,
-                       help=f"{BUDGET_EPSILON_HELP}, in (0, {planning.MAX_BUDGET_EPSILON:g}] (default 1)")
+                       help=f"{BUDGET_EPSILON_HELP}, in (0, {LIMITS['MAX_BUDGET_EPSILON']:g}] (default 1)")
         add_option(p, "--budget-delta", "--delta", metavar="D", type=open_unit, default=1e-6,
                    help=f"{BUDGET_DELTA_HELP}, in [1e-300, 1) (default 1e-6)")
         if eps0:
             p.add_argument("--eps0", type=positive_float, required=True,
                            help="target level eps0: what target charging charges per target hit (a boundary-wrapped "
                            "DPArgMax of step epsilon e has eps0 = 2e), in "
-                           f"[{planning.MIN_EPS0:g}, {planning.MAX_EPS0:g}]; the budget may buy at most about "
-                           f"{planning.MAX_SEARCH_STEPS:.0e} eps0-DP steps (docs/ranges.md)")
+                           f"[{LIMITS['MIN_EPS0']:g}, {LIMITS['MAX_EPS0']:g}]; the budget may buy at most about "
+                           f"{LIMITS['MAX_SEARCH_STEPS']:.0e} eps0-DP steps (docs/ranges.md)")
         if tct:
             p.add_argument("--q", type=fraction_q, default=None,
-                           help=f"q of the q-target, in [{planning.MIN_Q:g}, 1] (default: the q of the run the plan "
+                           help=f"q of the q-target, in [{LIMITS['MIN_Q']:g}, 1] (default: the q of the run the plan "
                            "prints, a boundary-wrapped DPArgMax of step epsilon eps0/2, which is 1/3 up to eps0 about "
-                           f"{2 * MAX_EPSILON_FOR_ONE_THIRD:.2f}; plan for-tokens: 1/3)")
+                           f"{LIMITS['max_eps0_for_one_third']:.2f}; plan for-tokens: 1/3)")
             add_option(p, "--step-delta", "--delta0", metavar="D", type=delta0_type, default=0.0,
                        help="delta of one run of the boundary-wrapped inner mechanism, delta_A (default 0: a pure "
                        "inner, the paper's figure). With a step delta > 0 every query, hit or not, pays "
@@ -114,8 +121,8 @@ def add_arguments(plan) -> None:
                        description="Largest eps0 (fewest teachers n = C_delta/eps0) whose budget buys at least "
                        "--tokens yields (planning.plan_for_tokens); never overshoots the budget.")
     p.add_argument("--tokens", type=count, required=True,
-                   help=f"wanted number of yields (tokens); at most about {planning.MAX_SEARCH_STEPS:.0e} q C_delta / 2 "
-                   f"({planning.max_plannable_tokens(1.0 / 3.0, planning.DEFAULT_AGGREGATOR_DELTA)} at the defaults; docs/ranges.md)")
+                   help=f"wanted number of yields (tokens); at most about {LIMITS['MAX_SEARCH_STEPS']:.0e} q C_delta / 2 "
+                   f"({LIMITS['max_plannable_tokens']} at the defaults; docs/ranges.md)")
     common(p, eps0=False)
     aggregator_delta(p)
     p.set_defaults(handler=_run_plan_for_tokens, parser=p)
@@ -124,10 +131,10 @@ def add_arguments(plan) -> None:
                        description="Epsilon of one run shape under plain composition, target charging and "
                        "individual charging (planning.compare_accounting).")
     p.add_argument("--queries", type=count0, required=True,
-                   help=f"number of queries in the run, at most {planning.MAX_PLAN_QUERIES:.0e}; the hits over q at most "
-                   f"{planning.MAX_BOUND_DRAWS:.0e} (docs/ranges.md)")
+                   help=f"number of queries in the run, at most {LIMITS['MAX_PLAN_QUERIES']:.0e}; the hits over q at most "
+                   f"{LIMITS['MAX_BOUND_DRAWS']:.0e} (docs/ranges.md)")
     p.add_argument("--target-rate", type=unit, required=True,
-                   help=f"fraction of queries that hit the target: 0 or in [{planning.MIN_TARGET_RATE:g}, 1]")
+                   help=f"fraction of queries that hit the target: 0 or in [{LIMITS['MIN_TARGET_RATE']:g}, 1]")
     p.add_argument("--teachers", type=count, required=True, help="number of teachers n, at most 2^53")
     p.add_argument("--charged-per-hit", type=count, default=None,
                    help="teachers charged per hit (default min(n, ceil(C_delta/eps0)), about 2L)")
@@ -279,6 +286,7 @@ def run_plan(*, eps0: float, num_teachers: int, budget_epsilon: float, budget_de
     ``n/2 + L + 1`` with the exact noise bound ``L`` of :class:`mechanisms.DPArgMax` (the paper's ``C_delta/eps0``
     teachers assume ``L = ln(1/delta0)/eps0``)."""
     from mechanisms import BoundaryWrapper, DPArgMax
+    from pate_accountant import planning
 
     step_epsilon = _round_down(eps0 / 2.0)
     wrapper = BoundaryWrapper(DPArgMax(step_epsilon, step_delta, relation=RUN_RELATION))
@@ -405,10 +413,12 @@ def _exact_l_assumption(run: dict) -> str:
 
 def _q(args) -> float:
     """``--q``, or the q of the run the plan prints (a boundary-wrapped DPArgMax at step epsilon eps0/2)."""
+    from pate_accountant.tct import boundary_wrapper_q
     return args.q if args.q is not None else boundary_wrapper_q(_round_down(args.eps0 / 2.0))
 
 
 def _run_plan_hits(args: argparse.Namespace) -> int:
+    from pate_accountant import planning
     _plan_no_top_plot(args)
     r = _plan_call(args, planning.target_hits, epsilon=args.budget_epsilon, delta=args.budget_delta, eps0=args.eps0, q=_q(args),
                    delta0=args.step_delta, composition=args.composition)
@@ -426,6 +436,7 @@ def _run_plan_hits(args: argparse.Namespace) -> int:
 
 
 def _run_plan_yields(args: argparse.Namespace) -> int:
+    from pate_accountant import planning
     _plan_no_top_plot(args)
     r = _plan_call(args, planning.yields, epsilon=args.budget_epsilon, delta=args.budget_delta, eps0=args.eps0,
                    num_teachers=args.teachers, q=_q(args), delta0=args.step_delta, composition=args.composition,
@@ -443,6 +454,7 @@ def _run_plan_yields(args: argparse.Namespace) -> int:
 
 
 def _run_plan_for_tokens(args: argparse.Namespace) -> int:
+    from pate_accountant import planning
     _plan_no_top_plot(args)
     r = _plan_call(args, planning.plan_for_tokens, tokens=args.tokens, epsilon=args.budget_epsilon, delta=args.budget_delta,
                    q=1.0 / 3.0 if args.q is None else args.q, delta0=args.step_delta, composition=args.composition,
@@ -461,6 +473,7 @@ def _run_plan_for_tokens(args: argparse.Namespace) -> int:
 
 
 def _run_plan_compare(args: argparse.Namespace) -> int:
+    from pate_accountant import planning
     _plan_no_top_plot(args)
     r = _plan_call(args, planning.compare_accounting, num_queries=args.queries, eps0=args.eps0, delta=args.budget_delta,
                    num_teachers=args.teachers, target_rate=args.target_rate, charged_per_hit=args.charged_per_hit,
@@ -491,6 +504,7 @@ def _run_plan_compare(args: argparse.Namespace) -> int:
 
 
 def _run_plan_margin(args: argparse.Namespace) -> int:
+    from pate_accountant import planning
     _plan_no_top_plot(args)
     if args.tokens is not None:
         r = _plan_call(args, planning.bassily_tt_teachers, eta=args.eta, epsilon=args.budget_epsilon, delta=args.budget_delta,
@@ -508,6 +522,8 @@ def _run_plan_margin(args: argparse.Namespace) -> int:
 
 def _run_figures(args: argparse.Namespace) -> int:
     """Run the Section 6 experiments with their default options into ``--out``; print their summaries."""
+    from pate_app.commands.experiment import run_and_write
+    from pate_app.experiments import load
     out = Path(args.out)
     results, written = {}, []
     try:
