@@ -13,16 +13,17 @@ import numpy as np
 
 from ensembles.distributions import TeacherDistributions
 from ensembles.histograms import coordinated_votes, histograms_from_votes, independent_votes
+from ensembles.keyed_votes import check_histograms
 from mechanisms.base import OutcomeDistribution
 from pate_accountant.release import Release
 from pate_accountant.validation import check_generator, check_int
 
+#: Each law of ``ensembles.keyed_votes.HISTOGRAMS`` and its vote kernel.
 HISTOGRAM_KINDS = {"coordinated": coordinated_votes, "independent": independent_votes}
 
 
 def _check_kind(instance, attribute, value):
-    if value not in HISTOGRAM_KINDS:
-        raise ValueError(f"{attribute.name} must be one of {sorted(HISTOGRAM_KINDS)}, got {value!r}")
+    check_histograms(value)  # the one check of the histogram law (its message names ``histograms``)
 
 
 def _check_aggregator(instance, attribute, value):
