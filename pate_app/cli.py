@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pate_accountant import __version__
 from pate_app import COMMAND_HELP, COMMANDS, load_module
-from pate_app.options import Parser
+from pate_app.grammar import Parser
 
 __all__ = ["build_parser", "load_command", "main"]
 

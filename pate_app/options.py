@@ -14,6 +14,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from pate_accountant.validation import MAX_STEP_EPSILON, MIN_DELTA
+from pate_app.grammar import Parser, add_option
 
 __all__ = [
     "BUDGET_DELTA_HELP",
@@ -124,39 +125,6 @@ def cannot_write(out, exc: OSError) -> int:
     """Report an unwritable ``--out`` folder on stderr; the exit status 1."""
     print(f"pate-accountant: error: cannot write into --out {str(out)!r}: {exc}", file=sys.stderr)
     return 1
-
-
-class Parser(argparse.ArgumentParser):
-    """The command line's parser (every subparser is one too): before parsing, an option's deprecated
-    spellings (:func:`add_option`) are rewritten to its name, with a one-line warning on stderr each."""
-
-    def parse_known_args(self, args=None, namespace=None):
-        spellings = {old: action.option_strings[0] for action in self._actions
-                     for old in getattr(action, "deprecated_spellings", ())}
-        if spellings and args is not None:
-            args = list(args)
-            for i, word in enumerate(args):
-                if word == "--":
-                    break
-                old, eq, value = word.partition("=")
-                if old in spellings:
-                    print(f"pate-accountant: warning: {old} is a deprecated spelling of {spellings[old]} "
-                          "and will be removed in the next release", file=sys.stderr)
-                    args[i] = spellings[old] + eq + value
-        return super().parse_known_args(args, namespace)
-
-
-def add_option(parser, name: str, *deprecated: str, **kwargs):
-    """``parser.add_argument(name, **kwargs)`` that also accepts the ``deprecated`` spellings for one release
-    (docs/cli.md, "One grammar"): a :class:`Parser` rewrites them to ``name`` with a warning on stderr.  Only
-    ``name`` is shown in usage, ``--help`` and messages."""
-    if deprecated:
-        help_text = kwargs.get("help")
-        if help_text is not None and help_text is not argparse.SUPPRESS:
-            kwargs["help"] = f"{help_text} (formerly {', '.join(deprecated)})"
-    action = parser.add_argument(name, **kwargs)
-    action.deprecated_spellings = tuple(deprecated)
-    return action
 
 
 #: The one grammar's help texts (docs/cli.md): totals are ``--budget-*``, one mechanism run is ``--step-*``.
