@@ -15,11 +15,11 @@ import math
 
 import numpy as np
 import pytest
-
 from conftest import z_bound
-from pate_app.experiments import alpha_sweep, load, tct_budget
+
 from pate_accountant import planning
 from pate_accountant.cli import main
+from pate_app.experiments import alpha_sweep, load, tct_budget
 
 FAMILY = 1e-4
 
@@ -196,8 +196,8 @@ def test_alpha_sweep_is_deterministic_and_json():
         ({"alphas": "0.5,1.5"}, "--alphas"),
         ({"alphas": "a,b"}, "--alphas"),
         ({"alphas": ""}, "--alphas"),
-        ({"epsilon": -1.0}, "--epsilon"),
-        ({"delta": 1.0}, "--delta"),
+        ({"epsilon": -1.0}, "--step-epsilon"),
+        ({"delta": 1.0}, "--step-delta"),
         ({"eps0": "0"}, "--eps0"),
         ({"budget_epsilon": 0.0}, "--budget-epsilon"),
         ({"budget_delta": 0.0}, "--budget-delta"),
@@ -290,7 +290,8 @@ def test_tct_budget_cli(tmp_path, capsys):
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert "claims:" in capsys.readouterr().out
-    for bad, name in ((["--eps0", "0"], "--eps0"), (["--epsilon", "-1"], "--epsilon"), (["--delta", "1"], "--delta"),
+    for bad, name in ((["--eps0", "0"], "--eps0"), (["--budget-epsilon", "-1"], "--budget-epsilon"),
+                      (["--budget-delta", "1"], "--budget-delta"),
                       (["--aggregator-delta", "0"], "--aggregator-delta"), (["--eps0", "x"], "--eps0")):
         assert main(["experiment", "tct-budget", "--quick", "--no-progress", "--out", str(out), *bad]) == 2
         assert name in capsys.readouterr().err

@@ -82,12 +82,12 @@ def refused(capsys, argv: list[str], option: str) -> str:
 @pytest.mark.parametrize(
     ("argv", "option", "needle"),
     [
-        (["audit-mechanism", "dp-argmax", "--epsilon", "1000", "--runs", "1000"], "--epsilon", "(0, 15]"),
-        (["audit-mechanism", "noisy-argmax", "--epsilon", "1000"], "--epsilon", "(0, 15]"),
+        (["audit-mechanism", "dp-argmax", "--step-epsilon", "1000", "--runs", "1000"], "--step-epsilon", "(0, 15]"),
+        (["audit-mechanism", "noisy-argmax", "--step-epsilon", "1000"], "--step-epsilon", "(0, 15]"),
         (["audit-mechanism", "dp-argmax", "--runs", str(10**13)], "--runs", "[1, 100000000]"),
-        (["audit-mechanism", "dp-argmax", "--delta", "1e-320"], "--delta", "[1e-300, 1)"),
-        (["audit-mechanism", "between-thresholds", "--epsilon", "1e-17"], "--epsilon", "2^53"),
-        (["audit-mechanism", "dp-argmax", "--epsilon", "1e-4", "--delta", "1e-300"], "--epsilon", "noise truncation L"),
+        (["audit-mechanism", "dp-argmax", "--step-delta", "1e-320"], "--step-delta", "[1e-300, 1)"),
+        (["audit-mechanism", "between-thresholds", "--step-epsilon", "1e-17"], "--step-epsilon", "2^53"),
+        (["audit-mechanism", "dp-argmax", "--step-epsilon", "1e-4", "--step-delta", "1e-300"], "--step-epsilon", "noise truncation L"),
         (["plan", "hits", "--eps0", "1000"], "--eps0", "(0, 50]"),
         (["plan", "hits", "--eps0", "1e-300"], "--eps0", "planning limit"),
         (["plan", "hits", "--eps0", "0.0001"], "--eps0", "planning limit"),
@@ -128,7 +128,7 @@ def test_bad_input_is_one_line_naming_the_option(capsys, tmp_path, argv, option,
 def test_audit_notes_say_when_the_audit_cannot_tell(capsys):
     # Within the range but beyond what the pair or the runs can show: the output says so instead of a bare 0.
     with deadline():
-        code = main(["audit-mechanism", "noisy-argmax", "--epsilon", "10", "--runs", "1000", "--seed", "1"])
+        code = main(["audit-mechanism", "noisy-argmax", "--step-epsilon", "10", "--runs", "1000", "--seed", "1"])
     out = capsys.readouterr().out
     assert code == 0
     assert "cannot show an epsilon above" in out and "the pair is not tight at this epsilon" in out
@@ -344,7 +344,11 @@ def test_histograms_experiment_refuses_sizes_before_any_work():
 def test_optimal_composition_beyond_the_exact_law_is_an_upper_bound():
     """Past MAX_EXACT_STEPS the optimal epsilon is not computed from the k + 1 weights (memory) but bounded by the
     smaller of DRV and basic composition: never below the exact value, which grows with k."""
-    from pate_accountant.composition import MAX_EXACT_STEPS, drv_epsilon, optimal_epsilon
+    from pate_accountant.composition import (
+        MAX_EXACT_STEPS,
+        drv_epsilon,
+        optimal_epsilon,
+    )
 
     with deadline(30.0):
         exact = optimal_epsilon(MAX_EXACT_STEPS, 1e-4, 0.0, 1e-6, cache=False)

@@ -9,7 +9,15 @@ import json
 import numpy as np
 
 from mechanisms import audit, registry
-from pate_app.options import delta, int_in, nonnegative_int, open_unit, real_in, scale
+from pate_app.options import (
+    add_option,
+    delta,
+    int_in,
+    nonnegative_int,
+    open_unit,
+    real_in,
+    scale,
+)
 
 NAME = "audit-mechanism"
 HELP = "empirically lower-bound a mechanism's epsilon on a worst-case neighbouring pair"
@@ -20,7 +28,7 @@ DESCRIPTION = (
 )
 
 
-#: ``--epsilon``: the ready-made cases' claims, ``(0, mechanisms.audit.MAX_AUDIT_EPSILON]`` (docs/ranges.md).
+#: ``--step-epsilon``: the ready-made cases' claims, ``(0, mechanisms.audit.MAX_AUDIT_EPSILON]`` (docs/ranges.md).
 audit_epsilon = real_in(f"a number in (0, {audit.MAX_AUDIT_EPSILON:g}] (no audit can show more; docs/ranges.md)",
                         0.0, audit.MAX_AUDIT_EPSILON, min_open=True)
 #: ``--runs``: ``[1, mechanisms.audit.MAX_AUDIT_RUNS]`` (about a microsecond and a half per run and histogram).
@@ -40,9 +48,11 @@ def mechanism_name(value: str) -> str:
 def add_arguments(p) -> None:
     """``NAME`` and the claim, size, seed, noise-scale and confidence options."""
     p.add_argument("name", type=mechanism_name, metavar="NAME", help="one of: " + ", ".join(registry.audit_names()))
-    p.add_argument("--epsilon", type=audit_epsilon, default=None,
-                   help=f"claimed total epsilon in (0, {audit.MAX_AUDIT_EPSILON:g}] (default: per mechanism)")
-    p.add_argument("--delta", type=delta, default=None, help="claimed total delta in [1e-300, 1) (default 1e-6 where used)")
+    add_option(p, "--step-epsilon", "--epsilon", metavar="E", type=audit_epsilon, default=None,
+               help=f"the epsilon one run of the mechanism claims, in (0, {audit.MAX_AUDIT_EPSILON:g}] (default: per "
+                    "mechanism)")
+    add_option(p, "--step-delta", "--delta", metavar="D", type=delta, default=None,
+               help="the delta one run of the mechanism claims, in [1e-300, 1) (default 1e-6 where used)")
     p.add_argument("--runs", type=audit_runs, default=200_000,
                    help=f"runs on each histogram, at most {audit.MAX_AUDIT_RUNS:.0e} (default 200000)")
     p.add_argument("--seed", type=nonnegative_int, default=None, help="seed (default: fresh OS entropy)")
@@ -57,10 +67,10 @@ def add_arguments(p) -> None:
 def main(args: argparse.Namespace) -> int:
     """Audit the mechanism ``args.name``; 1 when the lower bound exceeds the claim."""
     try:
-        case = audit.audit_case(args.name, args.epsilon, args.delta, args.noise_scale)
+        case = audit.audit_case(args.name, args.step_epsilon, args.step_delta, args.noise_scale)
     except (TypeError, ValueError) as exc:
         message = str(exc)
-        option = {"epsilon": "--epsilon", "delta": "--delta"}.get(message.split(" ", 1)[0])
+        option = {"epsilon": "--step-epsilon", "delta": "--step-delta"}.get(message.split(" ", 1)[0])
         args.parser.error(f"argument {option}: {message}" if option else message)
     rng = np.random.default_rng(args.seed)
     result = audit.run_audit_case(case, args.runs, rng, confidence=args.confidence)

@@ -45,7 +45,14 @@ from pate_accountant import planning
 from pate_accountant.validation import check_int, check_real
 from pate_app.experiments import claim_lines
 from pate_app.experiments.section6 import alpha_sweep, plot_alpha_sweep
-from pate_app.plotting import COLORS, legend_outside, new_figure, quiet_minor_ticks, styled
+from pate_app.grammar import add_option
+from pate_app.plotting import (
+    COLORS,
+    legend_outside,
+    new_figure,
+    quiet_minor_ticks,
+    styled,
+)
 
 NAME = "alpha-sweep"
 HELP = "Section 6 alpha sweep: max counts, token/fail/target probabilities, queries and yields per hit"
@@ -89,7 +96,7 @@ _LAW_ALPHAS = tuple(float(a) for a in np.round(np.concatenate([[1e-4, 1e-3], np.
 
 
 def add_arguments(parser) -> None:
-    """``--teachers``, ``--samples``, ``--alphas``, ``--epsilon``, ``--delta``, ``--eps0``,
+    """``--teachers``, ``--samples``, ``--alphas``, ``--step-epsilon``, ``--step-delta``, ``--eps0``,
     ``--budget-epsilon``, ``--budget-delta`` (defaults: ``SIZES`` and the constants above)."""
     full, quick = SIZES["full"], SIZES["quick"]
     parser.add_argument("--teachers", type=int, metavar="N", default=None,
@@ -100,10 +107,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--alphas", metavar="A,B,...", default=None,
                         help="comma-separated weights of the common part, each in (0, 1] "
                              f"(default: {len(full['alphas'])} values, --quick {len(quick['alphas'])})")
-    parser.add_argument("--epsilon", type=float, metavar="EPS", default=None,
-                        help=f"total epsilon of the DPArgMax under replace-one (default {DEFAULT_EPSILON}; "
-                             "its per-count epsilon, the paper's eps0, is half of it)")
-    parser.add_argument("--delta", type=float, metavar="D", default=None,
+    add_option(parser, "--step-epsilon", "--epsilon", dest="epsilon", type=float, metavar="EPS", default=None,
+               help=f"epsilon of one run of the DPArgMax under replace-one (default {DEFAULT_EPSILON}); it noises its "
+                    "one deciding count at this epsilon, so it is also the per-count epsilon eps_c, and the wrapped "
+                    "mechanism's target level is eps0 = 2 eps_c")
+    add_option(parser, "--step-delta", "--delta", dest="delta", type=float, metavar="D", default=None,
                         help=f"delta of the DPArgMax, also the delta0 of C_delta = 2 ln(1/delta0) "
                              f"(default {DEFAULT_DELTA:g})")
     parser.add_argument("--eps0", metavar="E,F,...", default=None,
@@ -148,9 +156,9 @@ def _options(quick, teachers, samples, alphas, epsilon, delta, eps0, budget_epsi
         "teachers": check_int("--teachers", sizes["teachers"] if teachers is None else teachers, minimum=2),
         "samples": check_int("--samples", sizes["samples"] if samples is None else samples, minimum=2),
         "alphas": parse_float_list("--alphas", alphas, sizes["alphas"], maximum=1.0),
-        "epsilon": check_real("--epsilon", DEFAULT_EPSILON if epsilon is None else epsilon,
+        "epsilon": check_real("--step-epsilon", DEFAULT_EPSILON if epsilon is None else epsilon,
                               minimum=0.0, min_open=True),
-        "delta": check_real("--delta", DEFAULT_DELTA if delta is None else delta,
+        "delta": check_real("--step-delta", DEFAULT_DELTA if delta is None else delta,
                             minimum=0.0, maximum=1.0, min_open=True, max_open=True),
         "eps0": parse_float_list("--eps0", eps0, sizes["eps0"], maximum=1.0),
         "budget_epsilon": check_real("--budget-epsilon", DEFAULT_BUDGET_EPSILON if budget_epsilon is None

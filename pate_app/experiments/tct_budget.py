@@ -34,7 +34,14 @@ from pate_accountant.validation import check_int, check_real
 from pate_app.experiments import claim_lines
 from pate_app.experiments.alpha_sweep import parse_float_list
 from pate_app.experiments.section6 import plot_target_hits, target_hits_curve
-from pate_app.plotting import COLORS, legend_outside, new_figure, quiet_minor_ticks, styled
+from pate_app.grammar import add_option
+from pate_app.plotting import (
+    COLORS,
+    legend_outside,
+    new_figure,
+    quiet_minor_ticks,
+    styled,
+)
 
 NAME = "tct-budget"
 HELP = "Section 6 Figure TCT (left): target hits for total epsilon 1 vs eps0, against plain composition"
@@ -64,13 +71,13 @@ WORST_QUERIES_PER_HIT = 3.0
 
 
 def add_arguments(parser) -> None:
-    """``--epsilon``, ``--delta`` (the total budget), ``--eps0`` (the per-query levels),
+    """``--budget-epsilon``, ``--budget-delta`` (the total budget), ``--eps0`` (the per-query levels),
     ``--aggregator-delta`` (the ``delta0`` of ``C_delta = 2 ln(1/delta0)``)."""
     full, quick = SIZES["full"]["eps0"], SIZES["quick"]["eps0"]
-    parser.add_argument("--epsilon", type=float, metavar="EPS", default=None,
-                        help=f"total epsilon of the budget (default {DEFAULT_EPSILON:g})")
-    parser.add_argument("--delta", type=float, metavar="D", default=None,
-                        help=f"total delta of the budget (default {DEFAULT_DELTA:g})")
+    add_option(parser, "--budget-epsilon", "--epsilon", dest="epsilon", type=float, metavar="EPS", default=None,
+               help=f"total epsilon of the budget (default {DEFAULT_EPSILON:g})")
+    add_option(parser, "--budget-delta", "--delta", dest="delta", type=float, metavar="D", default=None,
+               help=f"total delta of the budget (default {DEFAULT_DELTA:g})")
     parser.add_argument("--eps0", metavar="E,F,...", default=None,
                         help="comma-separated per-query levels eps0 (the TCT level of one query's target) "
                              f"(default {len(full)} values {full[0]:g}..{full[-1]:g}; "
@@ -91,8 +98,8 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, epsilon=No
 
 
     seed = check_int("--seed", seed, minimum=0)
-    epsilon = check_real("--epsilon", DEFAULT_EPSILON if epsilon is None else epsilon, minimum=0.0, min_open=True)
-    delta = check_real("--delta", DEFAULT_DELTA if delta is None else delta, minimum=0.0, maximum=1.0,
+    epsilon = check_real("--budget-epsilon", DEFAULT_EPSILON if epsilon is None else epsilon, minimum=0.0, min_open=True)
+    delta = check_real("--budget-delta", DEFAULT_DELTA if delta is None else delta, minimum=0.0, maximum=1.0,
                        min_open=True, max_open=True)
     aggregator_delta = check_real("--aggregator-delta", DEFAULT_AGGREGATOR_DELTA if aggregator_delta is None
                                   else aggregator_delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
