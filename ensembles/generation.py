@@ -357,7 +357,7 @@ class PrivateGenerator:
 
     # -- the loop --------------------------------------------------------------------------------------
     def generate(self, teacher_prompts, *, shared_prefix="", seed=None, rng=None,
-                 mechanism_rng=None, on_token=None) -> GenerationResult:
+                 mechanism_rng=None, on_token=None, on_step=None) -> GenerationResult:
         """Generate one response privately from ``teacher_prompts`` (one prompt per teacher, text or ids).
 
         Two sources of randomness, kept apart (docs/mechanisms/randomness.md):
@@ -374,14 +374,17 @@ class PrivateGenerator:
           privacy against whoever knows its seed.
 
         ``on_token(token_id)`` (optional) is called after each token is appended (a progress bar, a
-        stream); it sees only released or public tokens.  Equal seeds and equal seeded ``mechanism_rng``
+        stream); it sees only released or public tokens.  ``on_step(outcome)`` (optional) is called after each
+        charged run with its public outcome class (``"token"``, ``"fallback"``, ``"fail"``, ...; nothing
+        confidential), e.g. to count private and public tokens apart.  Equal seeds and equal seeded ``mechanism_rng``
         give equal results (for a deterministic backend).
         """
         if rng is None:
             rng = np.random.default_rng(self.seed if seed is None else seed)
         secret = _MechanismRandomness(mechanism_rng)
-        if on_token is not None and not callable(on_token):
-            raise TypeError(f"on_token must be callable or None, got {type(on_token).__name__}")
+        for name, hook in (("on_token", on_token), ("on_step", on_step)):
+            if hook is not None and not callable(hook):
+                raise TypeError(f"{name} must be callable or None, got {type(hook).__name__}")
         backend, accountant, scheme = self.backend, self.accountant, self.scheme
         run_key = int(rng.integers(0, 2**63 - 1, dtype=np.int64))
         teacher_prompts = list(teacher_prompts)
@@ -421,6 +424,8 @@ class PrivateGenerator:
                     token, outcome = self._public_token(rng), "fallback"
                 steps.append(StepRecord(token, outcome, max_count, margin, retries, int(active.size),
                                         step.release.target_hit, step.counted))
+                if on_step is not None:
+                    on_step(outcome)
                 if token is not None or self.fallback == "stop" or retries >= self.max_retries:
                     break
                 retries += 1

@@ -239,12 +239,78 @@ def _backends(stack: contextlib.ExitStack, model, threads, workers: int, ray_add
     return backend, public
 
 
-def _progress_bar(total: int, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm import tqdm
+@contextlib.contextmanager
+def quiet_libraries():
+    """Silence the progress bars and warnings that transformers and huggingface_hub print on stderr while a
+    model is converted or loaded (the run's own status line and progress replace them, and ``--json`` and
+    ``--no-progress`` promise a quiet stderr); restored on exit."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # no llm extra: nothing of theirs will print
+        yield
+        return
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hub = None
+    try:
+        from huggingface_hub.utils import (
+            are_progress_bars_disabled,
+            disable_progress_bars,
+            enable_progress_bars,
+        )
 
-    return tqdm(total=total, desc="private tokens", unit="tok", leave=False, dynamic_ncols=True)
+        hub = (are_progress_bars_disabled(), enable_progress_bars)
+        disable_progress_bars()
+    except ImportError:
+        pass
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+        if hub is not None and not hub[0]:
+            hub[1]()
+
+
+class RunProgress:
+    """The run's progress on stderr: one bar over the records (so its total never jumps when a record stops
+    early, and no ETA is shown before the first record ends), whose postfix names the phase (the prefill of
+    the teachers' prompts, then the tokens) and counts private and public-fallback tokens apart.  Silent when
+    ``enabled`` is false.  It sees only public outcome classes, never votes or counts."""
+
+    def __init__(self, num_records: int, enabled: bool):
+        self.private = self.fallback = self.charged = 0
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=num_records, desc="records", unit="record", leave=False, dynamic_ncols=True,
+                            bar_format="{desc} {n_fmt}/{total_fmt} |{bar}| {elapsed}<{remaining}{postfix}")
+
+    def _show(self, phase: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{phase}; private {self.private}, fallback {self.fallback} "
+                                     f"({self.charged} charged runs)")
+
+    def record_starts(self) -> None:
+        self._show("prefill of the teachers' prompts")
+
+    def step(self, outcome: str) -> None:
+        self.charged += 1
+        self.private += outcome == "token"
+        self.fallback += outcome == "fallback"
+        self._show("tokens")
+
+    def record_ends(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def private_run(
@@ -315,7 +381,10 @@ def private_run(
         _check_existing_ledger(ledger_path, dataset, accountant, budget, mech)
 
     with contextlib.ExitStack() as stack:  # stops the shards' workers, whatever happens
-        backend, public = _backends(stack, model, threads, workers, ray_address)
+        if progress:
+            print("pate-accountant: loading the model ...", file=sys.stderr, flush=True)
+        with quiet_libraries():
+            backend, public = _backends(stack, model, threads, workers, ray_address)
 
         rng = np.random.default_rng(seed)
         parts = partition_records(records, num_teachers, rng)
@@ -367,13 +436,13 @@ def private_run(
                 public_prompt=public_prompt, max_tokens=max_tokens, stop_strings=("\n",), top_p=top_p,
                 temperature=temperature,
             )
-            bar = _progress_bar(num_records * max_tokens, progress)
-            on_token = None if bar is None else (lambda token_id: bar.update(1))
+            bar = RunProgress(num_records, progress)
             out_records = []
             try:
                 for _ in range(num_records):
+                    bar.record_starts()
                     result = generator.generate(prompts, shared_prefix=shared_prefix, rng=rng,
-                                                mechanism_rng=rng if seed is not None else None, on_token=on_token)
+                                                mechanism_rng=rng if seed is not None else None, on_step=bar.step)
                     counts = result.outcome_counts()
                     out_records.append({
                         "text": result.text.strip(),
@@ -384,13 +453,11 @@ def private_run(
                         "private_tokens": counts.get("token", 0),
                         "fallback_tokens": counts.get("fallback", 0),
                     })
-                    if bar is not None:
-                        bar.update(max_tokens - len(result.token_ids))
+                    bar.record_ends()
                     if result.stop_reason == "budget":
                         break
             finally:
-                if bar is not None:
-                    bar.close()
+                bar.close()
             spent = tuple(float(x) for x in acct.spent())
             rows = ledger.row_count
             runs = len(ledger.runs)
@@ -415,7 +482,8 @@ def private_run(
             "ok": bool(verdict.ok),
             "message": verdict.message,
             "rows": verdict.rows,
-            "spent": None if verdict.spent is None else [float(x) for x in verdict.spent],
+            "spent": None if verdict.spent is None else {"epsilon": float(verdict.spent[0]),
+                                                         "delta": float(verdict.spent[1])},
             "head_hash": verdict.head_hash,
         },
         "parameters": metadata,
@@ -430,13 +498,13 @@ def default_demo_ledger(folder=".") -> Path:
 
 
 def demo_model_path() -> Path:
-    """The embedded SmolLM2 as a converted safetensors folder (converting the GGUF once, with a message)."""
-
-
+    """The embedded SmolLM2 as a converted safetensors folder (converting the GGUF once, with a one-line
+    message on stderr and nothing else: transformers' own conversion bars are silenced)."""
     gguf = tb.smollm2_path()
     cached = tb.converted_gguf_path(gguf)
     if not (cached / "config.json").is_file():
         print("pate-accountant: converting the embedded SmolLM2 model once (about 20 s; cached in "
               f"{tb.default_cache_dir()})", file=sys.stderr, flush=True)
-    return tb.convert_gguf(gguf)
+    with quiet_libraries():
+        return tb.convert_gguf(gguf)
 

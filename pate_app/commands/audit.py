@@ -31,6 +31,24 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print only a JSON result")
 
 
+def metadata_lines(metadata, indent: str) -> list[str]:
+    """A run's metadata as one ``key: value`` line per field, nested fields as ``outer.inner`` (keys sorted)."""
+    if not isinstance(metadata, dict):
+        return [f"{indent}{json.dumps(metadata, sort_keys=True)}"]
+    flat = {}
+
+    def walk(prefix, value):
+        if isinstance(value, dict) and value:
+            for key in sorted(value):
+                walk(f"{prefix}.{key}" if prefix else str(key), value[key])
+        else:
+            flat[prefix] = value if isinstance(value, str) else json.dumps(value)
+
+    walk("", metadata)
+    width = max(map(len, flat), default=0)
+    return [f"{indent}{key:<{width}} : {value}" for key, value in flat.items()]
+
+
 def main(args: argparse.Namespace) -> int:
     """Verify the ledger ``args.path`` and print what it spent; 0 when it verifies, 1 otherwise."""
     if not os.path.isfile(args.path):
@@ -71,11 +89,14 @@ def main(args: argparse.Namespace) -> int:
         print(f"spent       : {spent}{'' if result.ok or result.spent is None else ' (up to the first bad row)'}")
         print(f"budget      : {budget}")
         if result.run_metadata is not None:
-            print(f"metadata    : {json.dumps(result.run_metadata, sort_keys=True)}")
+            print("metadata    :")
+            for line in metadata_lines(result.run_metadata, "  "):
+                print(line)
         print(f"runs        : {len(result.runs)}")
         for run in result.runs:
-            print(f"  run {run['id']} ({run['rows']} rows from row {run['first_row'] + 1}): "
-                  f"{json.dumps(run['metadata'], sort_keys=True)}")
+            print(f"  run {run['id']} ({run['rows']} rows from row {run['first_row'] + 1}):")
+            for line in metadata_lines(run["metadata"], "    "):
+                print(line)
         if result.software_version is not None:
             print(f"created by  : pate-accountant {result.software_version}")
         if result.head_hash is not None:
