@@ -26,7 +26,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    cases = [["--help"]] + [[name, "--help"] for name in pate_app.COMMANDS] + [["plan", "hits", "--eps0", "abc"]]
+    cases = ([["--help"]] + [[name, "--help"] for name in pate_app.COMMANDS]
+             + [["plan", "for-tokens", "--help"], ["experiment", "alpha-sweep", "--help"],
+                ["plan", "hits", "--eps0", "abc"], ["generate", "--teachers", "0"]])
     print(f"best of {args.repeats}, fresh interpreter each, load average {os.getloadavg()[0]:.2f}")
     for argv in cases:
         print(f"  pate-accountant {' '.join(argv):32s}: {_best(argv, args.repeats):6.2f} s")

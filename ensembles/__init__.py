@@ -1,43 +1,44 @@
 """Teacher ensembles for Hot PATE: distributions, coordinated/independent votes, samplers, metrics.
 
-torch and transformers are imported only inside ``ensembles.backends``, lazily.
+torch and transformers are imported only inside ``ensembles.backends``, lazily.  The names below are
+imported on first use (PEP 562), so that importing one submodule (``ensembles.data``, ``ensembles.metrics``)
+does not load the generation loop and the mechanisms behind it.
 """
 
-from ensembles.distributions import TeacherDistributions
-from ensembles.histograms import (
-    TAIL_VOTE,
-    VoteHistogram,
-    batch_from_votes,
-    coordinated_votes,
-    coordinated_votes_from_noise,
-    count_votes,
-    histograms_from_votes,
-    independent_votes,
-)
+import importlib
 
-__all__ = [
-    "TAIL_VOTE",
-    "TeacherDistributions",
-    "VoteHistogram",
-    "batch_from_votes",
-    "coordinated_votes",
-    "coordinated_votes_from_noise",
-    "count_votes",
-    "histograms_from_votes",
-    "independent_votes",
-]
+#: Each public name and the module that defines it (a subpackage or submodule names itself).
+_MODULES = {
+    "TeacherDistributions": "ensembles.distributions",
+    "TAIL_VOTE": "ensembles.histograms",
+    "VoteHistogram": "ensembles.histograms",
+    "batch_from_votes": "ensembles.histograms",
+    "coordinated_votes": "ensembles.histograms",
+    "coordinated_votes_from_noise": "ensembles.histograms",
+    "count_votes": "ensembles.histograms",
+    "histograms_from_votes": "ensembles.histograms",
+    "independent_votes": "ensembles.histograms",
+    "EnsembleSampler": "ensembles.samplers",
+    "GenerationResult": "ensembles.generation",
+    "PrivateGenerator": "ensembles.generation",
+    "StepRecord": "ensembles.generation",
+    "backends": "ensembles.backends",
+    "data": "ensembles.data",
+    "metrics": "ensembles.metrics",
+    "synthetic": "ensembles.synthetic",
+}
+__all__ = sorted(_MODULES)
 
-from ensembles import backends, data, metrics, synthetic  # noqa: E402
-from ensembles.generation import GenerationResult, PrivateGenerator, StepRecord  # noqa: E402
-from ensembles.samplers import EnsembleSampler  # noqa: E402
 
-__all__ += [
-    "EnsembleSampler",
-    "GenerationResult",
-    "PrivateGenerator",
-    "StepRecord",
-    "backends",
-    "data",
-    "metrics",
-    "synthetic",
-]
+def __getattr__(name):
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ensembles' has no attribute {name!r}")
+    loaded = importlib.import_module(module)
+    value = loaded if module == f"ensembles.{name}" else getattr(loaded, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_MODULES))

@@ -7,21 +7,46 @@ mechanism's claim and sampler against its exact law.
 Imports only ``pate_accountant`` (never ``ensembles``, torch or transformers).
 """
 
-from mechanisms.base import (
-    FAIL_VALUE,
-    BatchRelease,
-    EpsilonDeltaClaim,
-    Mechanism,
-    OutcomeDistribution,
-    TargetClaim,
-    ThresholdClaim,
-)
-from mechanisms.between_thresholds import BetweenThresholds, TokenQuery
-from mechanisms.boundary_wrapper import BoundaryWrapper
-from mechanisms.histogram import TAIL_VOTE, CountHistogram, HistogramBatch, as_batch, as_histogram
-from mechanisms.noisy_argmax import DPArgMax, TruncatedGeometricNoisyArgMax
-from mechanisms.threshold import ThresholdArgMax, ThresholdWeightedSampling
-from mechanisms.weighted_sampling import DPWeightedSampling
+import importlib
+
+#: Each public name and the module that defines it: imported on first use (PEP 562), so that importing
+#: ``mechanisms.registry`` to list the names stays light.
+_MODULES = {
+    "FAIL_VALUE": "mechanisms.base",
+    "BatchRelease": "mechanisms.base",
+    "EpsilonDeltaClaim": "mechanisms.base",
+    "Mechanism": "mechanisms.base",
+    "OutcomeDistribution": "mechanisms.base",
+    "TargetClaim": "mechanisms.base",
+    "ThresholdClaim": "mechanisms.base",
+    "BetweenThresholds": "mechanisms.between_thresholds",
+    "TokenQuery": "mechanisms.between_thresholds",
+    "BoundaryWrapper": "mechanisms.boundary_wrapper",
+    "TAIL_VOTE": "mechanisms.histogram",
+    "CountHistogram": "mechanisms.histogram",
+    "HistogramBatch": "mechanisms.histogram",
+    "as_batch": "mechanisms.histogram",
+    "as_histogram": "mechanisms.histogram",
+    "DPArgMax": "mechanisms.noisy_argmax",
+    "TruncatedGeometricNoisyArgMax": "mechanisms.noisy_argmax",
+    "ThresholdArgMax": "mechanisms.threshold",
+    "ThresholdWeightedSampling": "mechanisms.threshold",
+    "DPWeightedSampling": "mechanisms.weighted_sampling",
+}
+
+
+def __getattr__(name):
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mechanisms' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_MODULES))
+
 
 __all__ = [
     "FAIL_VALUE",

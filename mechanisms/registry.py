@@ -26,13 +26,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from mechanisms import audit
-from mechanisms.between_thresholds import BetweenThresholds
-from mechanisms.boundary_wrapper import BoundaryWrapper
-from mechanisms.noisy_argmax import DPArgMax, TruncatedGeometricNoisyArgMax
-from mechanisms.threshold import ThresholdArgMax, ThresholdWeightedSampling
-from mechanisms.weighted_sampling import DPWeightedSampling
-
 __all__ = [
     "ALIASES",
     "MechanismEntry",
@@ -146,50 +139,75 @@ def contract_examples(name: str, relation: str) -> list:
 
 
 # -- the built-in mechanisms --------------------------------------------------------------------------------
+class _Mechanisms:
+    """The mechanisms package, imported when a built-in is first built: listing the names imports no mechanism
+    (nor numpy, scipy or dp-accounting behind them), so the command line's help stays fast."""
+
+    def __getattr__(self, name):
+        import mechanisms
+
+        return getattr(mechanisms, name)
+
+
+_m = _Mechanisms()
+
+
+def _case(name: str) -> Callable:
+    """The audit-case builder ``mechanisms.audit.NAME``, imported when first called."""
+
+    def build(*args, **kwargs):
+        from mechanisms import audit
+
+        return getattr(audit, name)(*args, **kwargs)
+
+    build.__name__ = name
+    return build
+
+
 def _register_builtins() -> None:
 
     # Contract examples: budgets whose truncation L is 2 to 5, so histograms of at most six teachers reach the
     # release thresholds, the truncation's delta and (for LArgMax) both parities of n.
     def dp_argmax_examples(relation):
-        return [DPArgMax(e, d, relation=relation) for e, d in ((2.0, 0.2), (1.0, 0.1), (4.0, 0.05), (0.5, 0.3))]
+        return [_m.DPArgMax(e, d, relation=relation) for e, d in ((2.0, 0.2), (1.0, 0.1), (4.0, 0.05), (0.5, 0.3))]
 
     def weighted_sampling_examples(relation):
-        return [DPWeightedSampling(1.0, 0.05, relation), DPWeightedSampling(2.0, 0.1, relation),
-                DPWeightedSampling(0.5, 1e-3, relation), DPWeightedSampling(1.0, 0.05, relation, release_counts=True)]
+        return [_m.DPWeightedSampling(1.0, 0.05, relation), _m.DPWeightedSampling(2.0, 0.1, relation),
+                _m.DPWeightedSampling(0.5, 1e-3, relation), _m.DPWeightedSampling(1.0, 0.05, relation, release_counts=True)]
 
     register_mechanism(
-        "dp-argmax", build=lambda e, d, r: DPArgMax(e, d, relation=r), audit=audit.dp_argmax_case, runs=True,
+        "dp-argmax", build=lambda e, d, r: _m.DPArgMax(e, d, relation=r), audit=_case("dp_argmax_case"), runs=True,
         examples=dp_argmax_examples,
         summary="LArgMax: the majority token when its noisy count clears n/2 + L, else fail")
     register_mechanism(
-        "boundary-dp-argmax", build=lambda e, d, r: BoundaryWrapper(DPArgMax(e, d, relation=r)),
-        audit=audit.boundary_wrapper_case, runs=True,
-        examples=lambda r: [BoundaryWrapper(DPArgMax(e, d, relation=r)) for e, d in ((2.0, 0.2), (0.6, 0.3))],
+        "boundary-dp-argmax", build=lambda e, d, r: _m.BoundaryWrapper(_m.DPArgMax(e, d, relation=r)),
+        audit=_case("boundary_wrapper_case"), runs=True,
+        examples=lambda r: [_m.BoundaryWrapper(_m.DPArgMax(e, d, relation=r)) for e, d in ((2.0, 0.2), (0.6, 0.3))],
         summary="DPArgMax inside the boundary wrapper (a q-target for target charging)")
     register_mechanism(
-        "dp-weighted-sampling", build=lambda e, d, r: DPWeightedSampling(e, d, relation=r),
-        audit=audit.weighted_sampling_case, runs=True, examples=weighted_sampling_examples,
+        "dp-weighted-sampling", build=lambda e, d, r: _m.DPWeightedSampling(e, d, relation=r),
+        audit=_case("weighted_sampling_case"), runs=True, examples=weighted_sampling_examples,
         summary="sparsity-preserving DP weighted sampling of a voted token")
     register_mechanism(
-        "boundary-dp-weighted-sampling", build=lambda e, d, r: BoundaryWrapper(DPWeightedSampling(e, d, relation=r)),
-        runs=True, examples=lambda r: [BoundaryWrapper(DPWeightedSampling(1.0, 0.05, r))],
+        "boundary-dp-weighted-sampling", build=lambda e, d, r: _m.BoundaryWrapper(_m.DPWeightedSampling(e, d, relation=r)),
+        runs=True, examples=lambda r: [_m.BoundaryWrapper(_m.DPWeightedSampling(1.0, 0.05, r))],
         summary="DPWeightedSampling inside the boundary wrapper")
     register_mechanism(
-        "noisy-argmax", audit=audit.noisy_argmax_case,
-        examples=lambda r: [TruncatedGeometricNoisyArgMax(e, d, relation=r)
+        "noisy-argmax", audit=_case("noisy_argmax_case"),
+        examples=lambda r: [_m.TruncatedGeometricNoisyArgMax(e, d, relation=r)
                             for e, d in ((2.0, 0.2), (1.0, 0.1), (4.0, 0.05))],
         summary="truncated-geometric NoisyArgMax: the noisy top token and its noisy count")
     register_mechanism(
-        "between-thresholds", audit=audit.between_thresholds_case,
-        examples=lambda r: [BetweenThresholds(e, lo, hi, relation=r).on_token(0)
+        "between-thresholds", audit=_case("between_thresholds_case"),
+        examples=lambda r: [_m.BetweenThresholds(e, lo, hi, relation=r).on_token(0)
                             for e, lo, hi in ((1.0, 1, 3), (0.5, 0, 4), (2.0, 2, 3))],
         summary="BetweenThresholds on one count: below / between / above (thresholds needed: not a run mechanism)")
     register_mechanism(
-        "threshold-argmax", examples=lambda r: [ThresholdArgMax(2), ThresholdArgMax(4)],
+        "threshold-argmax", examples=lambda r: [_m.ThresholdArgMax(2), _m.ThresholdArgMax(4)],
         summary="TArgMax_T: the most-voted token with at least T votes (threshold privacy, not DP)")
     register_mechanism(
         "threshold-weighted-sampling",
-        examples=lambda r: [ThresholdWeightedSampling(2, 1.0), ThresholdWeightedSampling(3, 2.0)],
+        examples=lambda r: [_m.ThresholdWeightedSampling(2, 1.0), _m.ThresholdWeightedSampling(3, 2.0)],
         summary="TWS_{T,gamma}: a token with at least T votes, drawn by count (threshold privacy, not DP)")
 
 

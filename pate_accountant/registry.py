@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["AccountantEntry", "accountant_class", "accountant_names", "register_accountant", "run_accountant_names"]
+__all__ = ["BUILTIN_KINDS", "AccountantEntry", "accountant_class", "accountant_names", "register_accountant", "run_accountant_names"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +39,11 @@ class AccountantEntry:
 
 _ENTRIES: dict[str, AccountantEntry] = {}
 _BUILTINS_LOADED = False
+#: The built-in kinds and whether runs offer them, known without importing the accountants (and dp-accounting
+#: behind them), so that the command line lists them fast; ``pate_accountant.accountants`` registers the
+#: classes, and a test keeps each class's ``kind`` and flag equal to this table.
+BUILTIN_KINDS = {"basic": True, "advanced": True, "pld": True, "target-charging": True, "rdp": False,
+                 "individual-charging": False}
 
 
 def register_accountant(cls=None, *, runs: bool = False):
@@ -54,6 +59,8 @@ def register_accountant(cls=None, *, runs: bool = False):
         kind = klass.__dict__.get("kind")
         if not isinstance(kind, str) or not kind:
             raise ValueError(f"{klass.__qualname__} must define a non-empty class attribute 'kind' to be registered")
+        if kind in BUILTIN_KINDS:
+            _load_builtins()  # a built-in's name: the built-in class must be there to refuse a second one
         old = _ENTRIES.get(kind)
         if old is not None and old.cls is not klass:
             raise ValueError(f"accountant kind {kind!r} is already registered to {old.cls.__module__}.{old.cls.__qualname__}")
@@ -82,13 +89,18 @@ def accountant_class(kind: str) -> type:
     return entry.cls
 
 
+def _runs_by_kind() -> dict[str, bool]:
+    """Every kind and its ``runs`` flag: the built-ins from :data:`BUILTIN_KINDS` (nothing imported), and
+    every class registered so far."""
+    return {**BUILTIN_KINDS, **{kind: entry.runs for kind, entry in _ENTRIES.items()}}
+
+
 def accountant_names() -> tuple[str, ...]:
-    """Every registered kind, sorted."""
-    _load_builtins()
-    return tuple(sorted(_ENTRIES))
+    """Every registered kind, sorted (imports no accountant)."""
+    return tuple(sorted(_runs_by_kind()))
 
 
 def run_accountant_names() -> tuple[str, ...]:
-    """The kinds that ``generate`` and ``demo`` offer (registered with ``runs=True``), sorted."""
-    _load_builtins()
-    return tuple(sorted(kind for kind, entry in _ENTRIES.items() if entry.runs))
+    """The kinds that ``generate`` and ``demo`` offer (registered with ``runs=True``), sorted (imports no
+    accountant)."""
+    return tuple(sorted(kind for kind, runs in _runs_by_kind().items() if runs))

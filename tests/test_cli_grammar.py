@@ -202,3 +202,11 @@ def test_plan_help_limits_are_the_planners():
             assert getattr(planning, name) == value, name
     assert LIMITS["max_plannable_tokens"] == planning.max_plannable_tokens(1 / 3, planning.DEFAULT_AGGREGATOR_DELTA)
     assert LIMITS["max_eps0_for_one_third"] == 2 * tct.MAX_EPSILON_FOR_ONE_THIRD
+
+
+def test_audit_mechanism_help_limits_are_the_auditors():
+    from mechanisms import audit
+    from pate_app.commands import audit_mechanism
+
+    assert (audit_mechanism.MAX_AUDIT_EPSILON, audit_mechanism.MAX_AUDIT_RUNS) == (audit.MAX_AUDIT_EPSILON,
+                                                                                  audit.MAX_AUDIT_RUNS)

@@ -5,6 +5,8 @@ measured by ``benchmarks/bench_cli_startup.py`` (docs/performance.md, "Command-l
 import subprocess
 import sys
 
+import pytest
+
 import pate_app
 from pate_app.cli import build_parser, load_command
 
@@ -40,3 +42,28 @@ def test_the_tables_help_lines_are_the_commands_own():
     commands = next(a for a in build_parser("plan")._actions if a.dest == "command").choices
     assert list(commands) == list(pate_app.COMMANDS)
     assert commands["plan"]._actions[1:] and not commands["audit"]._actions[1:]
+
+
+#: Every parser of the command line (command, plan subcommand, experiment), with ``--help`` and with an
+#: argument error: none may import dp-accounting, scipy, torch, transformers, ray or matplotlib (numpy, about
+#: 0.1 s, is allowed: the option types check ranges with the library's validation helpers).
+SLOW = ("scipy", "dp_accounting", "torch", "transformers", "ray", "matplotlib")
+PARSERS = ([[name] for name in pate_app.COMMANDS if name not in ("plan", "experiment")]
+           + [["plan", sub] for sub in ("hits", "yields", "for-tokens", "compare", "margin", "figures")]
+           + [["experiment", name] for name in pate_app.EXPERIMENTS])
+
+
+def _modules_after_any(argv: list) -> tuple:
+    probe = ("import sys\nfrom pate_accountant.cli import main\n"
+             f"code = main({argv!r})\nprint(code, ' '.join(sorted(sys.modules)))")
+    completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    code, modules = completed.stdout.strip().splitlines()[-1].split(" ", 1)
+    return int(code), {m.split(".")[0] for m in modules.split()}
+
+
+@pytest.mark.parametrize("words", PARSERS, ids=" ".join)
+def test_help_and_argument_errors_import_nothing_slow(words):
+    code, roots = _modules_after_any([*words, "--help"])
+    assert code == 0 and not roots & set(SLOW), sorted(roots & set(SLOW))
+    code, roots = _modules_after_any([*words, "--no-such-option"])
+    assert code == 2 and not roots & set(SLOW), sorted(roots & set(SLOW))

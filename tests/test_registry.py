@@ -104,3 +104,32 @@ def test_the_examples_in_docs_extending_run():
         exec(compile(block, "docs/extending.md", "exec"), {"__name__": "docs_example"})
     assert "team-basic" in accountants_registry.run_accountant_names()
     assert mechanisms_registry.build_mechanism("half-budget-argmax", 2.0, 1e-6).epsilon == 1.0
+
+
+def test_builtin_accountant_table_matches_the_classes():
+    """The registry lists the built-in kinds without importing them (fast --help): its table must name every
+    built-in class by its own kind and runs flag."""
+    import pate_accountant.accountants as accountants
+    from pate_accountant.registry import _ENTRIES, BUILTIN_KINDS
+
+    builtins = {entry.kind: entry.runs for entry in _ENTRIES.values() if entry.cls.__module__.startswith(
+        accountants.__name__)}
+    assert builtins == BUILTIN_KINDS
+
+
+def test_mechanisms_package_names_its_lazy_exports():
+    import mechanisms
+
+    assert sorted(mechanisms.__all__) == sorted(mechanisms._MODULES)
+    for name in mechanisms.__all__:
+        assert getattr(mechanisms, name) is getattr(__import__(mechanisms._MODULES[name], fromlist=[name]), name)
+
+
+def test_ensembles_package_names_its_lazy_exports():
+    import importlib
+
+    import ensembles
+
+    for name, module in ensembles._MODULES.items():
+        loaded = importlib.import_module(module)
+        assert getattr(ensembles, name) is (loaded if module == f"ensembles.{name}" else getattr(loaded, name))

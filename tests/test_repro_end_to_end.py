@@ -16,11 +16,11 @@ import math
 
 import numpy as np
 import pytest
-
 from conftest import z_bound
+
+from pate_accountant.cli import main
 from pate_app.experiments import end_to_end as e2e
 from pate_app.experiments import load
-from pate_accountant.cli import main
 
 #: Model lane (``-m slow``, run by the README's test command): whole private-generation experiments on a model.
 pytestmark = pytest.mark.slow
@@ -237,8 +237,8 @@ def test_bad_options_are_usage_errors(tmp_path, capsys):
     out = tmp_path / "bad"
     for bad, name in ((["--teachers", "0"], "--teachers"), (["--records", "0"], "--records"),
                       (["--max-tokens", "0"], "--max-tokens"), (["--synthetic-teachers", "100"], "--synthetic-teachers"),
-                      (["--target-epsilon", "10"], "--target-epsilon"),
-                      (["--individual-epsilon", "4"], "--individual-epsilon"),
+                      (["--target-budget-epsilon", "10"], "--target-budget-epsilon"),
+                      (["--individual-budget-epsilon", "4"], "--individual-budget-epsilon"),
                       (["--threads", "0"], "--threads"), (["--data", str(tmp_path / "missing.jsonl")], "--data")):
         assert main(["experiment", "end-to-end", "--quick", "--no-progress", "--out", str(out), *bad]) == 2, bad
         assert name in capsys.readouterr().err

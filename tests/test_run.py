@@ -280,7 +280,8 @@ def test_cli_generate_seed_reaches_no_shareable_output(model_dir, tmp_path, caps
         assert json.loads(captured.out)["parameters"]["seeded"] is True
     assert main(["audit", str(ledger)]) == 0
     audit = capsys.readouterr().out
-    assert '"seeded": true' in audit and str(SEED) not in audit
+    seeded = [line for line in audit.splitlines() if line.strip().startswith("seeded ")]
+    assert seeded and seeded[0].endswith(": true") and str(SEED) not in audit
 
 
 def test_cli_demo_seed_reaches_no_shareable_output(model_dir, tmp_path, capsys, monkeypatch):

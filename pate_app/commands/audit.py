@@ -8,8 +8,6 @@ import os
 import sqlite3
 import sys
 
-from pate_accountant.ledger import Ledger, LedgerError, VerificationResult
-
 NAME = "audit"
 HELP = "verify a privacy ledger and print the budget it spent"
 DESCRIPTION = (
@@ -51,6 +49,8 @@ def metadata_lines(metadata, indent: str) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     """Verify the ledger ``args.path`` and print what it spent; 0 when it verifies, 1 otherwise."""
+    from pate_accountant.ledger import Ledger, LedgerError, VerificationResult
+
     if not os.path.isfile(args.path):
         args.parser.error(f"argument PATH: no ledger file at {args.path!r}")
     if args.confidential is not None and not os.path.isfile(args.confidential):

@@ -6,9 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-import numpy as np
-
-from mechanisms import audit, registry
+from mechanisms import registry
 from pate_app.options import (
     add_option,
     delta,
@@ -29,10 +27,13 @@ DESCRIPTION = (
 
 
 #: ``--step-epsilon``: the ready-made cases' claims, ``(0, mechanisms.audit.MAX_AUDIT_EPSILON]`` (docs/ranges.md).
-audit_epsilon = real_in(f"a number in (0, {audit.MAX_AUDIT_EPSILON:g}] (no audit can show more; docs/ranges.md)",
-                        0.0, audit.MAX_AUDIT_EPSILON, min_open=True)
+#: ``mechanisms.audit``'s limits, written out so that building the parser imports no mechanism (fast --help);
+#: ``tests/test_cli_grammar.py`` keeps them equal.
+MAX_AUDIT_EPSILON, MAX_AUDIT_RUNS = 15.0, 100_000_000
+audit_epsilon = real_in(f"a number in (0, {MAX_AUDIT_EPSILON:g}] (no audit can show more; docs/ranges.md)",
+                        0.0, MAX_AUDIT_EPSILON, min_open=True)
 #: ``--runs``: ``[1, mechanisms.audit.MAX_AUDIT_RUNS]`` (about a microsecond and a half per run and histogram).
-audit_runs = int_in(1, audit.MAX_AUDIT_RUNS, "10^8 runs per histogram take a few minutes")
+audit_runs = int_in(1, MAX_AUDIT_RUNS, "10^8 runs per histogram take a few minutes")
 #: An exact pair epsilon below this share of the claim means the pair says little at this epsilon.
 _TIGHT_SHARE = 0.25
 
@@ -49,12 +50,12 @@ def add_arguments(p) -> None:
     """``NAME`` and the claim, size, seed, noise-scale and confidence options."""
     p.add_argument("name", type=mechanism_name, metavar="NAME", help="one of: " + ", ".join(registry.audit_names()))
     add_option(p, "--step-epsilon", "--epsilon", metavar="E", type=audit_epsilon, default=None,
-               help=f"the epsilon one run of the mechanism claims, in (0, {audit.MAX_AUDIT_EPSILON:g}] (default: per "
+               help=f"the epsilon one run of the mechanism claims, in (0, {MAX_AUDIT_EPSILON:g}] (default: per "
                     "mechanism)")
     add_option(p, "--step-delta", "--delta", metavar="D", type=delta, default=None,
                help="the delta one run of the mechanism claims, in [1e-300, 1) (default 1e-6 where used)")
     p.add_argument("--runs", type=audit_runs, default=200_000,
-                   help=f"runs on each histogram, at most {audit.MAX_AUDIT_RUNS:.0e} (default 200000)")
+                   help=f"runs on each histogram, at most {MAX_AUDIT_RUNS:.0e} (default 200000)")
     p.add_argument("--seed", type=nonnegative_int, default=None, help="seed (default: fresh OS entropy)")
     p.add_argument(
         "--noise-scale", type=scale, default=1.0,
@@ -66,6 +67,10 @@ def add_arguments(p) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Audit the mechanism ``args.name``; 1 when the lower bound exceeds the claim."""
+    import numpy as np
+
+    from mechanisms import audit
+
     try:
         case = audit.audit_case(args.name, args.step_epsilon, args.step_delta, args.noise_scale)
     except (TypeError, ValueError) as exc:
@@ -107,6 +112,8 @@ def main(args: argparse.Namespace) -> int:
 def audit_notes(case, exact: float, runs: int, confidence: float) -> list[str]:
     """What limits this audit's reach, in words (empty when nothing does): a claim above what ``runs`` runs can
     ever show, and a pair that is far from tight at this epsilon (its exact epsilon far below the claim)."""
+    from mechanisms import audit
+
     notes = []
     reach = audit.largest_showable_epsilon(runs, confidence)
     if case.claimed_epsilon >= reach:

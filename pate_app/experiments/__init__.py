@@ -24,7 +24,6 @@ from pathlib import Path
 
 from ensembles.data import bundled_sample, load_dolly_jsonl
 from pate_app import EXPERIMENTS, load_module
-from pate_app.run import demo_model_path
 
 __all__ = ["EXPERIMENTS", "claim_lines", "load", "model_option", "records_option"]
 
@@ -60,6 +59,10 @@ def records_option(data):
 def model_option(model):
     """``(path, label)`` for a ``--model`` option: the embedded SmolLM2 (converted once) for ``None``, else an
     existing local path (``ValueError("--model: ...")`` otherwise)."""
+    from pate_app.run import (
+        demo_model_path,  # loads the model machinery: only when a model is needed
+    )
+
     if model is None:
         return demo_model_path(), "SmolLM2-135M-Instruct (embedded)"
     path = Path(model).expanduser()

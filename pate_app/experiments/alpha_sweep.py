@@ -34,17 +34,12 @@ import math
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from ensembles.histograms import coordinated_votes
 from ensembles.metrics import max_counts
 from ensembles.synthetic import alpha_mixture
-from mechanisms.boundary_wrapper import BoundaryWrapper, target_probability
-from mechanisms.noisy_argmax import DPArgMax
-from pate_accountant import planning
 from pate_accountant.validation import check_int, check_real
 from pate_app.experiments import claim_lines
-from pate_app.experiments.section6 import alpha_sweep, plot_alpha_sweep
 from pate_app.grammar import add_option
 from pate_app.plotting import (
     COLORS,
@@ -175,6 +170,8 @@ def max_count_pmf(num_teachers: int, alpha: float) -> np.ndarray:
     """Law of the maximum count ``m`` (index ``0..n``) of a coordinated histogram of alpha-mixture teachers
     (one shared token, one private token each): ``m = max(c, 1)`` with ``c ~ BetaBin(n, alpha/(1-alpha), 1)``
     (the paper's ``y ~ Exp(alpha)``, ``c ~ Bin(n, e^{-y (1 - alpha)})``); ``m = n`` when ``alpha = 1``."""
+    from scipy import stats
+
     n = num_teachers
     pmf = np.zeros(n + 1)
     if alpha >= 1.0:
@@ -190,6 +187,8 @@ def outcome_law(wrapper, num_teachers: int) -> tuple[np.ndarray, np.ndarray]:
     """``(y, t)`` indexed by the top count ``m = 0..n``: the inner DPArgMax's yield probability
     ``P[c + X > n/2 + L]`` and the wrapper's ``P[target]`` on a histogram whose largest count is ``m``
     (the token is ``(1 - t) y``, fail ``(1 - t)(1 - y)``).  Public mechanism API only."""
+    from mechanisms.boundary_wrapper import target_probability
+
 
     counts = np.arange(num_teachers + 1)
     y = np.asarray(wrapper.inner.yield_probability(counts, num_teachers), dtype=float)
@@ -242,6 +241,10 @@ def _max_count_distributions(alphas, n: int, s: int, seed: int, progress) -> dic
 
 def _yields_rows(eps0_values, budget_epsilon, budget_delta, delta, progress) -> list[dict]:
 
+    from mechanisms.boundary_wrapper import BoundaryWrapper
+    from mechanisms.noisy_argmax import DPArgMax
+    from pate_accountant import planning
+
     rows = []
     for eps0 in eps0_values:
         plan = planning.yields(budget_epsilon, budget_delta, eps0, aggregator_delta=delta)
@@ -284,6 +287,8 @@ def _yields_rows(eps0_values, budget_epsilon, budget_delta, delta, progress) -> 
 def _claims(result: dict) -> list[dict]:
     """The paper's statements checked on this run (margins from the sample size, family level
     ``FAMILY_LEVEL``); ``tests/test_repro_alpha_tct.py`` re-derives the same checks independently."""
+    from scipy import stats
+
     sweep, law, mc = result["sweep"], result["law"], result["max_counts"]
     p = result["parameters"]
     s = p["samples"]
@@ -332,7 +337,12 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=N
         epsilon=None, delta=None, eps0=None, budget_epsilon=None, budget_delta=None) -> dict:
     """The whole experiment (module docstring); deterministic for ``seed``.  Bad options raise
     ``ValueError`` / ``TypeError`` naming the option."""
+    from scipy import stats
     from tqdm import tqdm
+
+    from mechanisms.boundary_wrapper import BoundaryWrapper
+    from mechanisms.noisy_argmax import DPArgMax
+    from pate_app.experiments.section6 import alpha_sweep
 
 
     seed = check_int("--seed", seed, minimum=0)
@@ -509,6 +519,8 @@ def _plot_yields(result: dict, path: Path) -> None:
 def plot(result: dict, out_dir) -> list[Path]:
     """``alpha_sweep_outcomes.png`` (:func:`pate_app.experiments.section6.plot_alpha_sweep`),
     ``alpha_sweep_max_counts.png`` and ``alpha_sweep_yields.png`` in ``out_dir``."""
+    from pate_app.experiments.section6 import plot_alpha_sweep
+
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

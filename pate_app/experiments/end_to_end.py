@@ -56,18 +56,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ensembles.backends.toy import ToyBackend
-from ensembles.backends.transformers_backend import TransformersBackend
 from ensembles.data import OPEN_SLOT, partition_records, teacher_prompts
 from ensembles.distributions import TeacherDistributions
-from ensembles.generation import PrivateGenerator
 from ensembles.synthetic import alpha_mixture
-from mechanisms import BetweenThresholds, DPArgMax
-from pate_accountant.accountants import IndividualChargingAccountant, PldAccountant
 from pate_accountant.validation import check_int, check_real
 from pate_app.experiments import model_option, records_option
+from pate_app.grammar import add_option
 from pate_app.plotting import COLORS, new_figure, styled
-from pate_app.run import build_accountant, build_mechanism, check_inputs
 
 __all__ = [
     "CONFIGURATIONS",
@@ -200,6 +195,10 @@ def build_configuration(configuration: str, setting: dict, num_teachers: int, re
     Target charging goes through :func:`pate_app.run.build_mechanism` / :func:`~pate_app.run.build_accountant`
     (the registered ``boundary-dp-argmax`` and ``boundary-dp-weighted-sampling``) and, with ``records``, :func:`~pate_app.run.check_inputs`.  Raises ``ValueError`` when the budget
     cannot pay for a single step."""
+    from mechanisms import BetweenThresholds
+    from pate_accountant.accountants import IndividualChargingAccountant
+    from pate_app.run import build_accountant, build_mechanism, check_inputs
+
 
     if configuration not in CONFIGURATIONS:
         raise ValueError(f"configuration must be one of {CONFIGURATIONS}, got {configuration!r}")
@@ -229,6 +228,8 @@ def generate_records(backend, public, mechanism, accountant, *, histograms: str,
     """Up to ``num_records`` :class:`~ensembles.generation.GenerationResult` from one
     :class:`~ensembles.generation.PrivateGenerator` (public fallback) sharing ``accountant``; stops after a
     record cut short by the budget.  ``on_record()`` is called once per requested record."""
+    from ensembles.generation import PrivateGenerator
+
 
     generator = PrivateGenerator(
         backend, mechanism, accountant, histograms=histograms, fallback="public", public_backend=public,
@@ -256,6 +257,8 @@ def _finite(value):
 
 def _accountant_state(accountant) -> dict:
 
+    from pate_accountant.accountants import IndividualChargingAccountant
+
     if isinstance(accountant, IndividualChargingAccountant):
         # Only DP outputs and public parameters: the per-teacher counters, the largest charge and the
         # removed teachers are functions of who voted for the candidates, so they stay out of the result.
@@ -277,6 +280,8 @@ def _accountant_state(accountant) -> dict:
 def _plain_composition(mechanism, runs: int, delta: float):
     """Epsilon that PLD composition of ``runs`` runs of the unwrapped inner mechanism would charge at
     ``delta`` (``None`` when infinite, e.g. once ``runs * delta0`` exceeds ``delta``)."""
+    from pate_accountant.accountants import PldAccountant
+
 
     if runs == 0:
         return 0.0
@@ -425,6 +430,8 @@ def synthetic_backends(num_teachers: int, *, common_words: int = SYNTHETIC_COMMO
     ``1 - alpha`` on its own word ``"t<i>"`` (:func:`ensembles.synthetic.alpha_mixture`, the same at every
     step).  The public model: uniform over the common words (it knows the task's words, not the teachers).
     """
+    from ensembles.backends.toy import ToyBackend
+
 
     n = check_int("num_teachers", num_teachers, minimum=1)
     k = check_int("common_words", common_words, minimum=2)
@@ -467,19 +474,19 @@ def add_arguments(parser) -> None:
                         help=f"tokens per record in the model part (default {full['max_tokens']}, "
                              f"--quick {quick['max_tokens']})")
     parser.add_argument("--synthetic-teachers", metavar="N", type=int, default=None,
-                        help=f"teachers of the synthetic part (default {full['synthetic_teachers']}; at least "
-                             f"{_min_synthetic_teachers()} so that DPArgMax can release)")
+                        help=f"teachers of the synthetic part (default {full['synthetic_teachers']}; enough that "
+                             "DPArgMax can release: a smaller n is refused, naming the least one)")
     parser.add_argument("--synthetic-records", metavar="K", type=int, default=None,
                         help=f"records per run in the synthetic part (default {full['synthetic_records']}, "
                              f"--quick {quick['synthetic_records']})")
     parser.add_argument("--part", choices=("both",) + PARTS, default="both",
                         help="which ensemble to run: the language model, the synthetic table, or both (default)")
-    parser.add_argument("--target-epsilon", metavar="EPS", type=float, default=None,
-                        help="model part: total epsilon of the target-charging runs "
-                             f"(default {MODEL_SETTING['target']['budget'][0]:g})")
-    parser.add_argument("--individual-epsilon", metavar="EPS", type=float, default=None,
-                        help="model part: total epsilon of the individual-charging runs "
-                             f"(default {MODEL_SETTING['individual']['budget'][0]:g})")
+    add_option(parser, "--target-budget-epsilon", "--target-epsilon", dest="target_epsilon", metavar="EPS",
+               type=float, default=None, help="model part: total budget epsilon of the target-charging runs "
+               f"(default {MODEL_SETTING['target']['budget'][0]:g})")
+    add_option(parser, "--individual-budget-epsilon", "--individual-epsilon", dest="individual_epsilon", metavar="EPS",
+               type=float, default=None, help="model part: total budget epsilon of the individual-charging runs "
+               f"(default {MODEL_SETTING['individual']['budget'][0]:g})")
     parser.add_argument("--threads", metavar="N", type=int, default=None,
                         help="CPU threads for the model (default: the backend's 2)")
 
@@ -487,6 +494,8 @@ def add_arguments(parser) -> None:
 def _min_synthetic_teachers() -> int:
     """The least ``n`` at which the synthetic DPArgMax can release a coordinated count of ``alpha n``
     (``alpha n > n/2 + L``)."""
+    from mechanisms import DPArgMax
+
 
     params = SYNTHETIC_SETTING["target"]
     bound = DPArgMax(params["epsilon0"], params["delta0"], relation=SYNTHETIC_SETTING["relation"]).error_bound
@@ -515,8 +524,8 @@ def _options(quick, teachers, records, max_tokens, synthetic_teachers, synthetic
         raise ValueError(f"--part must be one of {('both',) + PARTS}, got {part!r}")
     out["parts"] = PARTS if part == "both" else (part,)
     setting = {key: dict(value) if isinstance(value, dict) else value for key, value in MODEL_SETTING.items()}
-    for option, key, value in (("--target-epsilon", "target", target_epsilon),
-                               ("--individual-epsilon", "individual", individual_epsilon)):
+    for option, key, value in (("--target-budget-epsilon", "target", target_epsilon),
+                               ("--individual-budget-epsilon", "individual", individual_epsilon)):
         if value is not None:
             value = check_real(option, value, minimum=0.0, min_open=True)
             setting[key]["budget"] = (value, setting[key]["budget"][1])
@@ -538,6 +547,8 @@ def _check_model_setting(setting: dict, n: int, records) -> None:
 
 
 def _model_part(options: dict, *, data, model, seed: int, bar) -> dict:
+
+    from ensembles.backends.transformers_backend import TransformersBackend
 
     records, data_label = records_option(data)
     model_path, model_label = model_option(model)

@@ -39,7 +39,6 @@ from pathlib import Path
 import numpy as np
 
 from ensembles import metrics
-from ensembles.backends.transformers_backend import TransformersBackend
 from ensembles.data import partition_records, teacher_prompts
 from ensembles.histograms import coordinated_votes, independent_votes
 from ensembles.metrics import cold_zero_threshold
@@ -208,6 +207,8 @@ def run(*, quick: bool, seed: int, progress: bool, data=None, model=None, teache
     (or ``TypeError``) naming the option, before the model is loaded.
     """
     from tqdm import tqdm
+
+    from ensembles.backends.transformers_backend import TransformersBackend
 
 
     started = time.perf_counter()

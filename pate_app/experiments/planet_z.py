@@ -41,15 +41,12 @@ from pathlib import Path
 import numpy as np
 
 from ensembles import metrics
-from ensembles.backends.transformers_backend import TransformersBackend
 from ensembles.distributions import TeacherDistributions
 from ensembles.histograms import coordinated_votes, independent_votes
 from ensembles.metrics import cold_zero_threshold as _cold_zero_threshold
 from pate_accountant.validation import check_int, check_real
 from pate_app.experiments import histograms as experiments
-from pate_app.experiments.answer_scoring import AnswerScorer
 from pate_app.plotting import COLORS, new_figure, styled
-from pate_app.run import demo_model_path
 
 __all__ = [
     "DESCRIPTION",
@@ -298,6 +295,10 @@ def _sweep(votes: np.ndarray, thresholds: np.ndarray, average: np.ndarray) -> di
 def _model_part(opts: dict, progress: bool) -> dict:
     import torch
     from tqdm import tqdm
+
+    from ensembles.backends.transformers_backend import TransformersBackend
+    from pate_app.experiments.answer_scoring import AnswerScorer
+    from pate_app.run import demo_model_path
 
 
     n, k, r = opts["teachers"], opts["common_size"], opts["samples"]

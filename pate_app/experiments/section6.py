@@ -25,10 +25,6 @@ import numpy as np
 
 from ensembles.histograms import batch_from_votes, coordinated_votes
 from ensembles.synthetic import alpha_mixture
-from mechanisms.boundary_wrapper import BoundaryWrapper
-from mechanisms.noisy_argmax import DPArgMax
-from pate_accountant import planning
-from pate_accountant.tct import tct_max_hits
 from pate_accountant.validation import check_int, check_real
 from pate_app.plotting import COLORS, legend_outside, new_figure, styled
 
@@ -88,6 +84,9 @@ def target_hits_curve(eps0_values=None, *, epsilon: float = 1.0, delta: float = 
     ``paper``: ``(10 eps0)^-2``; ``ratio_to_paper``: ``optimal q=1/3`` over the paper's value.
     ``progress`` (optional) is called with no argument after each ``eps0``.
     """
+    from pate_accountant import planning
+    from pate_accountant.tct import tct_max_hits
+
     epsilon = check_real("epsilon", epsilon, minimum=0.0, min_open=True)
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
     if eps0_values is None:
@@ -158,6 +157,9 @@ def alpha_sweep(
     ``alpha <= T/n``) with ``eps0`` the per-count epsilon of the DPArgMax noise (the paper's
     NoisyArgMax level).
     """
+    from mechanisms.boundary_wrapper import BoundaryWrapper
+    from mechanisms.noisy_argmax import DPArgMax
+
 
     sizes = ALPHA_QUICK if quick else ALPHA_FULL
     n = check_int("num_teachers", sizes["num_teachers"] if num_teachers is None else num_teachers, minimum=2)

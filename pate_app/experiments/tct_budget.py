@@ -29,11 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pate_accountant import planning
 from pate_accountant.validation import check_int, check_real
 from pate_app.experiments import claim_lines
 from pate_app.experiments.alpha_sweep import parse_float_list
-from pate_app.experiments.section6 import plot_target_hits, target_hits_curve
 from pate_app.grammar import add_option
 from pate_app.plotting import (
     COLORS,
@@ -95,6 +93,9 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, epsilon=No
         aggregator_delta=None) -> dict:
     """The whole experiment (module docstring).  Deterministic (no randomness: ``seed`` is only recorded)."""
     from tqdm import tqdm
+
+    from pate_accountant import planning
+    from pate_app.experiments.section6 import target_hits_curve
 
 
     seed = check_int("--seed", seed, minimum=0)
@@ -245,6 +246,8 @@ def _plot_ratios(result: dict, path: Path) -> None:
 def plot(result: dict, out_dir) -> list[Path]:
     """``tct_budget_hits.png`` (:func:`pate_app.experiments.section6.plot_target_hits`) and
     ``tct_budget_ratios.png`` in ``out_dir``."""
+    from pate_app.experiments.section6 import plot_target_hits
+
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
