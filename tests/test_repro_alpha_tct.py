@@ -172,6 +172,13 @@ def test_yields_per_budget_follow_planning(sweep):
             assert r["yields"] >= r["paper_yields"]
         assert r["threshold_fraction"] <= 1.0
         assert r["law_yields"] is not None and 0 < r["law_yields"] <= r["yields"]
+        # The mechanism charged at level eps0 (step epsilon eps0/2) cannot release at the paper's n: its exact
+        # L puts the threshold above n, and it names the teachers it needs.
+        from mechanisms import DPArgMax
+
+        L = DPArgMax(eps0 / 2, p["delta"]).error_bound
+        assert r["run_error_bound"] == L and r["run_teachers_to_release"] == 2 * (L + 1)
+        assert r["run_threshold_fraction"] == (r["num_teachers"] // 2 + L + 1) / r["num_teachers"] > 1.0
 
 
 def test_alpha_sweep_is_deterministic_and_json():

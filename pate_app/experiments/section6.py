@@ -154,8 +154,8 @@ def alpha_sweep(
     ``queries_per_hit = 1 / P[target]`` and ``yields_per_hit = P[token] / P[target]`` (``None`` when no
     histogram has target mass).  References: the threshold fraction ``T/n = (n/2 + L + 1)/n`` and the
     paper's ``eps0 n`` (queries per hit, "at least about") and ``eps0 n / 2`` (yields per hit for
-    ``alpha <= T/n``) with ``eps0`` the per-count epsilon of the DPArgMax noise (the paper's
-    NoisyArgMax level).
+    ``alpha <= T/n``), read with ``eps_c``, the per-count epsilon of the DPArgMax noise (the paper's
+    NoisyArgMax level; the target level charged for the wrapper is ``eps0 = 2 eps_c``).
     """
     from mechanisms.boundary_wrapper import BoundaryWrapper
     from mechanisms.noisy_argmax import DPArgMax
@@ -216,8 +216,9 @@ def alpha_sweep(
         "notes": [
             "Probabilities are exact per histogram (the aggregator's law given the shared randomness) and "
             "averaged over num_samples coordinated histograms; *_se are the standard errors of those means.",
-            "paper_queries_per_hit = eps0 n and paper_yields_per_hit = eps0 n / 2 use eps0 = the per-count "
-            "epsilon of the DPArgMax noise (the paper's NoisyArgMax level; epsilon/2 under replace-one).",
+            "paper_queries_per_hit = eps_c n and paper_yields_per_hit = eps_c n / 2, the paper's eps0 n and eps0 n / 2 "
+            "read with eps_c, the per-count epsilon of the DPArgMax noise (equal to its epsilon); the wrapper's "
+            "target level is eps0 = 2 eps_c.",
         ],
     }
 
@@ -278,8 +279,8 @@ def plot_alpha_sweep(data: dict, path) -> Path:
     yph = np.array([np.nan if v is None else v for v in data["yields_per_hit"]], dtype=float)
     right.plot(a, qph, color=COLORS["queries"], marker="o", label="queries per target hit")
     right.plot(a, yph, color=COLORS["yields"], marker="s", label="yields per target hit")
-    right.axhline(data["paper_queries_per_hit"], color=COLORS["queries"], linestyle=":", label="paper: eps0 n")
-    right.axhline(data["paper_yields_per_hit"], color=COLORS["yields"], linestyle=":", label="paper: eps0 n / 2")
+    right.axhline(data["paper_queries_per_hit"], color=COLORS["queries"], linestyle=":", label="paper: eps_c n")
+    right.axhline(data["paper_yields_per_hit"], color=COLORS["yields"], linestyle=":", label="paper: eps_c n / 2")
     right.set_yscale("log")
     right.set_ylabel("per target hit")
     right.set_title("What one target hit buys")
