@@ -55,8 +55,11 @@ def run_and_write(module, args: argparse.Namespace, out: Path, options: dict) ->
     """Run ``module`` with the shared options of ``args`` and its own ``options``; write its JSON result
     (and with ``args.plot`` its figures) into ``out``.  A bad option becomes a usage error (exit 2) before
     anything is written; ``OSError`` from writing propagates."""
+    from pate_app.run import quiet_libraries  # transformers' own loading bars: the experiment shows its own
+
     try:
-        result = module.run(quick=args.quick, seed=args.seed, progress=not args.no_progress, **options)
+        with quiet_libraries():
+            result = module.run(quick=args.quick, seed=args.seed, progress=not args.no_progress, **options)
     except (TypeError, ValueError) as exc:
         args.parser.error(str(exc))
     json_path = out / f"{module.NAME}.json"
