@@ -101,7 +101,7 @@ def add_arguments(plan) -> None:
         p.add_argument("--json", action="store_true", help="print only the JSON result")
 
     p = sub.add_parser("hits", help="target hits a budget buys (and plain eps0-DP queries for comparison)",
-                       description="Largest number of target hits with TCT epsilon <= --epsilon "
+                       description="Largest number of target hits with TCT epsilon <= --budget-epsilon "
                        "(planning.target_hits), next to plain composition of eps0-DP queries.")
     common(p)
     p.add_argument("--teachers", type=count, default=None,

@@ -361,7 +361,7 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=N
     L = wrapper.inner.error_bound
     if n // 2 + L + 1 > n:
         raise ValueError(
-            f"--teachers {n} is too small for --epsilon {opt['epsilon']:g} / --delta {opt['delta']:g}: the release "
+            f"--teachers {n} is too small for --step-epsilon {opt['epsilon']:g} / --step-delta {opt['delta']:g}: the release "
             f"threshold n/2 + L + 1 = {n // 2 + L + 1} (L = {L}) exceeds n; use at least {2 * L + 2} teachers"
         )
     with tqdm(total=2 * len(grid) + len(opt["eps0"]), desc=NAME, unit="step", disable=not progress,

@@ -62,7 +62,7 @@ from ensembles.synthetic import alpha_mixture
 from pate_accountant.validation import check_int, check_real
 from pate_app.experiments import model_option, records_option
 from pate_app.grammar import add_option
-from pate_app.plotting import COLORS, new_figure, styled
+from pate_app.plotting import COLORS, legend_outside, new_figure, styled
 
 __all__ = [
     "CONFIGURATIONS",
@@ -785,10 +785,10 @@ def plot(result: dict, out_dir) -> list[Path]:
             ax.bar(x + offset, fallback, 0.38, bottom=private, color=color, alpha=0.3, label=f"{label}: fallback")
             top = max(top, int((private + fallback).max()))
         ax.set_xticks(x, [_SHORT.get(c, c) for c in pairs])
-        ax.set_ylim(0, 1.35 * max(top, 1))
+        ax.set_ylim(0, 1.05 * max(top, 1))
         ax.set_ylabel("tokens (one charged run each)")
         ax.set_title(f"{part} part (n = {result[part]['teachers']}): private vs fallback tokens")
-        ax.legend(ncol=2, loc="upper center")
+        legend_outside(ax, where="below", ncol=2)
     paths.append(_save(fig, out / "end_to_end_tokens.png"))
 
     fig = new_figure((5.2 * len(parts), 4.4))
@@ -801,7 +801,7 @@ def plot(result: dict, out_dir) -> list[Path]:
         ax.set_yscale("log")
         ax.set_ylabel("per unit of epsilon spent")
         ax.set_title(f"{part} part: yield per epsilon spent (no bar: zero)")
-        ax.legend(ncol=2)
+        legend_outside(ax, where="below", ncol=2)
     paths.append(_save(fig, out / "end_to_end_epsilon.png"))
 
     fig = new_figure((5.2 * len(parts), 4.4))
@@ -812,9 +812,9 @@ def plot(result: dict, out_dir) -> list[Path]:
             ("distinct-1", lambda r: r["diversity"]["distinct_1_ratio"], 0.6),
             ("distinct-2", lambda r: r["diversity"]["distinct_2_ratio"], 0.3),
         ))
-        ax.set_ylim(0, 1.45)
+        ax.set_ylim(0, 1.05)
         ax.set_ylabel("ratio")
         ax.set_title(f"{part} part: diversity of the produced records")
-        ax.legend(ncol=2, loc="upper center")
+        legend_outside(ax, where="below", ncol=3)
     paths.append(_save(fig, out / "end_to_end_diversity.png"))
     return paths
