@@ -78,7 +78,7 @@ SIZES = {
         "eps0": [0.005, 0.01, 0.02],
     },
 }
-FULL_RUNTIME = "2 to 2.5 min wall, 50 s CPU on a shared 2-core CPU"  # measured: docs/results.md, section alpha-sweep
+FULL_RUNTIME = "about 50 s wall, 30 s CPU on a 2-core CPU"  # measured: docs/results.md, section alpha-sweep
 
 #: Defaults of the mechanism (total (epsilon, delta) of DPArgMax under replace-one) and of the budget.
 DEFAULT_EPSILON = 0.5
@@ -511,11 +511,11 @@ def _plot_yields(result: dict, path: Path) -> None:
     ax.plot(n, [r["yields"] for r in rows], marker="o", color=COLORS["yields"],
             label="TCT hits x eps0 n / 2 (planning.yields)")
     law = [np.nan if r["law_yields"] is None else r["law_yields"] for r in rows]
-    ax.plot(n, law, marker="s", color=COLORS["queries"], linestyle="--", label="TCT hits x yields per hit of the count law")
+    ax.plot(n, law, marker="s", color=COLORS["queries"], linestyle="--", label="TCT hits x yields per hit of the count law\n(paper's reading: per-count epsilon eps0)")
     ax.plot(n, [r["paper_yields"] for r in rows], color=COLORS["paper"], linewidth=2.2, label="paper: 0.005 n^2 / C_delta")
-    for r in rows:  # labels below-left of the points, inside the axes
+    for r in rows:  # labels above-left of the points, clear of the lines
         ax.annotate(f"eps0 = {r['eps0']:g}", (r["num_teachers"], r["yields"]), fontsize=9,
-                    textcoords="offset points", xytext=(-8, 8), ha="right")
+                    textcoords="offset points", xytext=(-6, 14), ha="right")
     ax.margins(x=0.12, y=0.15)
     ax.set_xscale("log")
     ax.set_yscale("log")
