@@ -549,7 +549,11 @@ def plot(result: dict, out_dir) -> list[Path]:
 
 
 def _fmt(v, spec=".4g") -> str:
-    return "-" if v is None else format(v, spec)
+    """``v`` formatted by ``spec``; ``None`` is a ``-`` of the same width, so a table's columns stay aligned."""
+    if v is not None:
+        return format(v, spec)
+    width = "".join(c for c in spec.split(".")[0] if c.isdigit())
+    return format("-", f">{width}") if width else "-"
 
 
 def summary(result: dict) -> str:
@@ -561,8 +565,11 @@ def summary(result: dict) -> str:
         f"{2 * p['per_count_epsilon']:g}), T/n={p['threshold_fraction']:.3f}, "
         f"seed={p['seed']}",
         "",
+        "columns: med/q90 max/n = median and 0.9-quantile of the largest count over n; token, fail, target = "
+        "outcome probabilities over the shared randomness, (law) = from the count law alone; q/hit, y/hit = "
+        "queries and yields per target hit (- : no target mass); yield/alpha = P[token] / alpha",
         f"{'alpha':>6} | {'med max/n':>9} {'q90 max/n':>9} | {'token':>7} {'(law)':>7} {'fail':>7} {'target':>8} "
-        f"{'(law)':>8} | {'q/hit':>8} {'y/hit':>7} | {'yield/alpha':>11}",
+        f"{'(law)':>8} | {'q/hit':>10} {'y/hit':>10} | {'yield/alpha':>11}",
     ]
     levels = p["quantile_levels"]
     i50, i90 = levels.index(0.5), levels.index(0.9)
@@ -570,7 +577,7 @@ def summary(result: dict) -> str:
         lines.append(
             f"{a:>6g} | {mc['quantiles'][i][i50]:>9.3f} {mc['quantiles'][i][i90]:>9.3f} | {sweep['token'][i]:>7.4f} "
             f"{law['token'][i]:>7.4f} {sweep['fail'][i]:>7.4f} {sweep['target'][i]:>8.5f} {law['target'][i]:>8.5f} | "
-            f"{_fmt(sweep['queries_per_hit'][i], '>8.1f')} {_fmt(sweep['yields_per_hit'][i], '>7.1f')} | "
+            f"{_fmt(sweep['queries_per_hit'][i], '>10.4g')} {_fmt(sweep['yields_per_hit'][i], '>10.4g')} | "
             f"{result['yield_vs_alpha']['ratio'][i]:>11.3f}"
         )
     lines += [
