@@ -104,7 +104,7 @@ SIZES = {
     "full": {"teachers": 50, "records": 8, "max_tokens": 24, "synthetic_teachers": 4000, "synthetic_records": 100},
     "quick": {"teachers": 40, "records": 1, "max_tokens": 4, "synthetic_teachers": 4000, "synthetic_records": 3},
 }
-FULL_RUNTIME = "about 6 minutes on an idle 2-core CPU"  # measured: see docs/results.md, section end-to-end
+FULL_RUNTIME = "about 3 to 4 minutes on a 2-core CPU"  # measured: see docs/results.md, section end-to-end
 
 #: The configurations (mechanism + accountant), in report order.
 CONFIGURATIONS = ("target-dp-argmax", "target-dp-weighted-sampling", "individual-between-thresholds")

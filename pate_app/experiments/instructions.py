@@ -74,8 +74,8 @@ SIZES = {
     "full": {"teachers": 512, "prefixes": 8, "samples": 1000},
     "quick": {"teachers": 16, "prefixes": 2, "samples": 500},
 }
-FULL_RUNTIME = ("about 7 minutes (3.3 CPU-minutes) on a busy 2-core CPU with the 201-record bundled sample, "
-                "i.e. n = 201 teachers of one record each")
+FULL_RUNTIME = ("about 40 s on a 2-core CPU with the 201-record bundled sample, i.e. n = 201 teachers of one record "
+                "each")
 
 #: Records per teacher (the paper's 10 instructions per context); fewer when the data run out.
 EXAMPLES = 10

@@ -98,8 +98,8 @@ SIZES = {
     },
 }
 FULL_RUNTIME = (
-    "16.5 minutes on a shared 2-core CPU: scoring 512 teachers with SmolLM2 took 16 minutes, "
-    "the model-free runs at n = 10^4 about 22 s"
+    "12 to 16.5 minutes on a shared 2-core CPU, almost all of it scoring 512 teachers with SmolLM2; "
+    "the model-free runs at n = 10^4 take about 22 s"
 )
 
 #: The three-digit numbers: answer id ``a`` is the number ``100 + a``.
