@@ -74,9 +74,11 @@ from pate_accountant.serialization import canonical_json, event_from_data, event
 __all__ = [
     "CONFIDENTIAL_SUFFIX",
     "Ledger",
+    "InterruptedWriteError",
     "LedgerError",
     "LedgerIntegrityError",
     "LedgerRow",
+    "PRIVATE_FILE_MODE",
     "VerificationResult",
     "accountant_class",
     "accountant_from_config",
@@ -837,6 +839,7 @@ class Ledger:
             if path.exists() and path.stat().st_size > 0:
                 _check_ours(path, timeout)  # looked at read-only: a file that is not a ledger is never written
             try:
+                _create_private(path)
                 conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot open a ledger at {str(path)!r}: {exc}") from None
@@ -938,6 +941,7 @@ class Ledger:
             else:
                 if exists and path.stat().st_size > 0:
                     _check_ours(path, self._timeout, "confidential ledger file")
+                _create_private(path)
                 conn = sqlite3.connect(str(path), timeout=self._timeout, isolation_level=None)
         conn.text_factory = _decode_text
         try:
@@ -1015,8 +1019,37 @@ class Ledger:
         return self._confidential_head()
 
     # -- context manager ----------------------------------------------------------------------------------
+    def checkpoint(self) -> bool:
+        """Copy the write-ahead log into the main file and empty the log (SQLite's ``wal_checkpoint(TRUNCATE)``),
+        so that the ``.sqlite`` file alone holds every committed row: a copy of it is complete, and an audit
+        opens it without creating files beside it.  ``True`` when the log was emptied (another process
+        reading or writing the ledger can keep it from being; :meth:`close` tries again).  A read-only or
+        in-memory ledger has nothing to checkpoint."""
+        if self._read_only or self._path is None:
+            return True
+        done = True
+        for conn in (self._conn, self._conf):
+            if conn is None:
+                continue
+            # A reader or writer in another process keeps the log from being emptied; wait for it only briefly
+            # (a run's end must not hang on someone else's audit), and leave the rest to the next checkpoint.
+            waited = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+            try:
+                conn.execute(f"PRAGMA busy_timeout={CHECKPOINT_WAIT_MS}")
+                busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.Error:
+                busy = 1
+            finally:
+                conn.execute(f"PRAGMA busy_timeout={int(waited)}")
+            done = done and not busy
+        return done
+
     def close(self) -> None:
-        """Close the connections (idempotent)."""
+        """Checkpoint a writable ledger (:meth:`checkpoint`), then close the connections (idempotent)."""
+        try:
+            self.checkpoint()
+        except sqlite3.ProgrammingError:  # already closed
+            pass
         if self._conf is not None:
             self._conf.close()
         self._conn.close()
@@ -1692,8 +1725,50 @@ def _link(row: _CheckedRow, row_id: int, links, conf_id: int, conf_prev: str):
     return attr.evolve(charge, charged_teachers=teachers), (conf_id + 1, digest)
 
 
-def _connect_read_only(path: Path, timeout: float) -> sqlite3.Connection:
-    return sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=timeout, isolation_level=None)
+#: How long :meth:`Ledger.checkpoint` waits for another process's reader or writer (milliseconds).
+CHECKPOINT_WAIT_MS = 200
+#: Permission bits of a ledger file this package creates: read and write for its owner only.  SQLite gives its
+#: ``-wal`` and ``-shm`` files the database file's bits, so they are private too.
+PRIVATE_FILE_MODE = 0o600
+
+
+def _create_private(path: Path) -> None:
+    """Create ``path`` empty and readable by its owner only (whatever the umask), unless it exists: a ledger
+    holds a data set's privacy history, and its confidential part is a function of the private data.  An
+    existing file keeps the permissions its owner gave it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        return
+    os.close(fd)
+    os.chmod(path, PRIVATE_FILE_MODE)  # O_CREAT's mode is masked by the umask: state it exactly
+
+
+class InterruptedWriteError(LedgerError):
+    """A ledger file with a rollback journal beside it: a write (the creation, most likely) was interrupted and
+    has not been rolled back, so the file cannot be read as it is without writing to it."""
+
+
+def _connect_read_only(path: Path, timeout: float, *, audit: bool = True) -> sqlite3.Connection:
+    """A connection that never writes to ``path``; with ``audit`` (reading a ledger, not checking a file before
+    writing to it) it also creates nothing beside it.  A closed ledger (no
+    write-ahead log content and no shared-memory file: every run ends with a checkpoint) is opened
+    ``immutable``, so SQLite creates no ``-wal``/``-shm`` files; a live one (its ``-shm`` exists, or its log has
+    content) is read through the files its writer already made.  A non-empty rollback journal means an
+    interrupted write: :class:`InterruptedWriteError`."""
+    if not audit:  # a file about to be written to: SQLite's own locking and journal handling, as a writer sees it
+        return sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=timeout, isolation_level=None)
+    journal = Path(f"{path}-journal")
+    if journal.is_file() and journal.stat().st_size > 0:
+        raise InterruptedWriteError(
+            f"{str(path)!r} has a rollback journal beside it ({journal.name}): a write was interrupted (a kill while "
+            "the ledger was being created, or a crash) and the file cannot be read until it is rolled back; "
+            "opening the ledger for writing once rolls it back"
+        )
+    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+    live = shm.exists() or (wal.is_file() and wal.stat().st_size > 0)
+    query = "?mode=ro" if live else "?mode=ro&immutable=1"
+    return sqlite3.connect(path.resolve().as_uri() + query, uri=True, timeout=timeout, isolation_level=None)
 
 
 def _check_ours(path: Path, timeout: float, what: str = "pate-accountant ledger",
@@ -1704,7 +1779,7 @@ def _check_ours(path: Path, timeout: float, what: str = "pate-accountant ledger"
     ledger) passes: the creation itself checks again under the write lock."""
 
     def read_tables():
-        conn = _connect_read_only(path, timeout)
+        conn = _connect_read_only(path, timeout, audit=False)
         try:
             return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:

@@ -460,6 +460,7 @@ def private_run(
                 bar.close()
             spent = tuple(float(x) for x in acct.spent())
             rows = ledger.row_count
+            head = ledger.head_hash
             runs = len(ledger.runs)
             run_rows = sum(1 for row in ledger.rows() if row.run == run_id)
             verdict = ledger.verify()
@@ -476,7 +477,8 @@ def private_run(
         "charged_runs": sum(r["charged_runs"] for r in out_records),
         "private_tokens": sum(r["private_tokens"] for r in out_records),
         "fallback_tokens": sum(r["fallback_tokens"] for r in out_records),
-        "ledger": {"path": str(ledger_path), "rows": rows, "run": run_id, "runs": runs, "run_rows": run_rows,
+        "ledger": {"path": str(ledger_path), "rows": rows, "head_hash": head, "run": run_id, "runs": runs,
+                   "run_rows": run_rows,
                    "appended": existing, "dataset": dataset},
         "audit": {
             "ok": bool(verdict.ok),

@@ -340,7 +340,7 @@ def test_audit_usage_errors(tmp_path, capsys):
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"this is not an sqlite file at all " * 100)
     code, out, err = _audit(capsys, garbage)
-    assert code == 1 and "FAILED" in out
+    assert code == 3 and "CANNOT CHECK" in out and "cannot check" in err  # not "does not verify"
 
 
 def test_empty_ledger_verifies(path, capsys):

@@ -8,6 +8,8 @@ import os
 import sqlite3
 import sys
 
+from pate_app.options import positive_int
+
 NAME = "audit"
 HELP = "verify a privacy ledger and print the budget it spent"
 DESCRIPTION = (
@@ -15,10 +17,15 @@ DESCRIPTION = (
     "accountant rebuilt from the stored configuration, and print the spent budget and each run's "
     "metadata (docs/ledger.md). An accountant that keeps confidential charges (individual charging) "
     "is checked in full when its confidential file PATH.confidential.sqlite is present, and its "
-    "shareable part alone otherwise; the output says which. Exit status 1, naming the offending row, "
-    "when a row was edited, dropped or reordered, when the totals disagree or when the budget was "
-    "exceeded; 2 when PATH is missing."
+    "shareable part alone otherwise; the output says which. --expect-head/--expect-rows check the ledger "
+    "against a head hash and row count written down earlier (every run prints them). Exit status 0 when "
+    "it verifies; 1, naming the offending row, when a row was edited, dropped or reordered, when the "
+    "totals disagree, when the budget was exceeded or when the ledger does not extend the pinned head; "
+    "3 when the file cannot be checked at all (unreadable, not a ledger, an interrupted write); 2 when "
+    "PATH is missing. The audit never writes to the ledger nor creates files beside it."
 )
+#: Exit status when the file cannot be checked at all (distinct from 1, "it does not verify").
+CANNOT_CHECK = 3
 
 
 def add_arguments(p) -> None:
@@ -26,7 +33,40 @@ def add_arguments(p) -> None:
     p.add_argument("path", metavar="PATH", help="the ledger file (SQLite)")
     p.add_argument("--confidential", metavar="FILE", default=None,
                    help="the confidential file (default PATH.confidential.sqlite, used when it exists)")
+    p.add_argument("--expect-head", metavar="HASH", type=head_hash, default=None,
+                   help="a head hash written down earlier (every run prints it): the ledger must extend it, i.e. "
+                        "one of its rows (row --expect-rows, if given) has this hash; exit 1 otherwise")
+    p.add_argument("--expect-rows", metavar="N", type=positive_int, default=None,
+                   help="a row count written down earlier: the ledger must have at least N rows (and, with "
+                        "--expect-head, row N must have that hash); exit 1 otherwise")
     p.add_argument("--json", action="store_true", help="print only a JSON result")
+
+
+def head_hash(text: str) -> str:
+    """A row hash: 64 hexadecimal digits (SHA-256), as runs print it."""
+    value = text.strip().lower()
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise argparse.ArgumentTypeError(f"must be a head hash of 64 hexadecimal digits, got {text!r}")
+    return value
+
+
+def pin_problem(ledger, head: str | None, rows: int | None) -> str | None:
+    """Why ``ledger`` does not extend the pinned history (``head`` hash, ``rows`` count), or ``None`` when it
+    does: its row ``rows`` has hash ``head``, or (without ``rows``) some row has, and it has at least ``rows``
+    rows."""
+    hashes = [row.hash for row in ledger.rows()]
+    if rows is not None and len(hashes) < rows:
+        return f"the ledger has {len(hashes)} rows, fewer than the {rows} pinned: rows were dropped or the file replaced"
+    if head is None:
+        return None
+    if rows is not None:
+        if hashes[rows - 1] != head:
+            return (f"row {rows} does not have the pinned head hash: the history up to the pin was rewritten or the "
+                    "file replaced")
+        return None
+    if head not in hashes:
+        return "no row has the pinned head hash: the ledger does not extend the pinned history"
+    return None
 
 
 def metadata_lines(metadata, indent: str) -> list[str]:
@@ -49,17 +89,40 @@ def metadata_lines(metadata, indent: str) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     """Verify the ledger ``args.path`` and print what it spent; 0 when it verifies, 1 otherwise."""
-    from pate_accountant.ledger import Ledger, LedgerError, VerificationResult
+    import attr
+
+    from pate_accountant.ledger import (
+        Ledger,
+        LedgerError,
+        LedgerIntegrityError,
+        VerificationResult,
+    )
 
     if not os.path.isfile(args.path):
         args.parser.error(f"argument PATH: no ledger file at {args.path!r}")
     if args.confidential is not None and not os.path.isfile(args.confidential):
         args.parser.error(f"argument --confidential: no file at {args.confidential!r}")
+    pinned = args.expect_head is not None or args.expect_rows is not None
+    pin = None
     try:
         with Ledger.open(args.path, read_only=True, confidential=args.confidential) as ledger:
             result = ledger.verify()
-    except (LedgerError, sqlite3.Error, OSError, UnicodeDecodeError, ValueError) as exc:  # not a ledger, unreadable, ...
+            if result.ok and pinned:
+                pin = pin_problem(ledger, args.expect_head, args.expect_rows)
+    except LedgerIntegrityError as exc:  # a ledger of ours whose stored layout or metadata was tampered with
         result = VerificationResult(False, 0, None, None, f"{type(exc).__name__}: {exc}")
+    except (LedgerError, sqlite3.Error, OSError, UnicodeDecodeError, ValueError) as exc:  # cannot be checked
+        message = f"{type(exc).__name__}: {exc}"
+        if args.json:
+            print(json.dumps({"path": args.path, "ok": False, "verdict": "cannot check", "message": message},
+                             indent=2))
+        else:
+            print(f"ledger      : {args.path}")
+            print(f"verdict     : CANNOT CHECK: {message}")
+        print(f"pate-accountant audit: cannot check {args.path!r}: {message}", file=sys.stderr)
+        return CANNOT_CHECK
+    if pin is not None:
+        result = attr.evolve(result, ok=False, message=f"the chain verifies, but {pin}")
     checked = {
         "verified": "shareable and confidential parts",
         "absent": f"shareable part only (confidential file {result.confidential_path} not found: per-teacher "
@@ -68,7 +131,10 @@ def main(args: argparse.Namespace) -> int:
         "none": "shareable part (this accountant keeps no confidential data)",
     }[result.confidential]
     if args.json:
-        print(json.dumps({"path": args.path, "checked": checked, **result.as_dict()}, indent=2, default=str))
+        payload = {"path": args.path, "checked": checked, **result.as_dict()}
+        if pinned:
+            payload["pinned"] = {"head": args.expect_head, "rows": args.expect_rows, "extends": pin is None}
+        print(json.dumps(payload, indent=2, default=str))
     else:
         budget = "none" if result.budget is None else f"epsilon {result.budget[0]:g}, delta {result.budget[1]:g}"
         if result.spent is not None:
@@ -101,6 +167,10 @@ def main(args: argparse.Namespace) -> int:
             print(f"created by  : pate-accountant {result.software_version}")
         if result.head_hash is not None:
             print(f"head hash   : {result.head_hash}")
+        if pinned:
+            pins = ", ".join(x for x in (args.expect_head and f"head {args.expect_head[:16]}...",
+                                         args.expect_rows and f"{args.expect_rows} rows") if x)
+            print(f"pinned      : {pins}: {'extended' if pin is None and result.ok else 'NOT extended'}")
         print(f"verdict     : {'OK' if result.ok else 'FAILED'}: {result.message}")
     if not result.ok:
         where = f" at row {result.first_bad_row}" if result.first_bad_row is not None else ""

@@ -107,6 +107,8 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
     led = result["ledger"]
     print(f"ledger      : {led['path']} ({led['rows']} rows; run {led['run']} of {led['runs']}"
           f"{', appended' if led['appended'] else ', new'})")
+    print(f"head        : {led['head_hash']} (write it down with the row count: `pate-accountant audit "
+          f"{led['path']} --expect-head HASH --expect-rows {led['rows']}` then shows any rewrite of this history)")
     audit = result["audit"]
     print(f"audit       : {'OK' if audit['ok'] else 'FAILED'}: {audit['message']}")
     print(f"wall time   : {result['wall_seconds']:.1f} s")

@@ -1,0 +1,187 @@
+"""A ledger you can hand to an auditor (issue 14): private files, a complete main file after every session,
+audits that never write and say honestly whether they could check, and a head pinned outside the file that
+catches a history rewritten consistently.  Everything through the public API and the real command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import stat
+
+import pytest
+
+from pate_accountant.accountants import BasicCompositionAccountant, IndividualChargingAccountant
+from pate_accountant.cli import main
+from pate_accountant.events import BetweenThresholdsEvent, EpsilonDeltaEvent
+from pate_accountant.ledger import PRIVATE_FILE_MODE, InterruptedWriteError, Ledger
+from pate_accountant.release import Release
+from test_ledger import _edit_event_epsilon, _raw, _rehash
+
+BUDGET = (10.0, 1e-3)
+
+
+def _fill(path, rows, *, epsilon=0.05):
+    """A basic-composition ledger at ``path`` with ``rows`` charged releases (appended when it exists)."""
+    event = EpsilonDeltaEvent(epsilon, 1e-8)
+    with Ledger.open(path) as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        for i in range(rows):
+            accountant.record(Release("tok" if i % 2 else None, event))
+        return ledger.head_hash
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def _audit(capsys, *argv):
+    code = main(["audit", *map(str, argv), "--json"])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out), captured.err
+
+
+@pytest.fixture
+def loose_umask():
+    old = os.umask(0o022)  # the usual default: new files readable by everyone
+    yield
+    os.umask(old)
+
+
+# -- 4. private files -----------------------------------------------------------------------------------------
+def test_new_ledger_files_are_readable_by_their_owner_only(tmp_path, loose_umask):
+    path = tmp_path / "private.sqlite"
+    event = BetweenThresholdsEvent(0.1, q=0.3)
+    with Ledger.open(path) as ledger:
+        accountant = IndividualChargingAccountant(20, per_teacher_limit=50, ledger=ledger)
+        accountant.record(Release("between", event, target_hit=True, charged_teachers={1, 2}))
+        beside = sorted(p.name for p in tmp_path.iterdir())
+        assert "private.sqlite.confidential.sqlite" in beside and "private.sqlite-wal" in beside
+        for name in beside:  # the ledger, its confidential file and their -wal/-shm files
+            assert _mode(tmp_path / name) == PRIVATE_FILE_MODE, name
+    assert _mode(path) == _mode(tmp_path / "private.sqlite.confidential.sqlite") == 0o600
+
+
+def test_an_existing_files_permissions_are_left_alone(tmp_path, loose_umask):
+    path = tmp_path / "shared.sqlite"
+    _fill(path, 2)
+    os.chmod(path, 0o640)  # its owner chose to share it with a group
+    _fill(path, 1)
+    assert _mode(path) == 0o640
+
+
+# -- 2. the main file is complete after every session ------------------------------------------------------
+def test_closing_checkpoints_so_a_copy_of_the_main_file_alone_is_complete(tmp_path):
+    path = tmp_path / "live.sqlite"
+    head = _fill(path, 40)
+    wal = tmp_path / "live.sqlite-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+    copy = tmp_path / "copy.sqlite"
+    shutil.copyfile(path, copy)  # without any -wal: the main file holds every row
+    with Ledger.open(copy, read_only=True) as ledger:
+        assert ledger.row_count == 40 and ledger.head_hash == head and ledger.verify().ok
+
+
+def test_checkpoint_reports_a_log_it_could_not_empty(tmp_path):
+    path = tmp_path / "busy.sqlite"
+    _fill(path, 3)
+    with Ledger.open(path) as writer:
+        reader = sqlite3.connect(str(path))
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM charges").fetchone()  # a read transaction pins the log
+        BasicCompositionAccountant(budget=BUDGET, ledger=writer).record(Release(None, EpsilonDeltaEvent(0.05, 1e-8)))
+        assert writer.checkpoint() is False
+        reader.rollback()
+        reader.close()
+        assert writer.checkpoint() is True
+
+
+# -- 3. honest verdicts -----------------------------------------------------------------------------------
+def test_an_audit_writes_nothing_and_creates_nothing_beside_the_ledger(tmp_path, capsys):
+    path = tmp_path / "ledger.sqlite"
+    _fill(path, 5)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, report, _ = _audit(capsys, path)
+    assert code == 0 and report["ok"]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+@pytest.mark.parametrize("kind", ["not sqlite", "another database"])
+def test_a_file_that_cannot_be_checked_is_not_a_failed_verification(tmp_path, capsys, kind):
+    path = tmp_path / "other.sqlite"
+    if kind == "not sqlite":
+        path.write_bytes(b"just some bytes " * 100)
+    else:
+        conn = sqlite3.connect(str(path))
+        conn.execute("CREATE TABLE notes (text TEXT)")
+        conn.commit()
+        conn.close()
+    before = path.read_bytes()
+    code, report, err = _audit(capsys, path)
+    assert code == 3 and report["verdict"] == "cannot check" and not report["ok"]
+    assert "cannot check" in err and err.count("\n") == 1
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["other.sqlite"]
+
+
+def test_an_interrupted_write_is_reported_as_such(tmp_path, capsys):
+    path = tmp_path / "half.sqlite"
+    _fill(path, 2)
+    (tmp_path / "half.sqlite-journal").write_bytes(b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7" + b"\0" * 504)
+    with pytest.raises(InterruptedWriteError, match="interrupted"):
+        Ledger.open(path, read_only=True)
+    code, report, err = _audit(capsys, path)
+    assert code == 3 and "interrupted" in report["message"] and "interrupted" in err
+
+
+def test_a_tampered_row_still_fails_with_status_1(tmp_path, capsys):
+    path = tmp_path / "edited.sqlite"
+    _fill(path, 4)
+    conn = _raw(path)  # the append-only triggers dropped, as a tamperer would
+    _edit_event_epsilon(conn, 2, 0.01)
+    conn.close()
+    code, report, _ = _audit(capsys, path)
+    assert code == 1 and report["first_bad_row"] == 2
+
+
+# -- 2. a head pinned outside the file ---------------------------------------------------------------------
+def test_a_consistently_rewritten_history_verifies_alone_but_not_against_its_pinned_head(tmp_path, capsys):
+    path = tmp_path / "history.sqlite"
+    head = _fill(path, 6, epsilon=0.5)
+    code, report, _ = _audit(capsys, path, "--expect-head", head, "--expect-rows", 6)
+    assert code == 0 and report["pinned"] == {"head": head, "rows": 6, "extends": True}
+
+    # The forger lowers an epsilon in place and recomputes every hash and total: a consistent history.
+    conn = _raw(path)
+    _edit_event_epsilon(conn, 3, 0.05)
+    _rehash(conn, respend=True)
+    forged_head = conn.execute("SELECT last_hash FROM head").fetchone()[0]
+    conn.close()
+    code, report, _ = _audit(capsys, path)
+    assert code == 0 and report["ok"]  # the chain alone cannot tell
+    code, report, err = _audit(capsys, path, "--expect-head", head, "--expect-rows", 6)
+    assert code == 1 and not report["pinned"]["extends"] and "pinned head" in report["message"]
+    assert forged_head != head and "does not verify" in err
+
+    # Or replaces the file with a fresh ledger of the same shape.
+    path.unlink()
+    _fill(path, 6, epsilon=0.05)
+    assert _audit(capsys, path)[0] == 0
+    assert _audit(capsys, path, "--expect-head", head, "--expect-rows", 6)[0] == 1
+
+
+def test_a_history_that_grew_extends_its_pin_and_a_shorter_one_does_not(tmp_path, capsys):
+    path = tmp_path / "grows.sqlite"
+    head = _fill(path, 4)
+    _fill(path, 3)  # a later run appends
+    assert _audit(capsys, path, "--expect-head", head, "--expect-rows", 4)[0] == 0
+    assert _audit(capsys, path, "--expect-head", head)[0] == 0  # some row carries the pinned head
+    code, report, _ = _audit(capsys, path, "--expect-rows", 8)
+    assert code == 1 and "fewer than the 8 pinned" in report["message"]
+
+
+def test_a_bad_pin_is_a_usage_error(tmp_path, capsys):
+    path = tmp_path / "x.sqlite"
+    _fill(path, 1)
+    assert main(["audit", str(path), "--expect-head", "abc"]) == 2
+    assert "64 hexadecimal digits" in capsys.readouterr().err
