@@ -185,3 +185,17 @@ def test_a_bad_pin_is_a_usage_error(tmp_path, capsys):
     _fill(path, 1)
     assert main(["audit", str(path), "--expect-head", "abc"]) == 2
     assert "64 hexadecimal digits" in capsys.readouterr().err
+
+
+def test_a_raised_budget_with_recomputed_hashes_is_caught_by_the_pin(tmp_path, capsys):
+    path = tmp_path / "budget.sqlite"
+    head = _fill(path, 5)
+    conn = _raw(path)
+    config = json.loads(conn.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()[0])
+    config["budget"] = [1000.0, 1e-3]
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'config'", (json.dumps(config, separators=(",", ":")),))
+    _rehash(conn)  # the genesis hash covers the configuration: every row hash changes
+    conn.close()
+    code, report, _ = _audit(capsys, path)
+    assert code == 0 and report["budget"] == {"epsilon": 1000.0, "delta": 1e-3}
+    assert _audit(capsys, path, "--expect-head", head, "--expect-rows", 5)[0] == 1
