@@ -293,6 +293,33 @@ class IndividualChargingAggregation(AggregationStep):
             self.backend.drop_teachers(removed)
 
 
+class _IncrementalText:
+    """``backend.decode(tokens)`` kept up to date as tokens are appended, at a cost that does not grow with the
+    length: each new token's text is read from the decode of the last :attr:`WINDOW` tokens (how incremental
+    detokenisers handle tokens whose text depends on their neighbours).  When the window's old text is not
+    the end of the text so far (a decoder whose output is not local), the whole list is decoded instead.
+    Decisions that must be exact (a stop string, the final text) decode in full once."""
+
+    WINDOW = 8
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.text = ""
+
+    def extend(self, tokens: list) -> int:
+        """Account for the last token of ``tokens`` (the others were seen before); return where the new text
+        starts in :attr:`text`."""
+        start = max(0, len(tokens) - 1 - self.WINDOW)
+        old = self.backend.decode(tokens[start:-1]) if len(tokens) > 1 else ""
+        new = self.backend.decode(tokens[start:])
+        if new.startswith(old) and self.text.endswith(old):
+            begin = len(self.text)
+            self.text += new[len(old):]
+            return begin
+        self.text = self.backend.decode(tokens)
+        return 0
+
+
 class PrivateGenerator:
     """``PrivateGenerator(backend, mechanism, accountant, *, histograms="coordinated", fallback="retry",
     max_retries=3, public_backend=None, public_prompt="", max_tokens=32, stop_strings=(), top_p=None,
@@ -403,6 +430,7 @@ class PrivateGenerator:
         steps: list[StepRecord] = []
         stop_reason = "max_tokens"
         text = ""
+        decoded = _IncrementalText(backend)  # decode(tokens), kept up to date at a constant cost per token
         while len(tokens) < self.max_tokens:
             token, retries = None, 0
             while True:
@@ -443,12 +471,15 @@ class PrivateGenerator:
                 self.public_backend.append(token)
             if on_token is not None:
                 on_token(token)
-            text = backend.decode(tokens)
-            hit = self._stop_string(text)
-            if hit is not None:
-                text = text[:hit]
-                stop_reason = "stop_string"
-                break
+            new_from = decoded.extend(tokens)
+            if self.stop_strings and self._stop_string(decoded.text, new_from) is not None:
+                text = backend.decode(tokens)  # the exact text, decoded once in full, decides
+                hit = self._stop_string(text)
+                if hit is not None:
+                    text = text[:hit]
+                    stop_reason = "stop_string"
+                    break
+                decoded.text = text
         else:
             stop_reason = "max_tokens"
         if stop_reason != "stop_string":
@@ -456,6 +487,9 @@ class PrivateGenerator:
         num_active = int(backend.active_teachers().size)
         return GenerationResult(text, tuple(tokens), tuple(steps), tuple(accountant.spent()), stop_reason, num_active)
 
-    def _stop_string(self, text: str) -> int | None:
-        positions = [text.find(s) for s in self.stop_strings if s in text]
+    def _stop_string(self, text: str, new_from: int = 0) -> int | None:
+        """The first position of a stop string in ``text`` that ends at or after ``new_from`` (the text before
+        it was searched already), or ``None``."""
+        start = max(0, new_from - max((len(s) for s in self.stop_strings), default=1) + 1)
+        positions = [i for i in (text.find(s, start) for s in self.stop_strings) if i >= 0]
         return min(positions) if positions else None

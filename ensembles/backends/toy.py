@@ -14,6 +14,26 @@ __all__ = ["ToyBackend"]
 UNK = "<unk>"
 
 
+class TokenView(Sequence):
+    """A read-only view of a teacher's context (token ids) for a model function: indexing, ``len``, iteration
+    and slices (which copy) work as on a list, but the view costs nothing to make, so a step costs the same
+    however long the context has grown (a copy per teacher per step made long runs quadratic)."""
+
+    __slots__ = ("_ids",)
+
+    def __init__(self, ids):
+        self._ids = ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, index):
+        return self._ids[index]
+
+    def __repr__(self) -> str:
+        return f"TokenView({list(self._ids)!r})"
+
+
 class ToyBackend(ContextBackend):
     """Teachers given by a function or a table over a word vocabulary.
 
@@ -21,7 +41,9 @@ class ToyBackend(ContextBackend):
 
     * ``model`` is either a callable ``f(teacher_index, context_token_ids) -> probability vector`` (length
       ``len(vocab)``) or ``(token_ids, probs)``, or a table: an ``(n, V)`` array of fixed per-teacher
-      distributions (the same at every step).  ``teacher_index`` is the teacher's original index.
+      distributions (the same at every step).  ``teacher_index`` is the teacher's original index;
+      ``context_token_ids`` is a read-only :class:`TokenView` of the teacher's context (index it, slice it,
+      take its ``len``; it is not a copy, so a step's cost does not grow with the context).
     * ``vocab`` is the list of words; ``encode`` splits on whitespace and maps each word to its index
       (a word outside the vocabulary maps to ``"<unk>"`` when the vocabulary has it, else it is an error);
       ``decode`` joins words with single spaces.
@@ -92,7 +114,7 @@ class ToyBackend(ContextBackend):
                 raise ValueError(f"the table has {self._table.shape[0]} teachers; teacher {teacher} does not exist")
             row = self._table[teacher]
             return np.flatnonzero(row), row[row > 0]
-        out = self._fn(teacher, list(context))
+        out = self._fn(teacher, context if isinstance(context, TokenView) else TokenView(context))
         if isinstance(out, tuple) and len(out) == 2:
             return np.asarray(out[0], dtype=np.int64), np.asarray(out[1], dtype=np.float64)
         row = np.asarray(out, dtype=np.float64)
