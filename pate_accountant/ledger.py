@@ -838,6 +838,8 @@ class Ledger:
                 raise FileNotFoundError(f"cannot create a ledger at {str(path)!r}: no folder {str(path.parent)!r}")
             if path.exists() and path.stat().st_size > 0:
                 _check_ours(path, timeout)  # looked at read-only: a file that is not a ledger is never written
+            elif not path.exists():
+                cls._create_atomically(path, timeout)
             try:
                 _create_private(path)
                 conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
@@ -860,6 +862,36 @@ class Ledger:
             conn.close()
             raise
         return ledger
+
+    @classmethod
+    def _create_atomically(cls, path: Path, timeout: float) -> None:
+        """Build a new, empty ledger beside ``path`` under a temporary name and link it into place, so that
+        ``path`` appears complete or not at all: a kill during the creation leaves no ledger (only a hidden
+        ``.creating`` file, which nothing reads), never a half-made one.  When another process links its own
+        first, that one is kept.  On a file system without hard links the ledger is made in place, as before."""
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.creating")
+        try:
+            _create_private(temporary)
+            conn = sqlite3.connect(str(temporary), timeout=timeout, isolation_level=None)
+            try:
+                ledger = cls(conn, path=str(temporary), read_only=False, timeout=timeout)
+                _set_wal(conn, str(temporary))
+                ledger._check_layout(create=True)
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                conn.close()
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                pass  # another process created the ledger first: it is used
+            except OSError:
+                return  # no hard links here: the caller creates the ledger in place
+        except sqlite3.Error:
+            return  # the caller creates it in place and reports the problem
+        finally:
+            for leftover in (temporary, Path(f"{temporary}-wal"), Path(f"{temporary}-shm")):
+                with contextlib.suppress(FileNotFoundError):
+                    leftover.unlink()
 
     @classmethod
     def in_memory(cls, *, totals: str = "transaction") -> Ledger:

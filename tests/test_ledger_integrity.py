@@ -199,3 +199,34 @@ def test_a_raised_budget_with_recomputed_hashes_is_caught_by_the_pin(tmp_path, c
     code, report, _ = _audit(capsys, path)
     assert code == 0 and report["budget"] == {"epsilon": 1000.0, "delta": 1e-3}
     assert _audit(capsys, path, "--expect-head", head, "--expect-rows", 5)[0] == 1
+
+
+# -- 3. a kill during creation leaves no ledger or a complete one ------------------------------------------
+def test_a_ledger_appears_complete_or_not_at_all(tmp_path, monkeypatch):
+    path = tmp_path / "new.sqlite"
+
+    def interrupted(self, *, create):
+        raise KeyboardInterrupt  # as if the process were stopped while it builds the ledger
+
+    original = Ledger._check_layout
+    monkeypatch.setattr(Ledger, "_check_layout", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        Ledger.open(path)
+    assert list(tmp_path.iterdir()) == []  # no ledger, no half-made file, no temporary left
+    monkeypatch.setattr(Ledger, "_check_layout", original)
+    _fill(path, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.sqlite"]
+    with Ledger.open(path, read_only=True) as ledger:
+        assert ledger.verify().ok and ledger.row_count == 2
+
+
+def test_without_hard_links_the_ledger_is_made_in_place(tmp_path, monkeypatch):
+    def no_links(source, target):
+        raise OSError("hard links are not supported here")
+
+    monkeypatch.setattr(os, "link", no_links)
+    path = tmp_path / "inplace.sqlite"
+    _fill(path, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inplace.sqlite"]
+    with Ledger.open(path, read_only=True) as ledger:
+        assert ledger.verify().ok and ledger.row_count == 3
