@@ -163,25 +163,66 @@ def test_yields_per_budget_follow_planning(sweep):
     rows = {r["eps0"]: r for r in sweep["yields_per_budget"]}
     assert sorted(rows) == sorted(p["eps0"])
     r = rows[0.01]
-    assert r["num_teachers"] == math.ceil(planning.teachers_for(0.01, p["delta"])) == 2764
+    assert r["num_teachers"] == math.ceil(planning.teachers_for(0.01, p["step_delta"])) == 2764
     assert r["paper_yields"] == pytest.approx(1381.6, abs=0.05)
     for eps0, r in rows.items():
         assert r["hits"] == planning.target_hits(p["budget_epsilon"], p["budget_delta"], eps0).hits
-        assert r["yields"] == pytest.approx(r["hits"] * eps0 * planning.teachers_for(eps0, p["delta"]) / 2)
+        assert r["yields"] == pytest.approx(r["hits"] * eps0 * planning.teachers_for(eps0, p["step_delta"]) / 2)
         if eps0 <= 0.01:  # the paper's ">~ 0.005 n^2 / C_delta" (our hits exceed (10 eps0)^-2 there)
             assert r["yields"] >= r["paper_yields"]
-        assert r["threshold_fraction"] <= 1.0
-        assert r["law_yields"] is not None and 0 < r["law_yields"] <= r["yields"]
-        # The mechanism charged at level eps0 (step epsilon eps0/2) cannot release at the paper's n: its exact
-        # L puts the threshold above n, and it names the teachers it needs.
-        from mechanisms import DPArgMax
 
-        L = DPArgMax(eps0 / 2, p["delta"]).error_bound
-        assert r["run_error_bound"] == L and r["run_teachers_to_release"] == 2 * (L + 1)
-        assert r["run_threshold_fraction"] == (r["num_teachers"] // 2 + L + 1) / r["num_teachers"]
-        assert r["run_threshold_fraction"] > r["threshold_fraction"]  # half the step epsilon: a larger L
-        if eps0 >= 0.005:
-            assert r["run_threshold_fraction"] > 1.0 and r["run_teachers_to_release"] > r["num_teachers"]
+
+def test_yields_per_budget_use_the_mechanism_charged_at_eps0(sweep):
+    """(d) evaluates the count law of the mechanism target charging charges at level eps0: a wrapped DPArgMax
+    of step epsilon eps0 / 2 (its level is twice its step epsilon), with its exact L. At the paper's
+    n = C_delta / eps0 its threshold n/2 + L + 1 is at or above n, so every histogram yields with probability at
+    most 1/2 and the wrapper then turns exactly one token per target hit (t = y / (1 + y), token = (1 - t) y):
+    one yield per hit instead of the planned eps0 n / 2 = C_delta / 2. With the fewest teachers that bring T/n
+    down to 0.55 the count law gives tens of yields per hit, near kappa-style estimates of the paper's
+    eps_c n / 2 at that n."""
+    from mechanisms import BoundaryWrapper, DPArgMax
+
+    p = sweep["parameters"]
+    for eps0, r in ((r["eps0"], r) for r in sweep["yields_per_budget"]):
+        wrapper = BoundaryWrapper(DPArgMax(r["step_epsilon"], p["step_delta"]))
+        assert r["step_epsilon"] == eps0 / 2 and wrapper.epsilon == pytest.approx(eps0)  # level eps0
+        L = DPArgMax(eps0 / 2, p["step_delta"]).error_bound
+        n = r["num_teachers"]
+        assert r["error_bound"] == L and r["teachers_to_release"] == 2 * (L + 1)
+        assert r["threshold_fraction"] == (n // 2 + L + 1) / n
+        if eps0 >= 0.005:  # the quick size's levels: the threshold lies above n
+            assert r["threshold_fraction"] > 1.0 and r["teachers_to_release"] > n
+            assert r["law_min_yields_per_hit_below_threshold"] == pytest.approx(1.0, rel=1e-6)
+            assert r["law_yields"] == pytest.approx(r["hits"], rel=1e-6)
+        assert r["law_yields"] < r["yields"] / 5  # planning.yields is far from what this mechanism delivers
+        # More teachers: the fewest with T/n <= 0.55.
+        m = r["more_teachers"]
+        assert m == alpha_sweep.teachers_for_threshold(L, 0.55) and m // 2 + L + 1 <= 0.55 * m
+        assert (m - 1) // 2 + L + 1 > 0.55 * (m - 1) and (m - 2) // 2 + L + 1 > 0.55 * (m - 2)
+        assert r["more_threshold_fraction"] == (m // 2 + L + 1) / m
+        per_hit = r["more_law_min_yields_per_hit_below_threshold"]
+        assert 0.5 * r["more_eps_c_n_half"] <= per_hit <= r["more_eps_c_n_half"]
+        assert r["more_law_yields"] == pytest.approx(r["hits"] * per_hit)
+
+
+def test_teachers_for_threshold_is_the_least_n():
+    for L in (0, 1, 25, 852, 6217):
+        for fraction in (0.55, 0.7, 1.0):
+            n = alpha_sweep.teachers_for_threshold(L, fraction)
+            assert n // 2 + L + 1 <= fraction * n
+            assert all(k // 2 + L + 1 > fraction * k for k in range(max(1, n - 50), n))
+
+
+def test_max_count_pmf_is_the_beta_binomial():
+    from scipy import stats
+
+    for n, alpha in ((300, 0.0001), (1000, 0.01), (1000, 0.55), (5000, 0.99)):
+        a = alpha / (1 - alpha)
+        law = stats.betabinom.pmf(np.arange(n + 1), n, a, 1.0)
+        law[1] += law[0]
+        law[0] = 0.0
+        assert np.allclose(alpha_sweep.max_count_pmf(n, alpha), law, rtol=1e-8, atol=1e-15)
+    assert alpha_sweep.max_count_pmf(10, 1.0)[10] == 1.0
 
 
 def test_alpha_sweep_is_deterministic_and_json():
@@ -206,8 +247,8 @@ def test_alpha_sweep_is_deterministic_and_json():
         ({"alphas": "0.5,1.5"}, "--alphas"),
         ({"alphas": "a,b"}, "--alphas"),
         ({"alphas": ""}, "--alphas"),
-        ({"epsilon": -1.0}, "--step-epsilon"),
-        ({"delta": 1.0}, "--step-delta"),
+        ({"step_epsilon": -1.0}, "--step-epsilon"),
+        ({"step_delta": 1.0}, "--step-delta"),
         ({"eps0": "0"}, "--eps0"),
         ({"budget_epsilon": 0.0}, "--budget-epsilon"),
         ({"budget_delta": 0.0}, "--budget-delta"),
@@ -234,6 +275,26 @@ def test_alpha_sweep_cli(tmp_path, capsys):
     assert "claims:" in capsys.readouterr().out
     assert main(["experiment", "alpha-sweep", "--quick", "--no-progress", "--out", str(out), "--alphas", "2"]) == 2
     assert "--alphas" in capsys.readouterr().err
+
+
+def test_old_spellings_of_the_experiments_still_work_and_warn(capsys):
+    """alpha-sweep's DPArgMax is --step-epsilon/--step-delta and tct-budget's total is --budget-epsilon/
+    --budget-delta (docs/cli.md, "One grammar"); --epsilon/--delta still work for one release, with a warning."""
+    from pate_app.cli import build_parser
+
+    parser = build_parser("experiment")
+    args = parser.parse_args(["experiment", "alpha-sweep", "--epsilon", "0.4", "--delta=1e-7"])
+    assert (args.step_epsilon, args.step_delta) == (0.4, 1e-7)
+    err = capsys.readouterr().err
+    assert "--epsilon is a deprecated spelling of --step-epsilon" in err
+    assert "--delta is a deprecated spelling of --step-delta" in err
+    args = parser.parse_args(["experiment", "tct-budget", "--epsilon", "2", "--delta", "1e-5"])
+    assert (args.budget_epsilon, args.budget_delta) == (2.0, 1e-5)
+    err = capsys.readouterr().err
+    assert "--epsilon is a deprecated spelling of --budget-epsilon" in err
+    assert "--delta is a deprecated spelling of --budget-delta" in err
+    args = parser.parse_args(["experiment", "alpha-sweep", "--step-epsilon", "0.4"])
+    assert args.step_epsilon == 0.4 and capsys.readouterr().err == ""
 
 
 # -- tct-budget ------------------------------------------------------------------------------------------

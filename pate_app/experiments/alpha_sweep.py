@@ -9,7 +9,7 @@ each).  The experiment reports, for a grid of ``alpha``:
 
 (a) the distribution of the maximum count ``/ n`` of coordinated histograms (quantiles, empirical CDF) next
     to that law (the paper's "cumulative maximum frequency" figure), with the Kolmogorov distance;
-(b) the token / fail / target probabilities of ``BoundaryWrapper(DPArgMax(epsilon, delta))`` over the
+(b) the token / fail / target probabilities of ``BoundaryWrapper(DPArgMax(step_epsilon, step_delta))`` over the
     shared randomness (:func:`pate_app.experiments.section6.alpha_sweep`: exact per-histogram laws averaged over
     coordinated histograms), next to the same probabilities computed from the count law alone;
 (c) queries per target hit ``1 / P[target]`` against the paper's "``>~ eps0 n``, lowest at
@@ -19,8 +19,11 @@ each).  The experiment reports, for a grid of ``alpha``:
     ``eps0`` for the target level target charging charges, which for the wrapper is ``2 eps_c``
     (docs/cli.md, "One grammar").  So (c) compares with ``eps_c n`` and ``eps_c n / 2``;
 (d) yields per budget for ``n = C_delta / eps0`` teachers (:func:`pate_accountant.planning.yields`: TCT hits
-    times ``eps0 n / 2``, and the paper's ``0.005 n^2 / C_delta``), with the count law's own yields per hit
-    at that ``n``.
+    times ``eps0 n / 2``, and the paper's ``0.005 n^2 / C_delta``), next to the count law's yields per hit
+    of the mechanism target charging charges at level ``eps0``, ``BoundaryWrapper(DPArgMax(eps0 / 2, delta))``
+    with its exact ``L``: at that ``n`` (where its threshold ``n/2 + L + 1`` is about ``n`` or above, so a
+    hit buys about one yield) and with the fewest teachers that bring ``T/n`` down to
+    ``TARGET_THRESHOLD_FRACTION``.
 
 Section (c) uses a small derivation of ours: the wrapped NoisyArgMax has target mass only within about
 ``1/eps_c`` counts of ``c0 = n/2 + L``, and ``sum_c P[target | c] ~ 2 ln(3/2) / eps_c`` (Laplace-noise
@@ -48,7 +51,6 @@ from pate_app.plotting import (
     COLORS,
     legend_outside,
     new_figure,
-    quiet_minor_ticks,
     styled,
 )
 
@@ -78,11 +80,11 @@ SIZES = {
         "eps0": [0.005, 0.01, 0.02],
     },
 }
-FULL_RUNTIME = "about 50 s wall, 30 s CPU on a 2-core CPU"  # measured: docs/results.md, section alpha-sweep
+FULL_RUNTIME = "35-50 s wall, 30-35 s CPU on a shared 2-core CPU"  # measured: docs/results.md, section alpha-sweep
 
-#: Defaults of the mechanism (total (epsilon, delta) of DPArgMax under replace-one) and of the budget.
-DEFAULT_EPSILON = 0.5
-DEFAULT_DELTA = 1e-6
+#: Defaults of the mechanism (the step: (epsilon, delta) of one DPArgMax run under replace-one) and of the budget.
+DEFAULT_STEP_EPSILON = 0.5
+DEFAULT_STEP_DELTA = 1e-6
 DEFAULT_BUDGET_EPSILON = 1.0
 DEFAULT_BUDGET_DELTA = 1e-6
 #: Quantile levels of max count / n reported per alpha; x grid of the reported CDFs.
@@ -90,6 +92,10 @@ QUANTILE_LEVELS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 CDF_GRID = tuple(round(i / 100, 2) for i in range(101))
 #: Family-wise level of the claim checks in :func:`run` (Bonferroni over all checks of one kind).
 FAMILY_LEVEL = 1e-4
+#: Section (d) also evaluates the count law with the fewest teachers that bring the release threshold T/n down to
+#: this fraction: close to the sweep's own T/n (0.53 at the full size), where its queries and yields per hit
+#: land near the paper's relations read with eps_c.
+TARGET_THRESHOLD_FRACTION = 0.55
 #: alpha values for the count law at n = C_delta / eps0 (section (d)): a fine grid for the extremes.
 _LAW_ALPHAS = tuple(float(a) for a in np.round(np.concatenate([[1e-4, 1e-3], np.linspace(0.01, 0.99, 99)]), 4))
 
@@ -106,15 +112,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--alphas", metavar="A,B,...", default=None,
                         help="comma-separated weights of the common part, each in (0, 1] "
                              f"(default: {len(full['alphas'])} values, --quick {len(quick['alphas'])})")
-    add_option(parser, "--step-epsilon", "--epsilon", dest="epsilon", type=float, metavar="EPS", default=None,
-               help=f"epsilon of one run of the DPArgMax under replace-one (default {DEFAULT_EPSILON}); it noises its "
-                    "one deciding count at this epsilon, so it is also the per-count epsilon eps_c, and the wrapped "
-                    "mechanism's target level is eps0 = 2 eps_c")
-    add_option(parser, "--step-delta", "--delta", dest="delta", type=float, metavar="D", default=None,
-                        help=f"delta of the DPArgMax, also the delta0 of C_delta = 2 ln(1/delta0) "
-                             f"(default {DEFAULT_DELTA:g})")
+    add_option(parser, "--step-epsilon", "--epsilon", dest="step_epsilon", type=float, metavar="EPS", default=None,
+               help=f"epsilon of one run of the DPArgMax under replace-one (default {DEFAULT_STEP_EPSILON}); it noises "
+                    "its one deciding count at this epsilon, so this is also the per-count epsilon eps_c of the noise, "
+                    "and target charging charges the wrapped mechanism at level eps0 = 2 eps_c")
+    add_option(parser, "--step-delta", "--delta", dest="step_delta", type=float, metavar="D", default=None,
+               help=f"delta of one run of the DPArgMax, also the delta0 of C_delta = 2 ln(1/delta0) "
+                    f"(default {DEFAULT_STEP_DELTA:g})")
     parser.add_argument("--eps0", metavar="E,F,...", default=None,
-                        help="comma-separated per-query levels eps0 for the yields-per-budget table "
+                        help="comma-separated target levels eps0 (what target charging charges per target hit; "
+                             "a wrapped DPArgMax of step epsilon eps0/2) for the yields-per-budget table "
                              f"(default {','.join(map(str, full['eps0']))}; --quick "
                              f"{','.join(map(str, quick['eps0']))})")
     parser.add_argument("--budget-epsilon", type=float, metavar="EPS", default=None,
@@ -148,17 +155,17 @@ def parse_float_list(option: str, value, default, *, maximum: float | None = Non
     return sorted(set(checked))
 
 
-def _options(quick, teachers, samples, alphas, epsilon, delta, eps0, budget_epsilon, budget_delta) -> dict:
+def _options(quick, teachers, samples, alphas, step_epsilon, step_delta, eps0, budget_epsilon, budget_delta) -> dict:
 
     sizes = SIZES["quick" if quick else "full"]
     return {
         "teachers": check_int("--teachers", sizes["teachers"] if teachers is None else teachers, minimum=2),
         "samples": check_int("--samples", sizes["samples"] if samples is None else samples, minimum=2),
         "alphas": parse_float_list("--alphas", alphas, sizes["alphas"], maximum=1.0),
-        "epsilon": check_real("--step-epsilon", DEFAULT_EPSILON if epsilon is None else epsilon,
-                              minimum=0.0, min_open=True),
-        "delta": check_real("--step-delta", DEFAULT_DELTA if delta is None else delta,
-                            minimum=0.0, maximum=1.0, min_open=True, max_open=True),
+        "step_epsilon": check_real("--step-epsilon", DEFAULT_STEP_EPSILON if step_epsilon is None else step_epsilon,
+                                   minimum=0.0, min_open=True),
+        "step_delta": check_real("--step-delta", DEFAULT_STEP_DELTA if step_delta is None else step_delta,
+                                 minimum=0.0, maximum=1.0, min_open=True, max_open=True),
         "eps0": parse_float_list("--eps0", eps0, sizes["eps0"], maximum=1.0),
         "budget_epsilon": check_real("--budget-epsilon", DEFAULT_BUDGET_EPSILON if budget_epsilon is None
                                      else budget_epsilon, minimum=0.0, min_open=True),
@@ -173,15 +180,20 @@ def _options(quick, teachers, samples, alphas, epsilon, delta, eps0, budget_epsi
 def max_count_pmf(num_teachers: int, alpha: float) -> np.ndarray:
     """Law of the maximum count ``m`` (index ``0..n``) of a coordinated histogram of alpha-mixture teachers
     (one shared token, one private token each): ``m = max(c, 1)`` with ``c ~ BetaBin(n, alpha/(1-alpha), 1)``
-    (the paper's ``y ~ Exp(alpha)``, ``c ~ Bin(n, e^{-y (1 - alpha)})``); ``m = n`` when ``alpha = 1``."""
-    from scipy import stats
+    (the paper's ``y ~ Exp(alpha)``, ``c ~ Bin(n, e^{-y (1 - alpha)})``); ``m = n`` when ``alpha = 1``.
+    With ``b = 1`` the beta-binomial has the closed form ``P[c = k] = a n! Gamma(k + a) / (k! Gamma(n + a + 1))``,
+    ``a = alpha / (1 - alpha)`` (several times faster than ``scipy.stats.betabinom``, equal to it within
+    ``1e-9`` relative)."""
+    from scipy.special import gammaln
 
     n = num_teachers
     pmf = np.zeros(n + 1)
     if alpha >= 1.0:
         pmf[n] = 1.0
         return pmf
-    pmf[:] = stats.betabinom.pmf(np.arange(n + 1), n, alpha / (1.0 - alpha), 1.0)
+    a = alpha / (1.0 - alpha)
+    k = np.arange(n + 1, dtype=float)
+    pmf[:] = np.exp(math.log(a) + gammaln(n + 1.0) - gammaln(n + a + 1.0) + gammaln(k + a) - gammaln(k + 1.0))
     pmf[1] += pmf[0]
     pmf[0] = 0.0
     return pmf
@@ -208,7 +220,7 @@ def _law_outcomes(pmf: np.ndarray, y: np.ndarray, t: np.ndarray) -> dict:
 
 def kappa(theta: float) -> float:
     """``e theta ln(1/theta) / (2 ln 1.5)``: fewest queries per target hit over alpha, in units of
-    ``eps0 n``, when the release threshold sits at ``theta n`` (module docstring)."""
+    ``eps_c n`` (``eps_c``: the per-count epsilon of the noise), when the release threshold sits at ``theta n`` (module docstring)."""
     return math.e * theta * math.log(1.0 / theta) / (2.0 * math.log(1.5))
 
 
@@ -243,6 +255,34 @@ def _max_count_distributions(alphas, n: int, s: int, seed: int, progress) -> dic
 # -- (d) yields per budget -------------------------------------------------------------------------------
 
 
+def teachers_for_threshold(error_bound: int, fraction: float = TARGET_THRESHOLD_FRACTION) -> int:
+    """The fewest teachers ``n`` whose release threshold ``n//2 + L + 1`` is at most ``fraction n``
+    (``fraction`` in ``(1/2, 1]``)."""
+    L = check_int("error_bound", error_bound, minimum=0)
+    fraction = check_real("fraction", fraction, minimum=0.5, maximum=1.0, min_open=True)
+    n = max(1, math.floor((L + 0.5) / (fraction - 0.5)) - 2)
+    while n // 2 + L + 1 > fraction * n:
+        n += 1
+    return n
+
+
+def _law_at(wrapper, n: int) -> dict:
+    """The count law's queries and yields per target hit of ``wrapper`` with ``n`` alpha-mixture teachers, worst
+    case over ``alpha <= T/n`` on the fine grid ``_LAW_ALPHAS`` (``None`` where no alpha has target mass)."""
+    T = n // 2 + wrapper.inner.error_bound + 1
+    y, t = outcome_law(wrapper, n)
+    laws = [(a, _law_outcomes(max_count_pmf(n, a), y, t)) for a in _LAW_ALPHAS]
+    best = max(o["target"] for _, o in laws)
+    per_hit = [o["token"] / o["target"] for a, o in laws if o["target"] > 0 and a <= T / n]
+    small = laws[0][1]
+    return {
+        "threshold_fraction": T / n,
+        "min_queries_per_hit": 1.0 / best if best > 0 else None,
+        "yields_per_hit_small_alpha": small["token"] / small["target"] if small["target"] > 0 else None,
+        "min_yields_per_hit_below_threshold": min(per_hit) if per_hit else None,
+    }
+
+
 def _yields_rows(eps0_values, budget_epsilon, budget_delta, delta, progress) -> list[dict]:
 
     from mechanisms.boundary_wrapper import BoundaryWrapper
@@ -253,37 +293,32 @@ def _yields_rows(eps0_values, budget_epsilon, budget_delta, delta, progress) -> 
     for eps0 in eps0_values:
         plan = planning.yields(budget_epsilon, budget_delta, eps0, aggregator_delta=delta)
         n = int(plan.num_teachers_needed)
+        # The mechanism target charging charges at level eps0: a wrapped DPArgMax of step epsilon eps0 / 2 (its
+        # per-count epsilon eps_c = eps0 / 2), with its exact L.
+        wrapper = BoundaryWrapper(DPArgMax(eps0 / 2.0, delta))
+        L = wrapper.inner.error_bound
         row = {
-            "eps0": eps0, "c_delta": plan.c_delta, "num_teachers": n, "hits": plan.hits,
+            "eps0": eps0, "step_epsilon": eps0 / 2.0, "c_delta": plan.c_delta, "num_teachers": n, "hits": plan.hits,
             "epsilon_spent": plan.epsilon_spent, "yields_per_hit": plan.yields_per_hit, "yields": plan.yields,
             "paper_hits": plan.paper_hits, "paper_yields": plan.paper_formula_yields,
+            "error_bound": L, "teachers_to_release": 2 * (L + 1),
         }
-        # The mechanism target charging charges at level eps0: a wrapped DPArgMax of step epsilon eps0 / 2. With
-        # its exact L, is its release threshold within reach of n = C_delta / eps0 teachers?
-        charged = BoundaryWrapper(DPArgMax(eps0 / 2.0, delta)).inner.error_bound
-        row.update({"run_error_bound": charged, "run_threshold_fraction": (n // 2 + charged + 1) / n,
-                    "run_teachers_to_release": 2 * (charged + 1)})
-        # The count law at this n with the paper's reading: per-count epsilon eps_c = eps0 (which our
-        # accountant would charge at level 2 eps0), to measure how optimistic eps0 n / 2 yields per hit are.
-        wrapper = BoundaryWrapper(DPArgMax(eps0, delta))
-        L = wrapper.inner.error_bound
-        threshold = n // 2 + L + 1
-        row.update({"error_bound": L, "threshold_fraction": threshold / n})
-        if threshold > n:
-            row.update({"law_min_queries_per_hit": None, "law_yields_per_hit_small_alpha": None,
-                        "law_min_yields_per_hit_below_threshold": None, "law_yields": None})
-        else:
-            y, t = outcome_law(wrapper, n)
-            laws = [(a, _law_outcomes(max_count_pmf(n, a), y, t)) for a in _LAW_ALPHAS]
-            targets = [o["target"] for _, o in laws]
-            per_hit = [o["token"] / o["target"] for a, o in laws if o["target"] > 0 and a <= threshold / n]
-            small = laws[0][1]
-            row.update({
-                "law_min_queries_per_hit": 1.0 / max(targets) if max(targets) > 0 else None,
-                "law_yields_per_hit_small_alpha": small["token"] / small["target"] if small["target"] > 0 else None,
-                "law_min_yields_per_hit_below_threshold": min(per_hit) if per_hit else None,
-                "law_yields": plan.hits * min(per_hit) if per_hit else None,
-            })
+        # The count law of that mechanism at the paper's n = C_delta / eps0 ...
+        law = _law_at(wrapper, n)
+        row.update({"threshold_fraction": law["threshold_fraction"],
+                    **{f"law_{k}": v for k, v in law.items() if k != "threshold_fraction"}})
+        per_hit = law["min_yields_per_hit_below_threshold"]
+        row["law_yields"] = plan.hits * per_hit if per_hit is not None else None
+        # ... and with the fewest teachers that bring its threshold down to TARGET_THRESHOLD_FRACTION n.
+        n_more = teachers_for_threshold(L)
+        more = _law_at(wrapper, n_more)
+        per_hit = more["min_yields_per_hit_below_threshold"]
+        row.update({
+            "more_teachers": n_more, "more_threshold_fraction": more["threshold_fraction"],
+            "more_eps_c_n_half": eps0 / 2.0 * n_more / 2.0,
+            **{f"more_law_{k}": v for k, v in more.items() if k != "threshold_fraction"},
+            "more_law_yields": plan.hits * per_hit if per_hit is not None else None,
+        })
         rows.append(row)
         if progress is not None:
             progress()
@@ -343,7 +378,7 @@ def _claims(result: dict) -> list[dict]:
 
 
 def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=None, samples=None, alphas=None,
-        epsilon=None, delta=None, eps0=None, budget_epsilon=None, budget_delta=None) -> dict:
+        step_epsilon=None, step_delta=None, eps0=None, budget_epsilon=None, budget_delta=None) -> dict:
     """The whole experiment (module docstring); deterministic for ``seed``.  Bad options raise
     ``ValueError`` / ``TypeError`` naming the option."""
     from scipy import stats
@@ -355,24 +390,25 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=N
 
 
     seed = check_int("--seed", seed, minimum=0)
-    opt = _options(quick, teachers, samples, alphas, epsilon, delta, eps0, budget_epsilon, budget_delta)
+    opt = _options(quick, teachers, samples, alphas, step_epsilon, step_delta, eps0, budget_epsilon, budget_delta)
     n, s, grid = opt["teachers"], opt["samples"], opt["alphas"]
-    wrapper = BoundaryWrapper(DPArgMax(opt["epsilon"], opt["delta"]))
+    wrapper = BoundaryWrapper(DPArgMax(opt["step_epsilon"], opt["step_delta"]))
     L = wrapper.inner.error_bound
     if n // 2 + L + 1 > n:
         raise ValueError(
-            f"--teachers {n} is too small for --step-epsilon {opt['epsilon']:g} / --step-delta {opt['delta']:g}: the release "
-            f"threshold n/2 + L + 1 = {n // 2 + L + 1} (L = {L}) exceeds n; use at least {2 * L + 2} teachers"
+            f"--teachers {n} is too small for --step-epsilon {opt['step_epsilon']:g} / --step-delta "
+            f"{opt['step_delta']:g}: the release threshold n/2 + L + 1 = {n // 2 + L + 1} (L = {L}) exceeds n; use at least {2 * L + 2} teachers"
         )
     with tqdm(total=2 * len(grid) + len(opt["eps0"]), desc=NAME, unit="step", disable=not progress,
               dynamic_ncols=True) as bar:
         bar.set_postfix_str("outcome probabilities")
-        sweep = alpha_sweep(grid, num_teachers=n, num_samples=s, epsilon=opt["epsilon"], delta=opt["delta"],
-                            seed=seed, progress=bar.update)
+        sweep = alpha_sweep(grid, num_teachers=n, num_samples=s, epsilon=opt["step_epsilon"],
+                            delta=opt["step_delta"], seed=seed, progress=bar.update)
         bar.set_postfix_str("max counts")
         max_counts = _max_count_distributions(grid, n, s, seed, bar.update)
         bar.set_postfix_str("yields per budget")
-        yields_rows = _yields_rows(opt["eps0"], opt["budget_epsilon"], opt["budget_delta"], opt["delta"], bar.update)
+        yields_rows = _yields_rows(opt["eps0"], opt["budget_epsilon"], opt["budget_delta"], opt["step_delta"],
+                                   bar.update)
 
     y, t = outcome_law(wrapper, n)
     pmfs = [max_count_pmf(n, a) for a in grid]
@@ -439,10 +475,13 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=N
             "yield ~ alpha: to first order the yield is alpha ln(n/T); the band [ln(n/T_sure), ln 2/(1-alpha)] "
             "brackets it, T_sure being the least top count that always yields and n/2 the largest that never does.",
             "yields_per_budget: planning.yields (TCT hits at level eps0, q = 1/3, times eps0 n / 2) with "
-            "n = ceil(C_delta / eps0); run_* columns: the mechanism charged at level eps0, a wrapped DPArgMax of "
-            "step epsilon eps0 / 2, with its exact L: its threshold fraction (above 1: it cannot release at this n) "
-            "and the teachers 2(L+1) it needs; law_* columns: the count law at that n with the paper's reading "
-            "(per-count epsilon eps0, our exact L, not the paper's ln(1/delta0)/eps0).",
+            "n = ceil(C_delta / eps0). The mechanism target charging charges at level eps0 is a wrapped DPArgMax of "
+            "step epsilon eps0 / 2 (per-count eps_c = eps0 / 2); error_bound is its exact L, threshold_fraction its "
+            "T/n = (n//2 + L + 1)/n at that n (above 1: even a unanimous histogram yields with probability below "
+            "1/2), teachers_to_release = 2(L+1). law_*: that mechanism's count law at that n, worst case over "
+            "alpha <= T/n (law_yields = hits x law_min_yields_per_hit_below_threshold). more_*: the same with "
+            f"more_teachers, the fewest teachers that bring T/n down to {TARGET_THRESHOLD_FRACTION:g}; "
+            "more_eps_c_n_half is the paper's eps0 n / 2 read with eps_c at that n.",
         ],
     }
     result["claims"] = _claims(result)
@@ -503,24 +542,42 @@ def _plot_max_counts(result: dict, path: Path) -> None:
 
 @styled
 def _plot_yields(result: dict, path: Path) -> None:
+    from matplotlib.ticker import LogLocator, NullLocator
+
     rows = result["yields_per_budget"]
     p = result["parameters"]
-    fig = new_figure((7.6, 5.0))
+    fig = new_figure((8.2, 5.6))
     ax = fig.add_subplot()
     n = [r["num_teachers"] for r in rows]
+    more = [r["more_teachers"] for r in rows]
+
+    def nan(values):
+        return [np.nan if v is None else v for v in values]
+
     ax.plot(n, [r["yields"] for r in rows], marker="o", color=COLORS["yields"],
-            label="TCT hits x eps0 n / 2 (planning.yields)")
-    law = [np.nan if r["law_yields"] is None else r["law_yields"] for r in rows]
-    ax.plot(n, law, marker="s", color=COLORS["queries"], linestyle="--", label="TCT hits x yields per hit of the count law\n(paper's reading: per-count epsilon eps0)")
-    ax.plot(n, [r["paper_yields"] for r in rows], color=COLORS["paper"], linewidth=2.2, label="paper: 0.005 n^2 / C_delta")
-    for r in rows:  # labels above-left of the points, clear of the lines
+            label="planned: TCT hits x eps0 n / 2 (planning.yields), n = C_delta / eps0")
+    ax.plot(n, [r["paper_yields"] for r in rows], color=COLORS["paper"], linewidth=2.2,
+            label="paper: 0.005 n^2 / C_delta")
+    ax.plot(n, nan(r["law_yields"] for r in rows), marker="s", color=COLORS["queries"], linestyle="--",
+            label="count law of the mechanism charged at eps0 (step eps0 / 2), n = C_delta / eps0"
+                  + (f":\nT/n >= {min(r['threshold_fraction'] for r in rows):.2f}" if rows else ""))
+    ax.plot(more, nan(r["more_law_yields"] for r in rows), marker="D", color=COLORS["queries"], linestyle=":",
+            label=f"the same mechanism with the teachers that bring T/n down to {TARGET_THRESHOLD_FRACTION:g}")
+    for r in rows:  # eps0 beside the planned point (above left) and beside the larger ensemble (below right)
         ax.annotate(f"eps0 = {r['eps0']:g}", (r["num_teachers"], r["yields"]), fontsize=9,
-                    textcoords="offset points", xytext=(-6, 14), ha="right")
-    ax.margins(x=0.12, y=0.15)
+                    textcoords="offset points", xytext=(-6, 10), ha="right")
+        if r["more_law_yields"] is not None:
+            ax.annotate(f"eps0 = {r['eps0']:g}", (r["more_teachers"], r["more_law_yields"]), fontsize=9,
+                        color=COLORS["queries"], textcoords="offset points", xytext=(8, -14), ha="left")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    quiet_minor_ticks(ax, at=n)
-    ax.set_xlabel("teachers n = C_delta / eps0")
+    if rows:  # room for the labels on both sides
+        ax.set_xlim(min(n) / 2.2, max(more + n) * 3.0)
+    ax.margins(y=0.15)
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(lambda value, _position: f"{value:,.0f}")
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("teachers n")
     ax.set_ylabel(f"yields within epsilon {p['budget_epsilon']:g}, delta {p['budget_delta']:g}")
     ax.set_title("Yields per budget, worst case over alpha")
     ax.grid(True, which="both", alpha=0.25)
@@ -588,17 +645,22 @@ def summary(result: dict) -> str:
         f"{qph['paper_yields_per_hit']:.1f}",
         "",
         f"yields per budget (epsilon={p['budget_epsilon']:g}, delta={p['budget_delta']:g}, n = C_delta/eps0):",
-        "  run: the wrapped DPArgMax charged at level eps0 (step epsilon eps0/2), exact L; law: the count law "
-        "with the paper's reading (per-count epsilon eps0)",
-        f"{'eps0':>7} {'n':>7} {'hits':>6} {'yields':>9} {'paper':>9} | {'run T/n':>7} {'run n>=':>7} | "
-        f"{'law T/n':>7} {'law y/hit':>9} {'law yields':>10}",
+        "  planned = planning.yields (hits x eps0 n / 2); paper = 0.005 n^2 / C_delta; then the count law (worst case "
+        "over alpha <= T/n)",
+        "  of the mechanism target charging charges at level eps0, a wrapped DPArgMax of step epsilon eps0/2 with its "
+        "exact L:",
+        "  at n (T/n, y/hit, yields = hits x y/hit; n>= = 2(L+1), where T/n reaches 1) and at n55, the fewest "
+        f"teachers with T/n <= {TARGET_THRESHOLD_FRACTION:g}",
+        f"{'eps0':>7} {'n':>7} {'hits':>6} {'planned':>9} {'paper':>9} | {'T/n':>6} {'n>=':>7} {'y/hit':>7} "
+        f"{'yields':>9} | {'n55':>7} {'y/hit':>7} {'yields':>9}",
     ]
     for r in result["yields_per_budget"]:
         lines.append(
             f"{r['eps0']:>7g} {r['num_teachers']:>7d} {r['hits']:>6d} {r['yields']:>9.1f} {r['paper_yields']:>9.1f} | "
-            f"{r['run_threshold_fraction']:>7.3f} {r['run_teachers_to_release']:>7d} | "
-            f"{r['threshold_fraction']:>7.3f} {_fmt(r['law_min_yields_per_hit_below_threshold'], '>9.2f')} "
-            f"{_fmt(r['law_yields'], '>10.1f')}"
+            f"{r['threshold_fraction']:>6.3f} {r['teachers_to_release']:>7d} "
+            f"{_fmt(r['law_min_yields_per_hit_below_threshold'], '>7.2f')} {_fmt(r['law_yields'], '>9.1f')} | "
+            f"{r['more_teachers']:>7d} {_fmt(r['more_law_min_yields_per_hit_below_threshold'], '>7.2f')} "
+            f"{_fmt(r['more_law_yields'], '>9.1f')}"
         )
 
     lines += claim_lines(result["claims"])

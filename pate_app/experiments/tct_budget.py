@@ -12,9 +12,13 @@ are charged, so queries without a hit are free.  We compute, for a grid of ``eps
 * the paper's ``(10 eps0)^-2`` (:func:`pate_accountant.planning.paper_target_hits`);
 * the plain ``eps0``-DP queries optimal and DRV ("advanced") composition allow for the same budget.
 
-And what the hits buy: every hit costs at least ``3`` queries in expectation (``P[target] <= 1/3``), about
-``eps0 n = C_delta`` queries with coordinated ensembles of ``n = C_delta / eps0`` teachers (paper: queries
-per hit ``>~ eps0 n``), and ``C_delta / 2`` yields (:func:`pate_accountant.planning.yields`).
+``eps0`` is the target level: what target charging charges per target hit (a ``BoundaryWrapper(DPArgMax(e))``
+is charged at ``eps0 = 2 e``).  And what the hits buy: every hit costs at least ``3`` queries in expectation
+(``P[target] <= 1/3``), about ``eps0 n = C_delta`` queries with coordinated ensembles of ``n = C_delta / eps0``
+teachers (paper: queries per hit ``>~ eps0 n``), and ``C_delta / 2`` yields
+(:func:`pate_accountant.planning.yields`).  Those two are the paper's relations, in which one ``eps0`` is both
+the noise's per-count epsilon ``eps_c`` and the level charged; our charge for the wrapper is ``2 eps_c``, and
+``experiment alpha-sweep`` (section (d)) computes what the mechanism charged at ``eps0`` gives at that ``n``.
 
 Tolerances (our own expectations, not the paper's: it gives the curve only as a figure): the DRV bound
 at the wrapper's ``q ~ 0.4`` within +-25% of ``(10 eps0)^-2`` at ``eps0 = 0.01`` and ``0.005``, and the
@@ -54,10 +58,10 @@ SIZES = {
     "full": {"eps0": [0.001, 0.0015, 0.002, 0.003, 0.005, 0.007, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1]},
     "quick": {"eps0": [0.002, 0.005, 0.01, 0.02, 0.05, 0.1]},
 }
-FULL_RUNTIME = "71 s wall, 23 s CPU on a shared 2-core CPU"  # measured: docs/results.md, section tct-budget
+FULL_RUNTIME = "15 s wall on a 2-core CPU, 71 s under heavy load"  # measured: docs/results.md, section tct-budget
 
-DEFAULT_EPSILON = 1.0
-DEFAULT_DELTA = 1e-6
+DEFAULT_BUDGET_EPSILON = 1.0
+DEFAULT_BUDGET_DELTA = 1e-6
 DEFAULT_AGGREGATOR_DELTA = 1e-6
 #: The paper's range for (10 eps0)^-2 and our tolerances (module docstring).
 PAPER_RANGE_MAX_EPS0 = 0.01
@@ -72,12 +76,13 @@ def add_arguments(parser) -> None:
     """``--budget-epsilon``, ``--budget-delta`` (the total budget), ``--eps0`` (the per-query levels),
     ``--aggregator-delta`` (the ``delta0`` of ``C_delta = 2 ln(1/delta0)``)."""
     full, quick = SIZES["full"]["eps0"], SIZES["quick"]["eps0"]
-    add_option(parser, "--budget-epsilon", "--epsilon", dest="epsilon", type=float, metavar="EPS", default=None,
-               help=f"total epsilon of the budget (default {DEFAULT_EPSILON:g})")
-    add_option(parser, "--budget-delta", "--delta", dest="delta", type=float, metavar="D", default=None,
-               help=f"total delta of the budget (default {DEFAULT_DELTA:g})")
+    add_option(parser, "--budget-epsilon", "--epsilon", dest="budget_epsilon", type=float, metavar="EPS",
+               default=None, help=f"total epsilon of the budget (default {DEFAULT_BUDGET_EPSILON:g})")
+    add_option(parser, "--budget-delta", "--delta", dest="budget_delta", type=float, metavar="D", default=None,
+               help=f"total delta of the budget (default {DEFAULT_BUDGET_DELTA:g})")
     parser.add_argument("--eps0", metavar="E,F,...", default=None,
-                        help="comma-separated per-query levels eps0 (the TCT level of one query's target) "
+                        help="comma-separated target levels eps0 (what target charging charges per target hit: "
+                             "the TCT level of one query's target; a wrapped DPArgMax of step epsilon eps0/2) "
                              f"(default {len(full)} values {full[0]:g}..{full[-1]:g}; "
                              f"--quick {','.join(map(str, quick))})")
     parser.add_argument("--aggregator-delta", type=float, metavar="D", default=None,
@@ -89,8 +94,8 @@ def _ratio(a, b):
     return a / b if b else None
 
 
-def run(*, quick: bool = False, seed: int = 0, progress: bool = True, epsilon=None, delta=None, eps0=None,
-        aggregator_delta=None) -> dict:
+def run(*, quick: bool = False, seed: int = 0, progress: bool = True, budget_epsilon=None, budget_delta=None,
+        eps0=None, aggregator_delta=None) -> dict:
     """The whole experiment (module docstring).  Deterministic (no randomness: ``seed`` is only recorded)."""
     from tqdm import tqdm
 
@@ -99,9 +104,10 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, epsilon=No
 
 
     seed = check_int("--seed", seed, minimum=0)
-    epsilon = check_real("--budget-epsilon", DEFAULT_EPSILON if epsilon is None else epsilon, minimum=0.0, min_open=True)
-    delta = check_real("--budget-delta", DEFAULT_DELTA if delta is None else delta, minimum=0.0, maximum=1.0,
-                       min_open=True, max_open=True)
+    epsilon = check_real("--budget-epsilon", DEFAULT_BUDGET_EPSILON if budget_epsilon is None else budget_epsilon,
+                         minimum=0.0, min_open=True)
+    delta = check_real("--budget-delta", DEFAULT_BUDGET_DELTA if budget_delta is None else budget_delta, minimum=0.0,
+                       maximum=1.0, min_open=True, max_open=True)
     aggregator_delta = check_real("--aggregator-delta", DEFAULT_AGGREGATOR_DELTA if aggregator_delta is None
                                   else aggregator_delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
     grid = parse_float_list("--eps0", eps0, SIZES["quick" if quick else "full"]["eps0"], maximum=1.0)
@@ -143,7 +149,7 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, epsilon=No
         "experiment": NAME,
         "quick": bool(quick),
         "parameters": {
-            "epsilon": epsilon, "delta": delta, "aggregator_delta": aggregator_delta, "c_delta": cd, "seed": seed,
+            "budget_epsilon": epsilon, "budget_delta": delta, "aggregator_delta": aggregator_delta, "c_delta": cd, "seed": seed,
             "eps0": grid, "paper_range_max_eps0": PAPER_RANGE_MAX_EPS0, "factor_range": list(FACTOR_RANGE),
             "drv_tolerance": DRV_TOLERANCE, "drv_tolerance_eps0": list(DRV_TOLERANCE_EPS0),
             "worst_queries_per_hit": WORST_QUERIES_PER_HIT,
@@ -156,7 +162,10 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, epsilon=No
             "comparison: plain = plain eps0-DP queries under exact optimal composition (plain_drv: DRV "
             "advanced composition); queries_worst = 3 hits (every query has P[target] = 1/3, the wrapper's "
             "cap); queries_coordinated = C_delta hits (the paper's >~ eps0 n queries per hit with "
-            "n = C_delta/eps0); yields = planning.yields (hits x eps0 n / 2).",
+            "n = C_delta/eps0); yields = planning.yields (hits x eps0 n / 2). Both are the paper's relations, "
+            "where one eps0 is the noise's per-count epsilon and the level charged; target charging charges a "
+            "wrapped DPArgMax at twice its per-count epsilon (experiment alpha-sweep, section (d), gives the "
+            "count law of the mechanism charged at eps0).",
             "The paper states no factor by which TCT beats plain composition; it says many more queries are "
             "processed. Target hits themselves are fewer than plain queries (each hit's tail costs delta).",
         ],
@@ -237,7 +246,8 @@ def _plot_ratios(result: dict, path: Path) -> None:
     quiet_minor_ticks(right, at=x[[r["hits_over_plain"] not in (None, 0) for r in rows]])
     right.set_xlabel("eps0")
     right.set_ylabel("TCT count / plain eps0-DP queries")
-    right.set_title(f"Against plain optimal composition (epsilon {p['epsilon']:g}, delta {p['delta']:g})")
+    right.set_title(f"Against plain optimal composition (epsilon {p['budget_epsilon']:g}, "
+                    f"delta {p['budget_delta']:g})")
     right.grid(True, which="both", alpha=0.25)
     legend_outside(right, where="below", ncol=2)
     fig.savefig(path)
@@ -261,7 +271,7 @@ def plot(result: dict, out_dir) -> list[Path]:
 def summary(result: dict) -> str:
     p, curve, rows = result["parameters"], result["curve"], result["comparison"]
     lines = [
-        f"tct-budget: total epsilon={p['epsilon']:g}, delta={p['delta']:g}; "
+        f"tct-budget: total epsilon={p['budget_epsilon']:g}, delta={p['budget_delta']:g}; "
         f"C_delta = 2 ln(1/{p['aggregator_delta']:g}) = {p['c_delta']:.2f}",
         "",
         f"{'eps0':>7} {'paper':>8} | {'opt 1/3':>7} {'opt q_w':>7} {'drv 1/3':>7} {'drv q_w':>7} | "
