@@ -183,7 +183,7 @@ def test_plan_says_when_its_run_cannot_release_or_pay(capsys):
                  "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     run = answer["run"]
-    assert not run["can_release"] and run["teachers_to_release"] == 2 * (run["error_bound"] + 1)
+    assert not run["can_release"] and run["teachers_to_release"] == 2 * run["error_bound"] + 1
     assert any("exact L" in note and "optimistic" in note for note in answer["assumptions"])
     assert main(["plan", "for-tokens", "--tokens", "1000", "--budget-delta", "1e-5", "--step-delta", "1e-9"]) == 0
     assert "WARNING: the threshold is above n" in capsys.readouterr().out

@@ -188,7 +188,7 @@ def test_yields_per_budget_use_the_mechanism_charged_at_eps0(sweep):
         assert r["step_epsilon"] == eps0 / 2 and wrapper.epsilon == pytest.approx(eps0)  # level eps0
         L = DPArgMax(eps0 / 2, p["step_delta"]).error_bound
         n = r["num_teachers"]
-        assert r["error_bound"] == L and r["teachers_to_release"] == 2 * (L + 1)
+        assert r["error_bound"] == L and r["teachers_to_release"] == 2 * L + 1
         assert r["threshold_fraction"] == (n // 2 + L + 1) / n
         if eps0 >= 0.005:  # the quick size's levels: the threshold lies above n
             assert r["threshold_fraction"] > 1.0 and r["teachers_to_release"] > n

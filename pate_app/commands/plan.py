@@ -304,7 +304,7 @@ def run_plan(*, eps0: float, num_teachers: int, budget_epsilon: float, budget_de
         "budget": {"epsilon": budget_epsilon, "delta": budget_delta},
         "target_level": wrapper.epsilon, "q": wrapper.q, "error_bound": error_bound,
         "release_threshold": threshold, "threshold_fraction": threshold / num_teachers,
-        "can_release": threshold <= num_teachers, "teachers_to_release": 2 * (error_bound + 1),
+        "can_release": threshold <= num_teachers, "teachers_to_release": 2 * error_bound + 1,
         "hits": None, "max_queries": None, "per_query_delta": None, "refused": None,
     }
     try:
@@ -340,7 +340,7 @@ def plain_run_plan(*, eps0: float, num_teachers: int, num_queries: int, budget_d
         "steps": num_queries, "steps_delta": num_queries * step_delta,
         "delta_fits": num_queries * step_delta <= budget_delta, "error_bound": mechanism.error_bound,
         "release_threshold": threshold, "threshold_fraction": threshold / num_teachers,
-        "can_release": threshold <= num_teachers, "teachers_to_release": 2 * (mechanism.error_bound + 1),
+        "can_release": threshold <= num_teachers, "teachers_to_release": 2 * mechanism.error_bound + 1,
     }
 
 
@@ -359,8 +359,8 @@ def plain_run_lines(run: dict) -> list[str]:
     lines.append(f"  release threshold n/2 + L + 1 = {t} of {n} teachers (T/n = {t / n:.3f}; exact L = "
                  f"{run['error_bound']})")
     if not run["can_release"]:
-        lines.append(f"  WARNING: the threshold is above n: every token would be a public fallback; at least "
-                     f"2(L+1) = {run['teachers_to_release']} teachers are needed")
+        lines.append(f"  WARNING: the threshold is above n: only the noise can carry a count over it, so most tokens "
+                     f"would be public fallbacks; 2L+1 = {run['teachers_to_release']} teachers bring it within n")
     return lines
 
 
@@ -382,8 +382,9 @@ def run_lines(run: dict) -> list[str]:
     lines.append(f"  release threshold n/2 + L + 1 = {t} of {n} teachers (T/n = {t / n:.3f}; exact L = "
                  f"{run['error_bound']})")
     if not run["can_release"]:
-        lines.append(f"  WARNING: the threshold is above n: no histogram can clear it, so every token would be a "
-                     f"public fallback; at least 2(L+1) = {run['teachers_to_release']} teachers are needed")
+        lines.append(f"  WARNING: the threshold is above n: only the noise can carry a count over it, so a target hit "
+                     f"buys about one yield (docs/results.md, alpha-sweep (d)); 2L+1 = {run['teachers_to_release']} "
+                     "teachers bring it within n, and about ten times as many bring T/n near 0.55")
     return lines
 
 
@@ -408,7 +409,8 @@ def _exact_l_assumption(run: dict) -> str:
     return (f"expected yields use the paper's relations (eps0 n / 2 yields per hit for alpha <= T/n, with the paper's "
             f"L = ln(1/delta0)/eps0). The run above has the exact L = {run['error_bound']} and T/n = "
             f"{run['threshold_fraction']:.3f}: the yields per hit fall as T/n grows, so planned yields are optimistic "
-            "unless T/n is near 0.55 (docs/results.md, alpha-sweep, measures the count law's yields per hit).")
+            "unless T/n is near 0.55; at T/n >= 1 a target hit buys about one yield, 11 to 14 times fewer than planned "
+            "at the paper's n (docs/results.md, alpha-sweep (d), measures the count law's yields per hit).")
 
 
 def _q(args) -> float:

@@ -301,7 +301,7 @@ def _yields_rows(eps0_values, budget_epsilon, budget_delta, delta, progress) -> 
             "eps0": eps0, "step_epsilon": eps0 / 2.0, "c_delta": plan.c_delta, "num_teachers": n, "hits": plan.hits,
             "epsilon_spent": plan.epsilon_spent, "yields_per_hit": plan.yields_per_hit, "yields": plan.yields,
             "paper_hits": plan.paper_hits, "paper_yields": plan.paper_formula_yields,
-            "error_bound": L, "teachers_to_release": 2 * (L + 1),
+            "error_bound": L, "teachers_to_release": 2 * L + 1,
         }
         # The count law of that mechanism at the paper's n = C_delta / eps0 ...
         law = _law_at(wrapper, n)
@@ -478,7 +478,7 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, teachers=N
             "n = ceil(C_delta / eps0). The mechanism target charging charges at level eps0 is a wrapped DPArgMax of "
             "step epsilon eps0 / 2 (per-count eps_c = eps0 / 2); error_bound is its exact L, threshold_fraction its "
             "T/n = (n//2 + L + 1)/n at that n (above 1: even a unanimous histogram yields with probability below "
-            "1/2), teachers_to_release = 2(L+1). law_*: that mechanism's count law at that n, worst case over "
+            "1/2), teachers_to_release = 2L+1 (the fewest n with T <= n). law_*: that mechanism's count law at that n, worst case over "
             "alpha <= T/n (law_yields = hits x law_min_yields_per_hit_below_threshold). more_*: the same with "
             f"more_teachers, the fewest teachers that bring T/n down to {TARGET_THRESHOLD_FRACTION:g}; "
             "more_eps_c_n_half is the paper's eps0 n / 2 read with eps_c at that n.",
@@ -649,7 +649,7 @@ def summary(result: dict) -> str:
         "over alpha <= T/n)",
         "  of the mechanism target charging charges at level eps0, a wrapped DPArgMax of step epsilon eps0/2 with its "
         "exact L:",
-        "  at n (T/n, y/hit, yields = hits x y/hit; n>= = 2(L+1), where T/n reaches 1) and at n55, the fewest "
+        "  at n (T/n, y/hit, yields = hits x y/hit; n>= = 2L+1, where T/n reaches 1) and at n55, the fewest "
         f"teachers with T/n <= {TARGET_THRESHOLD_FRACTION:g}",
         f"{'eps0':>7} {'n':>7} {'hits':>6} {'planned':>9} {'paper':>9} | {'T/n':>6} {'n>=':>7} {'y/hit':>7} "
         f"{'yields':>9} | {'n55':>7} {'y/hit':>7} {'yields':>9}",
