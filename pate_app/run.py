@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import re
 import sys
 import time
@@ -265,7 +266,10 @@ def quiet_libraries():
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     try:
-        yield
+        # Some of their loaders (the GGUF conversion) draw tqdm bars that ignore the switches above: what they
+        # write on sys.stderr meanwhile is dropped (errors still raise, with their messages).
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
