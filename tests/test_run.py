@@ -431,3 +431,40 @@ def test_cli_generate_on_worker_shards_equals_the_unsharded_run(model_dir, tmp_p
         import ray as ray_module
 
         assert not ray_module.is_initialized()  # the run's executor started Ray and shut it down
+
+
+def test_two_processes_racing_on_one_new_ledger_with_different_budgets(model_dir, tmp_path):
+    """Issue 14, item 1, with two real processes: both are given the same new --ledger, one with budget
+    epsilon 40 and one with 30.  The ledger is created once (complete), one run charges it, and the other is
+    refused (exit 2) without writing anything: every row belongs to the run whose budget the ledger keeps,
+    and that run's metadata is its own row."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger = tmp_path / "raced.sqlite"
+
+    def start(budget):
+        argv = [sys.executable, "-m", "pate_accountant", *_generate_argv(model_dir, data, ledger, "--json")]
+        argv[argv.index("--budget-epsilon") + 1] = budget
+        env = dict(os.environ, HF_HUB_OFFLINE="1")
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    racers = [start("40"), start("30")]
+    outcomes = []
+    for racer in racers:
+        out, err = racer.communicate(timeout=600)
+        outcomes.append((racer.returncode, out, err))
+    codes = sorted(code for code, _, _ in outcomes)
+    assert codes == [0, 2], outcomes
+    winner = next(json.loads(out) for code, out, _ in outcomes if code == 0)
+    loser_err = next(err for code, _, err in outcomes if code == 2)
+    assert "budget" in loser_err and MARKER not in loser_err
+    with Ledger.open(ledger, read_only=True) as opened:
+        result = opened.verify()
+        assert result.ok and len(result.runs) == 1
+        assert result.budget == (winner["budget"]["epsilon"], winner["budget"]["delta"])
+        assert result.runs[0]["metadata"]["budget"] == winner["budget"]
+        assert opened.row_count == winner["ledger"]["rows"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir() if ".creating" in p.name) == []
