@@ -241,10 +241,12 @@ def _backends(stack: contextlib.ExitStack, model, threads, workers: int, ray_add
 
 
 @contextlib.contextmanager
-def quiet_libraries():
+def quiet_libraries(drop_stderr: bool = True):
     """Silence the progress bars and warnings that transformers and huggingface_hub print on stderr while a
     model is converted or loaded (the run's own status line and progress replace them, and ``--json`` and
-    ``--no-progress`` promise a quiet stderr); restored on exit."""
+    ``--no-progress`` promise a quiet stderr); restored on exit.  ``drop_stderr`` also drops whatever else
+    is written on ``sys.stderr`` meanwhile (a loader's own tqdm bar); leave it off around code whose own
+    progress bar must show."""
     try:
         from transformers.utils import logging as hf_logging
     except ImportError:  # no llm extra: nothing of theirs will print
@@ -268,7 +270,7 @@ def quiet_libraries():
     try:
         # Some of their loaders (the GGUF conversion) draw tqdm bars that ignore the switches above: what they
         # write on sys.stderr meanwhile is dropped (errors still raise, with their messages).
-        with contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stderr(io.StringIO()) if drop_stderr else contextlib.nullcontext():
             yield
     finally:
         hf_logging.set_verbosity(verbosity)

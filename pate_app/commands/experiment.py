@@ -58,7 +58,7 @@ def run_and_write(module, args: argparse.Namespace, out: Path, options: dict) ->
     from pate_app.run import quiet_libraries  # transformers' own loading bars: the experiment shows its own
 
     try:
-        with quiet_libraries():
+        with quiet_libraries(drop_stderr=False):  # the experiment's own progress bar shows
             result = module.run(quick=args.quick, seed=args.seed, progress=not args.no_progress, **options)
     except (TypeError, ValueError) as exc:
         args.parser.error(str(exc))
