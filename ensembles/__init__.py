@@ -5,7 +5,7 @@ imported on first use (PEP 562), so that importing one submodule (``ensembles.da
 does not load the generation loop and the mechanisms behind it.
 """
 
-import importlib
+from pate_accountant.lazy import lazy_exports
 
 #: Each public name and the module that defines it (a subpackage or submodule names itself).
 _MODULES = {
@@ -30,15 +30,4 @@ _MODULES = {
 __all__ = sorted(_MODULES)
 
 
-def __getattr__(name):
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ensembles' has no attribute {name!r}")
-    loaded = importlib.import_module(module)
-    value = loaded if module == f"ensembles.{name}" else getattr(loaded, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_MODULES))
+__getattr__, __dir__ = lazy_exports("ensembles", _MODULES, globals())

@@ -7,7 +7,7 @@ mechanism's claim and sampler against its exact law.
 Imports only ``pate_accountant`` (never ``ensembles``, torch or transformers).
 """
 
-import importlib
+from pate_accountant.lazy import lazy_exports
 
 #: Each public name and the module that defines it: imported on first use (PEP 562), so that importing
 #: ``mechanisms.registry`` to list the names stays light.
@@ -35,17 +35,7 @@ _MODULES = {
 }
 
 
-def __getattr__(name):
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mechanisms' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_MODULES))
+__getattr__, __dir__ = lazy_exports("mechanisms", _MODULES, globals())
 
 
 __all__ = [

@@ -5,7 +5,7 @@ loaded on first use (PEP 562), so that ``import pate_accountant`` (the command l
 argument errors) does not import dp-accounting and scipy.
 """
 
-import importlib
+from pate_accountant.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -26,14 +26,4 @@ _LAZY = {
 __all__ = sorted(_LAZY) + ["__version__"]
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pate_accountant' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports("pate_accountant", _LAZY, globals())

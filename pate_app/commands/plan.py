@@ -278,6 +278,26 @@ def _round_down(x: float, digits: int = 6) -> float:
     return float(exact.quantize(step, rounding=ROUND_FLOOR))
 
 
+def _generate_run(mechanism: str, accountant: str, num_teachers: int, step_epsilon: float, step_delta: float,
+                  budget_epsilon: float, budget_delta: float, error_bound: int) -> dict:
+    """What every printed run has: its ``generate`` command (``argv``, ``DATA`` and ``LEDGER`` left to fill in),
+    its parameters, and its release threshold ``n/2 + L + 1`` for the exact noise bound ``L``: its fraction of
+    ``n``, whether it is within ``n``, and the fewest teachers that bring it within ``n`` (``2L + 1``)."""
+    argv = ["pate-accountant", "generate", "--data", "DATA", "--ledger", "LEDGER", "--mechanism", mechanism,
+            "--accountant", accountant, "--relation", RUN_RELATION, "--teachers", str(num_teachers),
+            "--step-epsilon", _number(step_epsilon), "--step-delta", _number(step_delta),
+            "--budget-epsilon", _number(budget_epsilon), "--budget-delta", _number(budget_delta)]
+    threshold = num_teachers // 2 + error_bound + 1
+    return {
+        "command": " ".join(argv), "argv": argv, "placeholders": RUN_PLACEHOLDERS,
+        "mechanism": mechanism, "accountant": accountant, "relation": RUN_RELATION, "num_teachers": num_teachers,
+        "step_epsilon": step_epsilon, "step_delta": step_delta,
+        "budget": {"epsilon": budget_epsilon, "delta": budget_delta},
+        "error_bound": error_bound, "release_threshold": threshold, "threshold_fraction": threshold / num_teachers,
+        "can_release": threshold <= num_teachers, "teachers_to_release": 2 * error_bound + 1,
+    }
+
+
 def run_plan(*, eps0: float, num_teachers: int, budget_epsilon: float, budget_delta: float, step_delta: float,
              composition: str) -> dict:
     """The ``generate`` command that runs a target-charging plan at level ``eps0`` with ``num_teachers`` teachers,
@@ -290,21 +310,10 @@ def run_plan(*, eps0: float, num_teachers: int, budget_epsilon: float, budget_de
 
     step_epsilon = _round_down(eps0 / 2.0)
     wrapper = BoundaryWrapper(DPArgMax(step_epsilon, step_delta, relation=RUN_RELATION))
-    error_bound = wrapper.inner.error_bound
-    threshold = num_teachers // 2 + error_bound + 1
-    argv = ["pate-accountant", "generate", "--data", "DATA", "--ledger", "LEDGER",
-            "--mechanism", RUN_MECHANISM, "--accountant", RUN_ACCOUNTANT, "--relation", RUN_RELATION,
-            "--teachers", str(num_teachers), "--step-epsilon", _number(step_epsilon),
-            "--step-delta", _number(step_delta),
-            "--budget-epsilon", _number(budget_epsilon), "--budget-delta", _number(budget_delta)]
     run = {
-        "command": " ".join(argv), "argv": argv, "placeholders": RUN_PLACEHOLDERS,
-        "mechanism": RUN_MECHANISM, "accountant": RUN_ACCOUNTANT, "relation": RUN_RELATION,
-        "num_teachers": num_teachers, "step_epsilon": step_epsilon, "step_delta": step_delta,
-        "budget": {"epsilon": budget_epsilon, "delta": budget_delta},
-        "target_level": wrapper.epsilon, "q": wrapper.q, "error_bound": error_bound,
-        "release_threshold": threshold, "threshold_fraction": threshold / num_teachers,
-        "can_release": threshold <= num_teachers, "teachers_to_release": 2 * error_bound + 1,
+        **_generate_run(RUN_MECHANISM, RUN_ACCOUNTANT, num_teachers, step_epsilon, step_delta, budget_epsilon,
+                        budget_delta, wrapper.inner.error_bound),
+        "target_level": wrapper.epsilon, "q": wrapper.q,
         "hits": None, "max_queries": None, "per_query_delta": None, "refused": None,
     }
     try:
@@ -326,21 +335,12 @@ def plain_run_plan(*, eps0: float, num_teachers: int, num_queries: int, budget_d
 
     step_epsilon = _round_down(eps0)
     mechanism = DPArgMax(step_epsilon, step_delta, relation=RUN_RELATION)
-    threshold = num_teachers // 2 + mechanism.error_bound + 1
     budget_epsilon = _round_up(max(num_queries, 1) * step_epsilon)
-    argv = ["pate-accountant", "generate", "--data", "DATA", "--ledger", "LEDGER", "--mechanism", "dp-argmax",
-            "--accountant", "basic", "--relation", RUN_RELATION, "--teachers", str(num_teachers),
-            "--step-epsilon", _number(step_epsilon), "--step-delta", _number(step_delta),
-            "--budget-epsilon", _number(budget_epsilon), "--budget-delta", _number(budget_delta)]
     return {
-        "command": " ".join(argv), "argv": argv, "placeholders": RUN_PLACEHOLDERS,
-        "mechanism": "dp-argmax", "accountant": "basic", "relation": RUN_RELATION, "num_teachers": num_teachers,
-        "step_epsilon": step_epsilon, "step_delta": step_delta,
-        "budget": {"epsilon": budget_epsilon, "delta": budget_delta},
+        **_generate_run("dp-argmax", "basic", num_teachers, step_epsilon, step_delta, budget_epsilon, budget_delta,
+                        mechanism.error_bound),
         "steps": num_queries, "steps_delta": num_queries * step_delta,
-        "delta_fits": num_queries * step_delta <= budget_delta, "error_bound": mechanism.error_bound,
-        "release_threshold": threshold, "threshold_fraction": threshold / num_teachers,
-        "can_release": threshold <= num_teachers, "teachers_to_release": 2 * mechanism.error_bound + 1,
+        "delta_fits": num_queries * step_delta <= budget_delta,
     }
 
 
@@ -355,12 +355,20 @@ def plain_run_lines(run: dict) -> list[str]:
     if not run["delta_fits"]:
         lines.append(f"  WARNING: {run['steps']} steps need delta {run['steps_delta']:.3g}, more than --budget-delta "
                      f"{run['budget']['delta']:g}: the run stops early (lower --step-delta or raise --budget-delta)")
+    return lines + _threshold_lines(run, "most tokens would be public fallbacks")
+
+
+
+
+def _threshold_lines(run: dict, above_n: str, more: str = "") -> list[str]:
+    """The release threshold line of a run block, and the warning (``above_n``: what follows) when it is above
+    ``n``."""
     n, t = run["num_teachers"], run["release_threshold"]
-    lines.append(f"  release threshold n/2 + L + 1 = {t} of {n} teachers (T/n = {t / n:.3f}; exact L = "
-                 f"{run['error_bound']})")
+    lines = [f"  release threshold n/2 + L + 1 = {t} of {n} teachers (T/n = {t / n:.3f}; exact L = "
+             f"{run['error_bound']})"]
     if not run["can_release"]:
-        lines.append(f"  WARNING: the threshold is above n: only the noise can carry a count over it, so most tokens "
-                     f"would be public fallbacks; 2L+1 = {run['teachers_to_release']} teachers bring it within n")
+        lines.append(f"  WARNING: the threshold is above n: only the noise can carry a count over it, so {above_n}; "
+                     f"2L+1 = {run['teachers_to_release']} teachers bring it within n{' ' + more if more else ''}")
     return lines
 
 
@@ -378,14 +386,8 @@ def run_lines(run: dict) -> list[str]:
         queries = "any number of" if run["max_queries"] is None else f"at most {run['max_queries']}"
         lines.append(f"  its budget affords {run['hits']} target hits and {queries} queries (each pays delta "
                      f"{run['per_query_delta']:.3g})")
-    n, t = run["num_teachers"], run["release_threshold"]
-    lines.append(f"  release threshold n/2 + L + 1 = {t} of {n} teachers (T/n = {t / n:.3f}; exact L = "
-                 f"{run['error_bound']})")
-    if not run["can_release"]:
-        lines.append(f"  WARNING: the threshold is above n: only the noise can carry a count over it, so a target hit "
-                     f"buys about one yield (docs/results.md, alpha-sweep (d)); 2L+1 = {run['teachers_to_release']} "
-                     "teachers bring it within n, and about ten times as many bring T/n near 0.55")
-    return lines
+    return lines + _threshold_lines(run, "a target hit buys about one yield (docs/results.md, alpha-sweep (d))",
+                                    "and about ten times as many bring T/n near 0.55")
 
 
 def _round_up(x: float, digits: int = 6) -> float | None:
