@@ -230,3 +230,17 @@ def test_without_hard_links_the_ledger_is_made_in_place(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["inplace.sqlite"]
     with Ledger.open(path, read_only=True) as ledger:
         assert ledger.verify().ok and ledger.row_count == 3
+
+
+def test_a_pin_mismatch_is_reported_as_such_in_text(tmp_path, capsys):
+    path = tmp_path / "text.sqlite"
+    head = _fill(path, 3)
+    _fill(path, 1)
+    other = tmp_path / "other.sqlite"
+    _fill(other, 3, epsilon=0.1)
+    assert main(["audit", str(other), "--expect-head", head, "--expect-rows", "3"]) == 1
+    out = capsys.readouterr().out
+    assert "rows        : 3\n" in out and "verified before the failure" not in out
+    assert "pinned      : head " in out and "NOT extended" in out and "verdict     : FAILED" in out
+    assert main(["audit", str(path), "--expect-head", head, "--expect-rows", "3"]) == 0
+    assert "pinned      : head " in capsys.readouterr().out

@@ -149,10 +149,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"checked     : {checked}")
         print(f"data set    : {result.dataset if result.dataset is not None else 'not named'}")
         print(f"accountant  : {result.kind or 'none attached'}")
-        print(f"rows        : {result.rows}{'' if result.ok else ' verified before the failure'}")
+        chain_ok = result.ok or pin is not None  # a pin mismatch: the chain itself verified in full
+        print(f"rows        : {result.rows}{'' if chain_ok else ' verified before the failure'}")
         if result.queries is not None:
             print(f"queries     : {result.queries} with an outcome, {result.hits} target hits")
-        print(f"spent       : {spent}{'' if result.ok or result.spent is None else ' (up to the first bad row)'}")
+        print(f"spent       : {spent}{'' if chain_ok or result.spent is None else ' (up to the first bad row)'}")
         print(f"budget      : {budget}")
         if result.run_metadata is not None:
             print("metadata    :")
