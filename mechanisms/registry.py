@@ -26,6 +26,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+# The package exports its mechanisms lazily (mechanisms/__init__.py): a built-in's module is imported when it
+# is first built, so listing the names imports no mechanism (nor numpy, scipy or dp-accounting behind them).
+import mechanisms as _m
+
 __all__ = [
     "ALIASES",
     "MechanismEntry",
@@ -139,17 +143,6 @@ def contract_examples(name: str, relation: str) -> list:
 
 
 # -- the built-in mechanisms --------------------------------------------------------------------------------
-class _Mechanisms:
-    """The mechanisms package, imported when a built-in is first built: listing the names imports no mechanism
-    (nor numpy, scipy or dp-accounting behind them), so the command line's help stays fast."""
-
-    def __getattr__(self, name):
-        import mechanisms
-
-        return getattr(mechanisms, name)
-
-
-_m = _Mechanisms()
 
 
 def _case(name: str) -> Callable:
