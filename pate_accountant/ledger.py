@@ -795,6 +795,8 @@ class Ledger:
         self._writer = uuid.uuid4().hex[:16]
         self._in_transaction = False
         self._run: int | None = None
+        self._created_here = False
+        self._conf_created_here = False
 
     # -- constructors ----------------------------------------------------------------------------------
     @classmethod
@@ -829,28 +831,55 @@ class Ledger:
                 raise ValueError(f"confidential must be another file than the ledger, got {confidential!r}")
         if path.is_dir():
             raise LedgerError(f"ledger path {str(path)!r} is a folder, not a ledger file")
+        if not read_only and not path.parent.is_dir():
+            raise FileNotFoundError(f"cannot create a ledger at {str(path)!r}: no folder {str(path.parent)!r}")
+        # An empty ledger that its creator discards (:meth:`discard_if_unused`) may vanish, or be seen marked, while
+        # this opens it: open what is at the path then, until the deadline.
+        deadline = time.monotonic() + DISCARDED_WAIT_S
+        while True:
+            try:
+                return cls._open_once(path, read_only=read_only, synchronous=synchronous, timeout=timeout,
+                                      totals=totals, confidential=confidential)
+            except _Discarded:
+                if read_only and path.exists():
+                    raise FileNotFoundError(f"no ledger at {str(path)!r}: the file there is an empty ledger marked for "
+                                            "removal by the run that created it (it holds no charge and no run)"
+                                            ) from None
+                if read_only or time.monotonic() >= deadline:
+                    if not path.exists():
+                        raise FileNotFoundError(f"no ledger at {str(path)!r} (an empty one there was just removed "
+                                                "by the run that created it)") from None
+                    raise LedgerError(
+                        f"{str(path)!r} is an empty ledger that the run which created it was removing when it "
+                        "stopped (it holds no charge and no run); delete the file and start again") from None
+                time.sleep(0.01)
+
+    @classmethod
+    def _open_once(cls, path: Path, *, read_only: bool, synchronous: str, timeout: float, totals: str,
+                   confidential) -> Ledger:
+        created = False
         if read_only:
             if not path.is_file():
                 raise FileNotFoundError(f"no ledger at {str(path)!r}")
             conn = _connect_read_only(path, timeout)
         else:
-            if not path.parent.is_dir():
-                raise FileNotFoundError(f"cannot create a ledger at {str(path)!r}: no folder {str(path.parent)!r}")
             if path.exists() and path.stat().st_size > 0:
                 _check_ours(path, timeout)  # looked at read-only: a file that is not a ledger is never written
             elif not path.exists():
-                cls._create_atomically(path, timeout)
+                created = cls._create_atomically(path, timeout)
             try:
-                _create_private(path)
+                created = _create_private(path) or created
                 conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot open a ledger at {str(path)!r}: {exc}") from None
         ledger = cls(conn, path=str(path), read_only=read_only, totals=totals, confidential=confidential,
                      synchronous=synchronous, timeout=timeout)
+        ledger._created_here = created
         try:
             if read_only:
                 ledger._check_layout(create=False)
             else:
+                ledger._check_not_discarded()  # before WAL mode: never give a removed file a log beside the path
                 _set_wal(conn, ledger._path)
                 conn.execute(f"PRAGMA synchronous={synchronous}")
                 ledger._check_layout(create=True)
@@ -864,11 +893,12 @@ class Ledger:
         return ledger
 
     @classmethod
-    def _create_atomically(cls, path: Path, timeout: float) -> None:
+    def _create_atomically(cls, path: Path, timeout: float) -> bool:
         """Build a new, empty ledger beside ``path`` under a temporary name and link it into place, so that
         ``path`` appears complete or not at all: a kill during the creation leaves no ledger (only a hidden
         ``.creating`` file, which nothing reads), never a half-made one.  When another process links its own
-        first, that one is kept.  On a file system without hard links the ledger is made in place, as before."""
+        first, that one is kept.  On a file system without hard links the ledger is made in place, as before.
+        ``True`` when this call put the ledger at ``path``."""
         temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.creating")
         try:
             _create_private(temporary)
@@ -883,11 +913,12 @@ class Ledger:
             try:
                 os.link(temporary, path)
             except FileExistsError:
-                pass  # another process created the ledger first: it is used
+                return False  # another process created the ledger first: it is used
             except OSError:
-                return  # no hard links here: the caller creates the ledger in place
+                return False  # no hard links here: the caller creates the ledger in place
+            return True
         except sqlite3.Error:
-            return  # the caller creates it in place and reports the problem
+            return False  # the caller creates it in place and reports the problem
         finally:
             for leftover in (temporary, Path(f"{temporary}-wal"), Path(f"{temporary}-shm")):
                 with contextlib.suppress(FileNotFoundError):
@@ -916,6 +947,8 @@ class Ledger:
                 tables = self._tables()
                 if tables and "meta" not in tables:
                     raise LedgerError(f"{self._path!r} is an SQLite database but not a pate-accountant ledger")
+                if tables and self._meta().get(DISCARDED_KEY):
+                    raise _Discarded()
                 if tables or create:
                     version = self._meta().get("schema_version")
                     if version is not None and json.loads(version) != SCHEMA_VERSION:
@@ -937,6 +970,24 @@ class Ledger:
                 raise
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged schema can fail either way
             raise LedgerError(f"{self._path or ':memory:'!r} is not a usable pate-accountant ledger: {exc}") from None
+
+    def _check_not_discarded(self) -> None:
+        """Read the file once, in whatever journal mode it is in, and raise :class:`_Discarded` when it is marked
+        discarded (its creator removed it after this connection opened it).  In WAL mode the read also takes the
+        shared lock every WAL connection keeps, so from here on nobody can discard the file under this one."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN")
+            try:
+                tables = self._tables()
+                marked = "meta" in tables and conn.execute(
+                    "SELECT 1 FROM meta WHERE key = ?", (DISCARDED_KEY,)).fetchone() is not None
+            finally:
+                _rollback(conn)
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"{self._path!r} is not a usable pate-accountant ledger: {exc}") from None
+        if marked:
+            raise _Discarded()
 
     def _tables(self, conn=None) -> set:
         conn = self._conn if conn is None else conn
@@ -973,7 +1024,7 @@ class Ledger:
             else:
                 if exists and path.stat().st_size > 0:
                     _check_ours(path, self._timeout, "confidential ledger file")
-                _create_private(path)
+                self._conf_created_here = _create_private(path)
                 conn = sqlite3.connect(str(path), timeout=self._timeout, isolation_level=None)
         conn.text_factory = _decode_text
         try:
@@ -1085,6 +1136,67 @@ class Ledger:
         if self._conf is not None:
             self._conf.close()
         self._conn.close()
+
+    @property
+    def created_here(self) -> bool:
+        """Whether the :meth:`open` that made this object created the file (it was not at the path before)."""
+        return self._created_here
+
+    def discard_if_unused(self) -> bool:
+        """Close the ledger and, when this object created its file and the ledger is still unused, remove it.
+
+        Unused: no run began and no row was written (a data set name and an accountant configuration may have
+        been stored: that is the claim a run makes before its slow start), and no other connection has the file
+        open.  The last is decided by SQLite's own lock: in exclusive locking mode the write lock is granted only
+        when no other connection holds the file, and it is kept until the file is gone.  Under that lock the
+        ledger is marked discarded (a process that opened the path just before reads the mark and opens what
+        is at the path instead), its log is folded into the file, a confidential file this object created
+        empty is removed, and the path is unlinked.  Returns whether the files were removed; otherwise
+        (another process has joined, or charged) they stay as they are and are only closed."""
+        conn = self._conn
+        if self._read_only or self._path is None or not self._created_here or self._run is not None:
+            self.close()
+            return False
+        if not self._claim_exclusively():
+            conn.execute("PRAGMA locking_mode=NORMAL")
+            self.close()  # kept for whoever has joined or charged: checkpointed and closed as usual
+            return False
+        try:  # the exclusive lock is held until the connection closes (exclusive locking mode)
+            if self._conf is not None:
+                self._conf.close()  # nobody else has the shareable file open, so nobody has this one
+                self._conf = None
+                if self._conf_created_here:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._conf_path)
+            conn.execute("PRAGMA journal_mode=OFF")  # folds the log in and removes -wal and -shm, under the lock
+            os.unlink(self._path)
+        finally:
+            conn.close()
+        return True
+
+    def _claim_exclusively(self) -> bool:
+        """For :meth:`discard_if_unused`: take the write lock in exclusive locking mode without waiting (granted
+        only when no other connection has the file open) and, when the ledger has no row and no run, mark it
+        discarded.  ``False`` (and no lock kept past the transaction) otherwise."""
+        conn = self._conn
+        try:
+            conn.execute("PRAGMA busy_timeout=0")
+            conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+            conn.execute("BEGIN EXCLUSIVE")
+        except sqlite3.OperationalError:
+            _rollback(conn)
+            return False
+        try:
+            rows, runs = conn.execute("SELECT row_count, run_count FROM head WHERE id = 1").fetchone()
+            if rows or runs:
+                _rollback(conn)
+                return False
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, 'true')", (DISCARDED_KEY,))
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        return True
 
     def __enter__(self) -> Ledger:
         return self
@@ -1764,16 +1876,29 @@ CHECKPOINT_WAIT_MS = 200
 PRIVATE_FILE_MODE = 0o600
 
 
-def _create_private(path: Path) -> None:
+def _create_private(path: Path) -> bool:
     """Create ``path`` empty and readable by its owner only (whatever the umask), unless it exists: a ledger
     holds a data set's privacy history, and its confidential part is a function of the private data.  An
-    existing file keeps the permissions its owner gave it."""
+    existing file keeps the permissions its owner gave it.  ``True`` when this call created the file."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
     except FileExistsError:
-        return
+        return False
     os.close(fd)
     os.chmod(path, PRIVATE_FILE_MODE)  # O_CREAT's mode is masked by the umask: state it exactly
+    return True
+
+
+#: The meta key :meth:`Ledger.discard_if_unused` sets, under an exclusive lock, just before it removes an empty
+#: ledger: a connection that opened the file before the removal and reads it after sees the mark and opens
+#: what is at the path instead.
+DISCARDED_KEY = "discarded"
+#: How long :meth:`Ledger.open` keeps opening again while the file at the path is being discarded (seconds).
+DISCARDED_WAIT_S = 5.0
+
+
+class _Discarded(Exception):
+    """The file opened was removed (or is being removed) by :meth:`Ledger.discard_if_unused`."""
 
 
 class InterruptedWriteError(LedgerError):
@@ -1818,6 +1943,8 @@ def _check_ours(path: Path, timeout: float, what: str = "pate-accountant ledger"
             conn.close()
 
     def fail(exc):
+        if not path.exists():
+            raise _Discarded()  # an empty ledger removed by its creator meanwhile: open what is at the path now
         if isinstance(exc, sqlite3.OperationalError):
             raise LedgerError(f"cannot read {str(path)!r} to check that it is a ledger: {exc}") from None
         raise LedgerError(f"{str(path)!r} is not a {what} (not an SQLite database); it was left unchanged") from None

@@ -1,9 +1,9 @@
 """One private generation run, shared by ``pate-accountant demo`` and ``pate-accountant generate`` (docs/demo.md).
 
-:func:`private_run` partitions instruction records between ``n`` in-context teachers, loads a local causal
-LM (:class:`~ensembles.backends.transformers_backend.TransformersBackend`), builds the mechanism and the
-accountant, opens the data set's SQLite ledger (creating it, or appending to it when it exists: a ledger
-belongs to one data set and its budget spans every run over that data set), records the run's metadata
+:func:`private_run` partitions instruction records between ``n`` in-context teachers, builds the mechanism and
+the accountant, claims the data set's SQLite ledger (creating it, or joining it when it exists: a ledger
+belongs to one data set and its budget spans every run over that data set) before the slow start, loads a
+local causal LM (:class:`~ensembles.backends.transformers_backend.TransformersBackend`), records the run's metadata
 (mechanism parameters, accountant, budget, whether the run was seeded, software version: never the seed),
 generates ``K`` records with :class:`~ensembles.generation.PrivateGenerator` (public fallback: the same
 model with only the shared prefix, so records always complete), verifies the ledger and returns a
@@ -12,6 +12,10 @@ JSON-able dict.
 Every check on the inputs (records, teachers, mechanism and whether its release threshold is within reach
 of ``n`` teachers, accountant, model path, an existing ledger's data set, accountant and remaining budget)
 happens before anything is written, so a bad input never spends budget and never creates a ledger file.
+The ledger is claimed before the model loads (data set, accountant and budget stored in a new ledger, checked
+against an existing one), so a second run given the same path with another budget is refused at once; a run
+that is refused after the claim (its prompts do not fit the model, the model does not load) removes the
+ledger it created, unless another run has joined it meanwhile.
 The returned dict and the ledger hold no prompt text and no seed: only the generated records, outcome
 classes, counts of charged runs and parameters.
 
@@ -26,6 +30,7 @@ import contextlib
 import importlib.util
 import io
 import re
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -154,16 +159,21 @@ def check_reachable(mechanism, num_teachers: int) -> None:
 def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budget, mechanism) -> None:
     """An existing ``--ledger``: it must belong to ``dataset``, be kept by the same accountant (kind and
     budget), verify as far as its rows replay, and have budget left for one step.  Read-only: nothing is
-    written."""
+    written.  A ledger another run has only just created (no data set, no run, no row yet) passes: the claim
+    (:func:`_claim_ledger`) decides under the write lock."""
 
     where = f"--ledger {str(path)!r}"
     try:
         ledger = Ledger.open(str(path), read_only=True)
+    except FileNotFoundError:
+        return  # removed meanwhile by the run that created it: the claim creates a new one
     except (PateAccountantError, OSError, ValueError) as exc:
         raise RunInputError(f"{where}: cannot open it as a ledger: {exc}") from None
     try:
         stored = ledger.dataset
         if stored is None:
+            if _just_created(ledger):
+                return
             raise RunInputError(f"{where} names no data set, so it cannot take runs over {dataset!r} "
                                 "(give a new ledger path)")
         if stored != dataset:
@@ -175,13 +185,53 @@ def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budge
             raise RunInputError(f"{where} is kept by another accountant or budget: {exc}") from None
         except PateAccountantError as exc:
             raise RunInputError(f"{where}: {exc}") from None
-        if not acct.can_afford(mechanism.event):
-            spent = acct.spent()
-            raise RunInputError(
-                f"{where}: the budget of data set {dataset!r} (epsilon {budget[0]:g}, delta {budget[1]:g}) cannot pay "
-                f"for another step: epsilon {float(spent[0]):.6g}, delta {float(spent[1]):.3g} already spent")
+        _check_affords(acct, mechanism, where, dataset, budget)
     finally:
         ledger.close()
+
+
+def _just_created(ledger: Ledger) -> bool:
+    """A complete ledger with no data set, run or row: another run created it an instant ago and is claiming it."""
+    try:
+        return ledger.row_count == 0 and not ledger.runs
+    except (PateAccountantError, sqlite3.Error):  # no head or runs table: not a ledger's layout
+        return False
+
+
+def _check_affords(acct, mechanism, where: str, dataset: str, budget) -> None:
+    if not acct.can_afford(mechanism.event):
+        spent = acct.spent()
+        raise RunInputError(
+            f"{where}: the budget of data set {dataset!r} (epsilon {budget[0]:g}, delta {budget[1]:g}) cannot pay "
+            f"for another step: epsilon {float(spent[0]):.6g}, delta {float(spent[1]):.3g} already spent")
+
+
+def _claim_ledger(path: Path, dataset: str, accountant_name: str, budget, mechanism):
+    """Claim the data set's ledger for this run before any slow work (loading the model): open it, creating it
+    when missing; name its data set and attach the run's accountant (which stores the accountant and budget in
+    a new ledger, and replays an existing one's rows); check that one step is affordable.  From here a second
+    run given the same path with another data set, accountant or budget is refused at once, whichever of the
+    two started first.  Returns ``(ledger, accountant)``.  On a refusal nothing is left behind: an existing
+    ledger is unchanged, and one created here is removed (:meth:`Ledger.discard_if_unused`)."""
+
+    where = f"--ledger {str(path)!r}"
+    try:
+        ledger = Ledger.open(str(path))
+    except (PateAccountantError, OSError, ValueError) as exc:
+        raise RunInputError(f"{where}: cannot open it as a ledger: {exc}") from None
+    try:
+        try:
+            ledger.set_dataset(dataset)
+            acct = build_accountant(accountant_name, budget, ledger)
+        except ValueError as exc:  # another run claimed the ledger since the read-only check, for another budget
+            raise RunInputError(f"{where}: {exc}") from None
+        except PateAccountantError as exc:
+            raise RunInputError(f"{where}: {exc}") from None
+        _check_affords(acct, mechanism, where, dataset, budget)
+    except BaseException:
+        ledger.discard_if_unused()
+        raise
+    return ledger, acct
 
 
 #: What ``--ray-address`` takes besides ``local`` and ``auto``: ``HOST:PORT`` or ``ray://HOST:PORT``.
@@ -382,59 +432,55 @@ def private_run(
     ledger_path = Path(ledger_path)
     if not ledger_path.parent.is_dir():
         raise RunInputError(f"ledger folder {str(ledger_path.parent)!r} does not exist")
-    existing = ledger_path.exists()
-    if existing:
-        _check_existing_ledger(ledger_path, dataset, accountant, budget, mech)
+    if ledger_path.exists():
+        _check_existing_ledger(ledger_path, dataset, accountant, budget, mech)  # read-only, for clear messages
+    ledger, acct = _claim_ledger(ledger_path, dataset, accountant, budget, mech)  # before the model loads
+    existing = not ledger.created_here
+    try:
+        with contextlib.ExitStack() as stack:  # stops the shards' workers, whatever happens
+            if progress:
+                print("pate-accountant: loading the model ...", file=sys.stderr, flush=True)
+            with quiet_libraries():
+                backend, public = _backends(stack, model, threads, workers, ray_address)
 
-    with contextlib.ExitStack() as stack:  # stops the shards' workers, whatever happens
-        if progress:
-            print("pate-accountant: loading the model ...", file=sys.stderr, flush=True)
-        with quiet_libraries():
-            backend, public = _backends(stack, model, threads, workers, ray_address)
+            rng = np.random.default_rng(seed)
+            parts = partition_records(records, num_teachers, rng)
+            shared_prefix, prompts = teacher_prompts(parts)
+            public_prompt = OPEN_SLOT  # the open slot only: no private record
+            try:  # prompts that do not fit the context window: refused before the run begins
+                backend.check_prompts(prompts, shared_prefix)
+            except ValueError as exc:
+                raise RunInputError(f"--teachers {num_teachers}: {exc} (use more teachers or shorter records)") from None
 
-        rng = np.random.default_rng(seed)
-        parts = partition_records(records, num_teachers, rng)
-        shared_prefix, prompts = teacher_prompts(parts)
-        public_prompt = OPEN_SLOT  # the open slot only: no private record
-        try:  # prompts that do not fit the context window: refused before the ledger exists
-            backend.check_prompts(prompts, shared_prefix)
-        except ValueError as exc:
-            raise RunInputError(f"--teachers {num_teachers}: {exc} (use more teachers or shorter records)") from None
+            metadata = {
+                "command": command,
+                "mechanism": describe_mechanism(mech),
+                "mechanism_name": mechanism,
+                "accountant": accountant,
+                "budget": {"epsilon": budget[0], "delta": budget[1]},
+                "seeded": seed is not None,
+                "software_version": __version__,
+                "dataset": dataset,
+                "model": model_label if model_label is not None else str(model),
+                "data": data_label if data_label is not None else "records",
+                "num_teachers": num_teachers,
+                "records_requested": num_records,
+                "max_tokens": max_tokens,
+                "histograms": "coordinated",
+                "fallback": "public (same model, shared prefix only)",
+                "temperature": temperature,
+                "top_p": top_p,
+                "stop": "newline",
+                "workers": workers,
+                "executor": "ray" if ray_address is not None else "in-process",
+            }
 
-        metadata = {
-            "command": command,
-            "mechanism": describe_mechanism(mech),
-            "mechanism_name": mechanism,
-            "accountant": accountant,
-            "budget": {"epsilon": budget[0], "delta": budget[1]},
-            "seeded": seed is not None,
-            "software_version": __version__,
-            "dataset": dataset,
-            "model": model_label if model_label is not None else str(model),
-            "data": data_label if data_label is not None else "records",
-            "num_teachers": num_teachers,
-            "records_requested": num_records,
-            "max_tokens": max_tokens,
-            "histograms": "coordinated",
-            "fallback": "public (same model, shared prefix only)",
-            "temperature": temperature,
-            "top_p": top_p,
-            "stop": "newline",
-            "workers": workers,
-            "executor": "ray" if ray_address is not None else "in-process",
-        }
-
-        if seed is not None:
-            print("pate-accountant: warning: this run is seeded, so it has no privacy against anyone who knows the "
-                  "seed (they can re-run both neighbouring data sets and compare); the seed is not recorded. Leave "
-                  "--seed out for a private run.", file=sys.stderr, flush=True)
-        ledger = Ledger.open(str(ledger_path))
-        try:
-            try:
-                ledger.set_dataset(dataset)
-                acct = build_accountant(accountant, budget, ledger)
-            except ValueError as exc:  # another process changed the ledger since the checks above
-                raise RunInputError(f"--ledger {str(ledger_path)!r}: {exc}") from None
+            if seed is not None:
+                print("pate-accountant: warning: this run is seeded, so it has no privacy against anyone who knows "
+                      "the seed (they can re-run both neighbouring data sets and compare); the seed is not recorded. "
+                      "Leave --seed out for a private run.", file=sys.stderr, flush=True)
+            # can_afford catches up on runs that charged the ledger while the model loaded
+            _check_affords(acct, mech, f"--ledger {str(ledger_path)!r}", dataset, budget)
             spent_before = tuple(float(x) for x in acct.spent())
             run_id = ledger.begin_run(metadata)
             generator = PrivateGenerator(
@@ -470,8 +516,10 @@ def private_run(
             runs = len(ledger.runs)
             run_rows = sum(1 for row in ledger.rows() if row.run == run_id)
             verdict = ledger.verify()
-        finally:
-            ledger.close()
+    except BaseException:
+        ledger.discard_if_unused()  # a ledger this run created and nobody used is removed; any other is closed
+        raise
+    ledger.close()
 
     return {
         "command": command,

@@ -244,3 +244,113 @@ def test_a_pin_mismatch_is_reported_as_such_in_text(tmp_path, capsys):
     assert "pinned      : head " in out and "NOT extended" in out and "verdict     : FAILED" in out
     assert main(["audit", str(path), "--expect-head", head, "--expect-rows", "3"]) == 0
     assert "pinned      : head " in capsys.readouterr().out
+
+
+# -- 1. a claimed ledger that nobody used is removed, and only then ----------------------------------------
+def _claim(path, individual=False):
+    """What a run does before its slow start: open (creating), name the data set, attach the accountant."""
+    ledger = Ledger.open(path)
+    ledger.set_dataset("sample")
+    if individual:
+        IndividualChargingAccountant(8, per_teacher_limit=50, ledger=ledger)
+    else:
+        BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+    return ledger
+
+
+def test_an_unused_ledger_its_creator_discards_leaves_no_file(tmp_path):
+    path = tmp_path / "claimed.sqlite"
+    ledger = _claim(path)
+    assert ledger.created_here and path.exists()
+    assert ledger.discard_if_unused() is True
+    assert list(tmp_path.iterdir()) == []  # nor -wal, -shm or -journal
+
+
+def test_an_unused_confidential_ledger_is_discarded_with_its_confidential_file(tmp_path):
+    path = tmp_path / "individual.sqlite"
+    ledger = _claim(path, individual=True)
+    assert ledger.has_confidential and os.path.exists(ledger.confidential_path)
+    assert ledger.discard_if_unused() is True
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ledger_another_connection_has_open_is_kept(tmp_path):
+    path = tmp_path / "joined.sqlite"
+    first = _claim(path)
+    second = _claim(path)  # another run joined during the first one's slow start
+    assert not second.created_here
+    assert first.discard_if_unused() is False
+    assert path.exists()
+    _charge = BasicCompositionAccountant(budget=BUDGET, ledger=second)
+    second.begin_run({"run": 2})
+    _charge.record(Release("tok", EpsilonDeltaEvent(0.1, 1e-8)))
+    second.close()
+    with Ledger.open(path, read_only=True) as ledger:
+        assert ledger.verify().ok and ledger.row_count == 1 and len(ledger.runs) == 1
+
+
+@pytest.mark.parametrize("use", ["run", "row", "not created here"])
+def test_a_ledger_with_a_run_or_a_row_or_made_by_another_is_kept(tmp_path, use):
+    path = tmp_path / "used.sqlite"
+    if use == "not created here":
+        _claim(path).close()
+    ledger = _claim(path)
+    if use == "run":
+        ledger.begin_run({"run": 1})
+    elif use == "row":
+        BasicCompositionAccountant(budget=BUDGET, ledger=ledger).compose(EpsilonDeltaEvent(0.1, 1e-8))
+    assert ledger.discard_if_unused() is False
+    with Ledger.open(path, read_only=True) as reopened:
+        assert reopened.verify().ok and reopened.dataset == "sample"
+
+
+def test_a_process_that_opened_the_file_just_before_it_was_discarded_opens_the_new_one(tmp_path, monkeypatch):
+    """The interleaving the discard mark exists for: B's connection reaches the file, then A removes it, then B
+    reads.  B must not use the removed file (its charges would be lost with it): it sees the mark and opens
+    what is at the path, a new ledger, whose rows are on disk."""
+    import pate_accountant.ledger as ledger_module
+
+    path = tmp_path / "raced.sqlite"
+    first = _claim(path)
+    first_id = first.ledger_id
+    connect = ledger_module.sqlite3.connect
+    calls = []
+
+    def connect_then_discard(database, *args, **kwargs):
+        conn = connect(database, *args, **kwargs)
+        if database == str(path) and not calls:
+            calls.append(database)
+            assert first.discard_if_unused() is True  # after B connected, before B reads
+        return conn
+
+    monkeypatch.setattr(ledger_module.sqlite3, "connect", connect_then_discard)
+    second = _claim(path)
+    monkeypatch.setattr(ledger_module.sqlite3, "connect", connect)
+    second_id = second.ledger_id
+    assert calls and second_id != first_id and second.created_here
+    accountant = BasicCompositionAccountant(budget=BUDGET, ledger=second)
+    second.begin_run({"run": 1})
+    accountant.record(Release("tok", EpsilonDeltaEvent(0.1, 1e-8)))
+    second.close()
+    with Ledger.open(path, read_only=True) as reopened:
+        assert reopened.ledger_id == second_id and reopened.row_count == 1 and reopened.verify().ok
+
+
+def test_a_discard_mark_left_at_the_path_is_reported(tmp_path, monkeypatch, capsys):
+    """A run stopped between marking its empty ledger and unlinking it (a kill in that instant) leaves a file
+    that nobody may use: reading it says there is no ledger, writing it names the file to delete."""
+    import pate_accountant.ledger as ledger_module
+
+    path = tmp_path / "abandoned.sqlite"
+    _claim(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO meta (key, value) VALUES ('discarded', 'true')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(FileNotFoundError, match="no ledger at"):
+        Ledger.open(path, read_only=True)
+    monkeypatch.setattr(ledger_module, "DISCARDED_WAIT_S", 0.05)
+    with pytest.raises(ledger_module.LedgerError, match="delete the file"):
+        Ledger.open(path)
+    assert main(["audit", str(path)]) == 3  # the file is there but holds no ledger to check
+    assert "marked for removal" in capsys.readouterr().err

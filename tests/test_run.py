@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import time
 
 import pytest
 
@@ -467,4 +469,87 @@ def test_two_processes_racing_on_one_new_ledger_with_different_budgets(model_dir
         assert result.budget == (winner["budget"]["epsilon"], winner["budget"]["delta"])
         assert result.runs[0]["metadata"]["budget"] == winner["budget"]
         assert opened.row_count == winner["ledger"]["rows"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir() if ".creating" in p.name) == []
+
+
+_HELD_RUN = """
+import sys, time
+from pathlib import Path
+import pate_app.run as run
+
+claimed, go = Path(sys.argv[1]), Path(sys.argv[2])
+load = run._backends
+
+def held_load(*args, **kwargs):  # the run has claimed its ledger; its model load waits for the test
+    claimed.touch()
+    while not go.exists():
+        time.sleep(0.02)
+    return load(*args, **kwargs)
+
+run._backends = held_load
+from pate_accountant.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.parametrize("second", ["other budget", "same budget", "first refused later"])
+def test_a_run_claims_its_ledger_before_the_model_loads(model_dir, tmp_path, second):
+    """Issue 14, item 1, with two real processes.  The first run is held while its model loads (after its
+    claim); the second is started on the same new --ledger meanwhile.  Another budget is refused at once,
+    while the first is still loading, and writes nothing; the same budget joins, and both runs charge the one
+    ledger.  A first run that is refused after its claim (its prompts do not fit the model) does not remove
+    the ledger the second run joined."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    short_window = tmp_path / "short-window"  # the same model with a context window the prompts do not fit
+    shutil.copytree(model_dir, short_window)
+    config = json.loads((short_window / "config.json").read_text())
+    (short_window / "config.json").write_text(json.dumps(dict(config, max_position_embeddings=16)))
+    ledger = tmp_path / "claimed.sqlite"
+    claimed, go = tmp_path / "claimed", tmp_path / "go"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+
+    def argv(budget, model):
+        args = _generate_argv(model, data, ledger, "--json", "--dataset", "sample")
+        args[args.index("--budget-epsilon") + 1] = budget
+        return args
+
+    first_model = short_window if second == "first refused later" else model_dir
+    first = subprocess.Popen([sys.executable, "-c", _HELD_RUN, str(claimed), str(go), *argv("500", first_model)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for _ in range(3000):
+            if claimed.exists() or first.poll() is not None:
+                break
+            time.sleep(0.02)
+        assert claimed.exists(), first.communicate()
+        with Ledger.open(ledger, read_only=True) as opened:  # claimed: data set and budget stored, no run yet
+            assert opened.dataset == "sample" and opened.config["budget"] == [500.0, 0.5] and not opened.runs
+        before = ledger.read_bytes()
+        budget = "400" if second == "other budget" else "500"
+        other = subprocess.run([sys.executable, "-m", "pate_accountant", *argv(budget, model_dir)],
+                               capture_output=True, text=True, env=env, timeout=600)
+        if second == "other budget":
+            assert other.returncode == 2 and first.poll() is None  # refused while the first still loads
+            assert "budget" in other.stderr and MARKER not in other.stderr
+            assert ledger.read_bytes() == before
+        else:
+            assert other.returncode == 0, other.stderr
+            assert json.loads(other.stdout)["ledger"]["appended"] is True  # it joined the first run's ledger
+    finally:
+        go.touch()
+        out, err = first.communicate(timeout=600)
+    with Ledger.open(ledger, read_only=True) as opened:
+        result = opened.verify()
+        assert result.ok and result.budget == (500.0, 0.5)
+        runs = [run["metadata"]["budget"]["epsilon"] for run in result.runs]
+    if second == "first refused later":
+        assert first.returncode == 2 and "context window" in err and MARKER not in err
+        assert runs == [500.0]  # the second run's, kept
+    else:
+        assert first.returncode == 0, err
+        assert runs == ([500.0] if second == "other budget" else [500.0, 500.0])
     assert sorted(p.name for p in tmp_path.iterdir() if ".creating" in p.name) == []
