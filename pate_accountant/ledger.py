@@ -1350,6 +1350,26 @@ class Ledger:
         """The last row's hash (``None`` when empty): write it down elsewhere to detect a later rollback."""
         return self._head()[1]
 
+    @property
+    def head_record(self) -> dict:
+        """``{"rows", "head_hash", "runs", "run_head_hash"}``: the heads of the row and run chains, read in one
+        statement (so together, even while another process writes).  What a signed checkpoint
+        (:mod:`pate_accountant.checkpoints`) or a pin written down elsewhere records."""
+        row = self._conn.execute("SELECT row_count, last_hash, run_count, run_last_hash FROM head WHERE id = 1").fetchone()
+        if row is None:
+            raise LedgerIntegrityError("the ledger's head row is missing")
+        return {"rows": row[0], "head_hash": row[1], "runs": row[2], "run_head_hash": row[3]}
+
+    def row_hash(self, row_id: int) -> str | None:
+        """The stored hash of row ``row_id`` (``None`` when there is no such row); no verification."""
+        found = self._conn.execute("SELECT hash FROM charges WHERE id = ?", (int(row_id),)).fetchone()
+        return None if found is None else found[0]
+
+    def run_hash(self, run_id: int) -> str | None:
+        """The stored hash of run ``run_id`` (``None`` when there is no such run); no verification."""
+        found = self._conn.execute("SELECT hash FROM runs WHERE id = ?", (int(run_id),)).fetchone()
+        return None if found is None else found[0]
+
     def rows(self):
         """Decode every row, in order (no verification; use :meth:`verify` for that).  Teacher sets are
         filled in from the confidential file when it is open on this ``Ledger``."""

@@ -24,6 +24,8 @@ COMMANDS = {
     "generate": "pate_app.commands.generate",
     "plan": "pate_app.commands.plan",
     "audit": "pate_app.commands.audit",
+    "sign": "pate_app.commands.sign",
+    "keygen": "pate_app.commands.keygen",
     "audit-mechanism": "pate_app.commands.audit_mechanism",
     "experiment": "pate_app.commands.experiment",
 }
@@ -33,6 +35,8 @@ COMMAND_HELP = {
     "generate": "generate synthetic records privately from a Dolly-format JSONL file on a local model",
     "plan": "answer budget questions before a run (target hits, yields, teachers, accounting, margin)",
     "audit": "verify a privacy ledger and print the budget it spent",
+    "sign": "verify a ledger and append a signed checkpoint of its head",
+    "keygen": "make an Ed25519 key pair for signing ledger checkpoints",
     "audit-mechanism": "empirically lower-bound a mechanism's epsilon on a worst-case neighbouring pair",
     "experiment": "run a reproducible experiment from the paper",
 }

@@ -51,6 +51,13 @@ from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedS
 from mechanisms import registry as mechanisms_registry
 from pate_accountant import __version__
 from pate_accountant import registry as accountants_registry
+from pate_accountant.checkpoints import (
+    CheckpointError,
+    append_checkpoint,
+    default_checkpoints_path,
+    load_private_key,
+    sign_checkpoint,
+)
 from pate_accountant.errors import PateAccountantError
 from pate_accountant.ledger import Ledger, describe_mechanism
 
@@ -395,6 +402,8 @@ def private_run(
     model_label: str | None = None,
     data_label: str | None = None,
     dataset: str | None = None,
+    signing_key=None,
+    checkpoints=None,
 ) -> dict:
     """Run private generation end to end and return a JSON-able result (module docstring).
 
@@ -408,6 +417,10 @@ def private_run(
     process, or as Ray actors on the cluster at ``ray_address`` (``"local"`` starts one here); docs/distributed.md.
     Raises :class:`RunInputError` (or ``ValueError`` from the backend for an unknown model path) before anything
     is written.
+
+    ``signing_key``: an Ed25519 private key file (:mod:`pate_accountant.checkpoints`); when given, a run whose
+    ledger verifies ends with a signed checkpoint of its head appended to ``checkpoints`` (default
+    ``LEDGER.checkpoints.jsonl``).  The key is loaded before anything is written.
 
     The result's ``spent`` is the data set's total spent after this run (every run in the ledger) and
     ``spent_before`` what it was when this run started.
@@ -432,6 +445,7 @@ def private_run(
     ledger_path = Path(ledger_path)
     if not ledger_path.parent.is_dir():
         raise RunInputError(f"ledger folder {str(ledger_path.parent)!r} does not exist")
+    key, checkpoints = _signing(signing_key, checkpoints, ledger_path)
     if ledger_path.exists():
         _check_existing_ledger(ledger_path, dataset, accountant, budget, mech)  # read-only, for clear messages
     ledger, acct = _claim_ledger(ledger_path, dataset, accountant, budget, mech)  # before the model loads
@@ -516,6 +530,7 @@ def private_run(
             runs = len(ledger.runs)
             run_rows = sum(1 for row in ledger.rows() if row.run == run_id)
             verdict = ledger.verify()
+            checkpoint = None if key is None or not verdict.ok else _sign(ledger, key, verdict, checkpoints)
     except BaseException:
         ledger.discard_if_unused()  # a ledger this run created and nobody used is removed; any other is closed
         raise
@@ -532,8 +547,7 @@ def private_run(
         "private_tokens": sum(r["private_tokens"] for r in out_records),
         "fallback_tokens": sum(r["fallback_tokens"] for r in out_records),
         "ledger": {"path": str(ledger_path), "rows": rows, "head_hash": head, "run": run_id, "runs": runs,
-                   "run_rows": run_rows,
-                   "appended": existing, "dataset": dataset},
+                   "run_rows": run_rows, "appended": existing, "dataset": dataset, "checkpoint": checkpoint},
         "audit": {
             "ok": bool(verdict.ok),
             "message": verdict.message,
@@ -545,6 +559,35 @@ def private_run(
         "parameters": metadata,
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
+
+
+def _signing(signing_key, checkpoints, ledger_path: Path):
+    """The loaded signing key (or ``None``) and the checkpoints file, checked before anything is written."""
+    if signing_key is None:
+        if checkpoints is not None:
+            raise RunInputError("--checkpoints needs --signing-key (the checkpoints a run appends are signed)")
+        return None, None
+    try:
+        key = load_private_key(signing_key)
+    except CheckpointError as exc:
+        raise RunInputError(f"--signing-key: {exc}") from None
+    checkpoints = Path(checkpoints if checkpoints is not None else default_checkpoints_path(ledger_path))
+    if not checkpoints.parent.is_dir():
+        raise RunInputError(f"--checkpoints {str(checkpoints)!r}: no folder {str(checkpoints.parent)!r}")
+    if checkpoints.is_dir():
+        raise RunInputError(f"--checkpoints {str(checkpoints)!r} is a folder, not a file")
+    return key, checkpoints
+
+
+def _sign(ledger: Ledger, key, verdict, checkpoints: Path) -> dict:
+    """Sign the ledger's verified head and append the checkpoint; what the result reports of it."""
+    try:
+        checkpoint = sign_checkpoint(ledger, key, verification=verdict)
+    except PateAccountantError:  # another run charged since the audit: audit the ledger again, then sign
+        checkpoint = sign_checkpoint(ledger, key)
+    append_checkpoint(checkpoints, checkpoint)
+    return {"file": str(checkpoints), "key_id": checkpoint["key_id"], "rows": checkpoint["rows"],
+            "head_hash": checkpoint["head_hash"]}
 
 
 def default_demo_ledger(folder=".") -> Path:

@@ -553,3 +553,40 @@ def test_a_run_claims_its_ledger_before_the_model_loads(model_dir, tmp_path, sec
         assert first.returncode == 0, err
         assert runs == ([500.0] if second == "other budget" else [500.0, 500.0])
     assert sorted(p.name for p in tmp_path.iterdir() if ".creating" in p.name) == []
+
+
+def test_cli_generate_signs_a_checkpoint_that_the_audit_checks(model_dir, tmp_path, capsys):
+    """Issue 14, item 2: a run given --signing-key ends with a signed checkpoint of its ledger's head; every run
+    appends one, and `audit --public-key` checks the ledger against all of them."""
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger, key = tmp_path / "signed.sqlite", tmp_path / "operator.key"
+    assert main(["keygen", str(key)]) == 0
+    heads = []
+    for _ in range(2):
+        capsys.readouterr()
+        assert main(_generate_argv(model_dir, data, ledger, "--json", "--signing-key", str(key))) == 0
+        result = json.loads(capsys.readouterr().out)
+        checkpoint = result["ledger"]["checkpoint"]
+        assert checkpoint["rows"] == result["ledger"]["rows"] and checkpoint["head_hash"] == result["ledger"]["head_hash"]
+        heads.append(checkpoint["head_hash"])
+    lines = (tmp_path / "signed.sqlite.checkpoints.jsonl").read_text().splitlines()
+    assert [json.loads(line)["head_hash"] for line in lines] == heads
+    assert main(["audit", str(ledger), "--public-key", f"{key}.pub"]) == 0
+    assert "2 signed checkpoint(s)" in capsys.readouterr().out
+    assert main(_generate_argv(model_dir, data, ledger, "--signing-key", str(key))) == 0  # text output
+    assert "signed      : checkpoint of the first" in capsys.readouterr().out
+
+
+def test_an_unusable_signing_key_is_refused_before_the_ledger(model_dir, tmp_path, capsys):
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger, key = tmp_path / "never.sqlite", tmp_path / "not-a-key.pem"
+    key.write_text("hello\n")
+    assert main(_generate_argv(model_dir, data, ledger, "--signing-key", str(key))) == 2
+    err = capsys.readouterr().err
+    assert "--signing-key" in err and "not-a-key.pem" in err
+    assert not ledger.exists()
+    assert main(_generate_argv(model_dir, data, ledger, "--checkpoints", str(tmp_path / "c.jsonl"))) == 2
+    assert "--checkpoints needs --signing-key" in capsys.readouterr().err
+    assert not ledger.exists()

@@ -20,7 +20,8 @@ DESCRIPTION = (
     "shareable part alone otherwise; the output says which. --expect-head/--expect-rows check the ledger "
     "against a head hash and row count written down earlier (every run prints them). Exit status 0 when "
     "it verifies; 1, naming the offending row, when a row was edited, dropped or reordered, when the "
-    "totals disagree, when the budget was exceeded or when the ledger does not extend the pinned head; "
+    "totals disagree, when the budget was exceeded, when the ledger does not extend the pinned head, or "
+    "(with --public-key) when a signed checkpoint is missing, forged or not extended; "
     "3 when the file cannot be checked at all (unreadable, not a ledger, an interrupted write); 2 when "
     "PATH is missing. The audit never writes to the ledger nor creates files beside it."
 )
@@ -39,6 +40,11 @@ def add_arguments(p) -> None:
     p.add_argument("--expect-rows", metavar="N", type=positive_int, default=None,
                    help="a row count written down earlier: the ledger must have at least N rows (and, with "
                         "--expect-head, row N must have that hash); exit 1 otherwise")
+    p.add_argument("--public-key", metavar="FILE", default=None,
+                   help="an Ed25519 public key (PEM): every signed checkpoint in --checkpoints must be signed by it "
+                        "and extended by the ledger, and there must be one; exit 1 otherwise (docs/ledger.md)")
+    p.add_argument("--checkpoints", metavar="FILE", default=None,
+                   help="the signed checkpoints to check with --public-key (default PATH.checkpoints.jsonl)")
     p.add_argument("--json", action="store_true", help="print only a JSON result")
 
 
@@ -53,20 +59,31 @@ def head_hash(text: str) -> str:
 def pin_problem(ledger, head: str | None, rows: int | None) -> str | None:
     """Why ``ledger`` does not extend the pinned history (``head`` hash, ``rows`` count), or ``None`` when it
     does: its row ``rows`` has hash ``head``, or (without ``rows``) some row has, and it has at least ``rows``
-    rows."""
-    hashes = [row.hash for row in ledger.rows()]
-    if rows is not None and len(hashes) < rows:
-        return f"the ledger has {len(hashes)} rows, fewer than the {rows} pinned: rows were dropped or the file replaced"
-    if head is None:
-        return None
-    if rows is not None:
-        if hashes[rows - 1] != head:
-            return (f"row {rows} does not have the pinned head hash: the history up to the pin was rewritten or the "
-                    "file replaced")
-        return None
-    if head not in hashes:
-        return "no row has the pinned head hash: the ledger does not extend the pinned history"
-    return None
+    rows (:func:`pate_accountant.checkpoints.history_problem`)."""
+    from pate_accountant.checkpoints import history_problem
+
+    problem = history_problem(ledger, rows=rows, head_hash=head)
+    return None if problem is None else problem.replace("recorded", "pinned")
+
+
+def _check_signed(ledger, checkpoints: str, public_key):
+    """:func:`pate_accountant.checkpoints.check_checkpoints` on the file ``checkpoints`` (a missing or unreadable
+    file is a failed check: the auditor asked for signatures)."""
+    from pate_accountant.checkpoints import (
+        CheckpointError,
+        CheckpointsResult,
+        check_checkpoints,
+        key_id,
+        read_checkpoints,
+    )
+
+    try:
+        found = read_checkpoints(checkpoints)
+    except CheckpointError as exc:
+        rows = ledger.head_record["rows"]
+        return CheckpointsResult(False, f"no signed checkpoint to check the ledger against: {exc}", 0,
+                                 key_id(public_key), 0, rows)
+    return check_checkpoints(ledger, found, public_key)
 
 
 def metadata_lines(metadata, indent: str) -> list[str]:
@@ -102,13 +119,29 @@ def main(args: argparse.Namespace) -> int:
         args.parser.error(f"argument PATH: no ledger file at {args.path!r}")
     if args.confidential is not None and not os.path.isfile(args.confidential):
         args.parser.error(f"argument --confidential: no file at {args.confidential!r}")
+    if args.checkpoints is not None and args.public_key is None:
+        args.parser.error("argument --checkpoints: needs --public-key (the key the checkpoints must be signed by)")
     pinned = args.expect_head is not None or args.expect_rows is not None
-    pin = None
+    pin = signed = public_key = checkpoints = None
+    if args.public_key is not None:
+        from pate_accountant.checkpoints import (
+            CheckpointError,
+            default_checkpoints_path,
+            load_public_key,
+        )
+
+        try:
+            public_key = load_public_key(args.public_key)
+        except CheckpointError as exc:
+            args.parser.error(f"argument --public-key: {exc}")
+        checkpoints = args.checkpoints if args.checkpoints is not None else default_checkpoints_path(args.path)
     try:
         with Ledger.open(args.path, read_only=True, confidential=args.confidential) as ledger:
             result = ledger.verify()
             if result.ok and pinned:
                 pin = pin_problem(ledger, args.expect_head, args.expect_rows)
+            if result.ok and public_key is not None:
+                signed = _check_signed(ledger, checkpoints, public_key)
     except LedgerIntegrityError as exc:  # a ledger of ours whose stored layout or metadata was tampered with
         result = VerificationResult(False, 0, None, None, f"{type(exc).__name__}: {exc}")
     except (LedgerError, sqlite3.Error, OSError, UnicodeDecodeError, ValueError) as exc:  # cannot be checked
@@ -123,6 +156,8 @@ def main(args: argparse.Namespace) -> int:
         return CANNOT_CHECK
     if pin is not None:
         result = attr.evolve(result, ok=False, message=f"the chain verifies, but {pin}")
+    elif signed is not None and not signed.ok:
+        result = attr.evolve(result, ok=False, message=f"the chain verifies, but {signed.message}")
     checked = {
         "verified": "shareable and confidential parts",
         "absent": f"shareable part only (confidential file {result.confidential_path} not found: per-teacher "
@@ -134,6 +169,8 @@ def main(args: argparse.Namespace) -> int:
         payload = {"path": args.path, "checked": checked, **result.as_dict()}
         if pinned:
             payload["pinned"] = {"head": args.expect_head, "rows": args.expect_rows, "extends": pin is None}
+        if signed is not None:
+            payload["signed"] = {"checkpoints_file": checkpoints, **signed.as_dict()}
         print(json.dumps(payload, indent=2, default=str))
     else:
         budget = "none" if result.budget is None else f"epsilon {result.budget[0]:g}, delta {result.budget[1]:g}"
@@ -149,7 +186,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"checked     : {checked}")
         print(f"data set    : {result.dataset if result.dataset is not None else 'not named'}")
         print(f"accountant  : {result.kind or 'none attached'}")
-        chain_ok = result.ok or pin is not None  # a pin mismatch: the chain itself verified in full
+        chain_ok = result.ok or pin is not None or signed is not None  # the chain itself verified in full
         print(f"rows        : {result.rows}{'' if chain_ok else ' verified before the failure'}")
         if result.queries is not None:
             print(f"queries     : {result.queries} with an outcome, {result.hits} target hits")
@@ -172,6 +209,8 @@ def main(args: argparse.Namespace) -> int:
             pins = ", ".join(x for x in (args.expect_head and f"head {args.expect_head[:16]}...",
                                          args.expect_rows and f"{args.expect_rows} rows") if x)
             print(f"pinned      : {pins}: {'extended' if pin is None and result.ok else 'NOT extended'}")
+        if signed is not None:
+            print(f"signed      : {'OK' if signed.ok else 'FAILED'}: {signed.message} ({checkpoints})")
         print(f"verdict     : {'OK' if result.ok else 'FAILED'}: {result.message}")
     if not result.ok:
         where = f" at row {result.first_bad_row}" if result.first_bad_row is not None else ""

@@ -63,6 +63,12 @@ def add_run_options(p) -> None:
                    help="seed, for reproducible tests only: a seeded run has no privacy against anyone who knows "
                         "the seed (default: fresh OS entropy; the ledger records only whether a seed was given)")
     p.add_argument("--threads", metavar="K", type=positive_int, default=None, help="CPU threads (default 2)")
+    p.add_argument("--signing-key", metavar="KEY", default=None,
+                   help="an Ed25519 private key (PEM; `pate-accountant keygen` makes one): a run whose ledger "
+                        "audits ends with a signed checkpoint of its head, which `audit --public-key` checks "
+                        "(default: no signature; docs/ledger.md)")
+    p.add_argument("--checkpoints", metavar="FILE", default=None,
+                   help="where --signing-key appends the checkpoint (default LEDGER.checkpoints.jsonl)")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     p.add_argument("--no-progress", action="store_true", help="do not show the progress bar (stderr)")
 
@@ -83,7 +89,8 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
             seed=args.seed, temperature=args.temperature, top_p=args.top_p, threads=args.threads,
             workers=getattr(args, "workers", 1), ray_address=getattr(args, "ray_address", None),
             progress=not args.no_progress and not args.json, command=command,
-            model_label=model_label, data_label=data_label, dataset=dataset,
+            model_label=model_label, data_label=data_label, dataset=dataset, signing_key=args.signing_key,
+            checkpoints=args.checkpoints,
         )
     except RunInputError as exc:
         args.parser.error(str(exc))
@@ -109,6 +116,10 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
           f"{', appended' if led['appended'] else ', new'})")
     print(f"head        : {led['head_hash']} (write it down with the row count: `pate-accountant audit "
           f"{led['path']} --expect-head HASH --expect-rows {led['rows']}` then shows any rewrite of this history)")
+    if led["checkpoint"] is not None:
+        c = led["checkpoint"]
+        print(f"signed      : checkpoint of the first {c['rows']} rows by key {c['key_id']}, appended to {c['file']} "
+              f"(`pate-accountant audit {led['path']} --public-key PUBLIC_KEY` checks the ledger against it)")
     audit = result["audit"]
     print(f"audit       : {'OK' if audit['ok'] else 'FAILED'}: {audit['message']}")
     print(f"wall time   : {result['wall_seconds']:.1f} s")

@@ -1,0 +1,329 @@
+"""Signed checkpoints of a ledger: its head, signed with an Ed25519 key the run operator holds (docs/ledger.md).
+
+The hash chains of :mod:`pate_accountant.ledger` are keyless: whoever can write the file can rebuild a
+consistent history (a lowered epsilon, dropped rows, a raised budget, another file) and :meth:`Ledger.verify`
+accepts it.  A checkpoint fixes the history up to a point outside the file's control:
+
+* the **statement** is the shareable ledger's identity and heads (ledger id, data set, accountant
+  configuration with its budget, row count and last row hash, run count and last run hash), the time of
+  signing and the signer's key id.  It holds nothing the shareable file does not already hold: no teacher set,
+  no confidential hash, no seed;
+* the **signature** is Ed25519 over ``"pate-accountant signed checkpoint v1\\n" + canonical JSON of the
+  statement`` (a domain-separation prefix, so the signature can never be read as a signature of anything else);
+* a ledger **extends** a checkpoint when it has the same ledger id, at least the signed number of rows and runs,
+  and its row ``rows`` and run ``runs`` carry the signed hashes (each hash covers every row or run before it).
+
+Checkpoints are kept one per line (JSON Lines) in a file beside the ledger, ``PATH.checkpoints.jsonl`` by
+default (:func:`default_checkpoints_path`), which the operator hands to an auditor with the public key, or
+publishes.  :func:`check_checkpoints` is what ``pate-accountant audit --public-key`` does: every checkpoint
+must carry a valid signature by the given key and be extended by the ledger, and there must be at least one.
+
+What a signature cannot do: the key holder can sign any history, a forged one included (see the threat-model
+table in docs/ledger.md), and a checkpoint says nothing of rows written after it.  A forger without the key
+who deletes the newest checkpoints from the file leaves the older ones, so the auditor should compare the
+count and newest checkpoint with a copy kept elsewhere.
+
+Ed25519 comes from ``cryptography`` (the optional ``signing`` extra), imported only when a key is used; keys
+are PEM files in the usual formats (PKCS #8 private key, SubjectPublicKeyInfo public key), so
+``openssl genpkey -algorithm ed25519`` keys work too.  A private key file written here is readable by its owner
+only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import attr
+
+from pate_accountant import __version__
+from pate_accountant.errors import PateAccountantError
+from pate_accountant.serialization import canonical_json
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_VERSION",
+    "CheckpointError",
+    "CheckpointsResult",
+    "append_checkpoint",
+    "check_checkpoints",
+    "checkpoint_problem",
+    "default_checkpoints_path",
+    "generate_key",
+    "history_problem",
+    "key_id",
+    "load_private_key",
+    "load_public_key",
+    "read_checkpoints",
+    "sign_checkpoint",
+    "verify_signature",
+]
+
+#: The ``format`` field of every checkpoint, and with :data:`CHECKPOINT_VERSION` the signed prefix.
+CHECKPOINT_FORMAT = "pate-accountant signed checkpoint"
+CHECKPOINT_VERSION = 1
+#: The fields of a checkpoint statement (what the signature covers), in a fixed set.
+STATEMENT_KEYS = ("format", "version", "ledger_id", "dataset", "config", "rows", "head_hash", "runs",
+                  "run_head_hash", "signed_at", "software_version", "key_id")
+#: Where checkpoints are kept by default: beside the ledger.
+CHECKPOINTS_SUFFIX = ".checkpoints.jsonl"
+_INSTALL = "pip install 'pate-accountant[signing]' (or: pip install cryptography)"
+
+
+class CheckpointError(PateAccountantError):
+    """A key or checkpoint that cannot be used: missing library, unreadable key, bad signature, malformed line."""
+
+
+def _ed25519():
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError:
+        raise CheckpointError(f"signed checkpoints need the cryptography package: {_INSTALL}") from None
+    return ed25519, serialization
+
+
+def _public_bytes(public_key) -> bytes:
+    _, serialization = _ed25519()
+    return public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def key_id(public_key) -> str:
+    """A short name of a public key: the first 16 hexadecimal digits of SHA-256 of its 32 raw bytes."""
+    return hashlib.sha256(_public_bytes(public_key)).hexdigest()[:16]
+
+
+def default_checkpoints_path(ledger_path) -> str:
+    """``PATH.checkpoints.jsonl``: where a ledger's signed checkpoints are kept unless told otherwise."""
+    return os.fspath(ledger_path) + CHECKPOINTS_SUFFIX
+
+
+def generate_key(path, public_path=None) -> tuple[str, str]:
+    """Write a new Ed25519 private key to ``path`` (PEM, PKCS #8, unencrypted, mode 0600) and its public key to
+    ``public_path`` (default ``path + ".pub"``); refuse to overwrite either.  Returns both paths.  Keep the
+    private key away from the ledger's machine if you can: whoever holds it can sign any history."""
+    ed25519, serialization = _ed25519()
+    path = Path(os.fspath(path))
+    public_path = Path(os.fspath(public_path)) if public_path is not None else Path(f"{path}.pub")
+    for name, where in (("key", path), ("public key", public_path)):
+        if where.exists():
+            raise CheckpointError(f"{name} file {str(where)!r} exists: not overwritten")
+        if not where.parent.is_dir():
+            raise CheckpointError(f"{name} file {str(where)!r}: no folder {str(where.parent)!r}")
+    key = ed25519.Ed25519PrivateKey.generate()
+    private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
+    public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        os.chmod(path, 0o600)  # whatever the umask
+        handle.write(private_pem)
+    with open(public_path, "xb") as handle:
+        handle.write(public_pem)
+    return str(path), str(public_path)
+
+
+def _read_key_file(path, what: str) -> bytes:
+    try:
+        return Path(os.fspath(path)).read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"{what} {os.fspath(path)!r}: cannot read it ({exc.strerror or exc})") from None
+
+
+def load_private_key(path):
+    """The Ed25519 private key in the PEM file ``path`` (an unencrypted PKCS #8 key, as :func:`generate_key` or
+    ``openssl genpkey -algorithm ed25519`` write it)."""
+    ed25519, serialization = _ed25519()
+    data = _read_key_file(path, "signing key")
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError):
+        raise CheckpointError(f"signing key {os.fspath(path)!r} is not an unencrypted PEM private key (a "
+                              "'-----BEGIN PRIVATE KEY-----' block)") from None
+    if not isinstance(key, ed25519.Ed25519PrivateKey):
+        raise CheckpointError(f"signing key {os.fspath(path)!r} is a {type(key).__name__}, not an Ed25519 key")
+    return key
+
+
+def load_public_key(path):
+    """The Ed25519 public key in the PEM file ``path`` (SubjectPublicKeyInfo)."""
+    ed25519, serialization = _ed25519()
+    data = _read_key_file(path, "public key")
+    try:
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError):
+        raise CheckpointError(f"public key {os.fspath(path)!r} is not a PEM public key (a '-----BEGIN PUBLIC "
+                              "KEY-----' block)") from None
+    if not isinstance(key, ed25519.Ed25519PublicKey):
+        raise CheckpointError(f"public key {os.fspath(path)!r} is a {type(key).__name__}, not an Ed25519 key")
+    return key
+
+
+def _signed_bytes(statement: dict) -> bytes:
+    return f"{CHECKPOINT_FORMAT} v{CHECKPOINT_VERSION}\n".encode() + canonical_json(statement).encode("utf-8")
+
+
+def sign_checkpoint(ledger, private_key, *, verification=None) -> dict:
+    """A signed checkpoint of ``ledger``'s current head (a dict: the statement plus ``signature``, hex).
+
+    The ledger must verify: ``verification`` is a :class:`~pate_accountant.ledger.VerificationResult` the caller
+    has just computed (a run's own end-of-run audit), else :meth:`Ledger.verify` runs here.  A ledger that does
+    not verify, or whose head moved past the verification, is refused: a signature vouches for a verified
+    history only."""
+    if verification is None:
+        verification = ledger.verify()
+    if not verification.ok:
+        raise CheckpointError(f"the ledger does not verify, so it is not signed: {verification.message}")
+    head = ledger.head_record
+    if head["rows"] != verification.rows or head["head_hash"] != verification.head_hash:
+        raise CheckpointError("the ledger has grown since it was verified: verify it again before signing")
+    public = private_key.public_key()
+    statement = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "ledger_id": ledger.ledger_id,
+        "dataset": ledger.dataset,
+        "config": ledger.config,
+        **head,
+        "signed_at": float(time.time()),
+        "software_version": __version__,
+        "key_id": key_id(public),
+    }
+    signature = private_key.sign(_signed_bytes(statement))
+    return {**statement, "signature": signature.hex()}
+
+
+def verify_signature(checkpoint: dict, public_key) -> None:
+    """Raise :class:`CheckpointError` unless ``checkpoint`` is well formed and signed by ``public_key``."""
+    _ed25519()
+    from cryptography.exceptions import InvalidSignature
+
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError("a checkpoint must be a JSON object")
+    keys = set(checkpoint) - {"signature"}
+    if keys != set(STATEMENT_KEYS):
+        missing, extra = sorted(set(STATEMENT_KEYS) - keys), sorted(keys - set(STATEMENT_KEYS))
+        raise CheckpointError(f"not a checkpoint of format {CHECKPOINT_VERSION}: missing {missing}, unknown {extra}")
+    if checkpoint["format"] != CHECKPOINT_FORMAT or checkpoint["version"] != CHECKPOINT_VERSION:
+        raise CheckpointError(f"not a checkpoint of format {CHECKPOINT_VERSION}: format {checkpoint['format']!r}, "
+                              f"version {checkpoint['version']!r}")
+    if checkpoint["key_id"] != key_id(public_key):
+        raise CheckpointError(f"signed by key {checkpoint['key_id']!r}, not by the given key {key_id(public_key)!r}")
+    try:
+        signature = bytes.fromhex(str(checkpoint["signature"]))
+    except ValueError:
+        raise CheckpointError("its signature is not hexadecimal") from None
+    statement = {key: checkpoint[key] for key in STATEMENT_KEYS}
+    try:
+        public_key.verify(signature, _signed_bytes(statement))
+    except InvalidSignature:
+        raise CheckpointError("its signature does not match its content (the checkpoint was edited, or signed "
+                              "by another key)") from None
+
+
+def history_problem(ledger, *, rows: int | None = None, head_hash: str | None = None, runs: int | None = None,
+                    run_head_hash: str | None = None, ledger_id: str | None = None) -> str | None:
+    """Why ``ledger`` does not extend a history recorded earlier, or ``None`` when it does.
+
+    ``rows``/``head_hash``: the ledger has at least ``rows`` rows and row ``rows`` has hash ``head_hash`` (with
+    ``head_hash`` alone: some row has it); ``runs``/``run_head_hash`` the same for runs; ``ledger_id``: it is the
+    same ledger.  Each hash covers everything before it, so an extension agrees with the record on every row up
+    to it."""
+    if ledger_id is not None and ledger.ledger_id != ledger_id:
+        return "it is another ledger (another ledger id): the file was replaced"
+    have = ledger.head_record
+    if rows is not None and have["rows"] < rows:
+        return f"the ledger has {have['rows']} rows, fewer than the {rows} recorded: rows were dropped or the file replaced"
+    if head_hash is not None:
+        if rows is not None and rows > 0 and ledger.row_hash(rows) != head_hash:
+            return (f"row {rows} does not have the recorded head hash: the history up to it was rewritten or the file "
+                    "replaced")
+        if rows is None and not any(row.hash == head_hash for row in ledger.rows()):
+            return "no row has the recorded head hash: the ledger does not extend the recorded history"
+    if runs is not None and have["runs"] < runs:
+        return f"the ledger has {have['runs']} runs, fewer than the {runs} recorded: runs were dropped"
+    if run_head_hash is not None and runs and ledger.run_hash(runs) != run_head_hash:
+        return f"run {runs} does not have the recorded hash: the runs up to it were rewritten"
+    return None
+
+
+def checkpoint_problem(ledger, checkpoint: dict) -> str | None:
+    """Why ``ledger`` does not extend the (signature-checked) ``checkpoint``, or ``None``."""
+    return history_problem(ledger, rows=checkpoint["rows"], head_hash=checkpoint["head_hash"],
+                           runs=checkpoint["runs"], run_head_hash=checkpoint["run_head_hash"],
+                           ledger_id=checkpoint["ledger_id"])
+
+
+def append_checkpoint(path, checkpoint: dict) -> None:
+    """Append ``checkpoint`` as one line to the JSON Lines file ``path`` (created if missing); the file holds
+    only what the shareable ledger holds, so it may be published."""
+    with open(os.fspath(path), "a", encoding="utf-8") as handle:
+        handle.write(canonical_json(checkpoint) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_checkpoints(path) -> list[dict]:
+    """Every checkpoint in the JSON Lines file ``path``, in order (not verified: :func:`check_checkpoints`)."""
+    try:
+        text = Path(os.fspath(path)).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CheckpointError(f"no checkpoints file at {os.fspath(path)!r}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"checkpoints file {os.fspath(path)!r}: cannot read it ({exc})") from None
+    out = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise CheckpointError(f"checkpoints file {os.fspath(path)!r}, line {number}: not JSON ({exc.msg})") from None
+    return out
+
+
+@attr.frozen
+class CheckpointsResult:
+    """What :func:`check_checkpoints` found: ``ok``; ``message``; ``count`` checkpoints checked; ``key_id`` of the
+    given key; ``covered_rows`` (the most rows a valid checkpoint covers) of ``rows``; ``first_bad`` (the 1-based
+    line of the first checkpoint that fails, or ``None``)."""
+
+    ok: bool
+    message: str
+    count: int
+    key_id: str
+    covered_rows: int
+    rows: int
+    first_bad: int | None = None
+
+    def as_dict(self) -> dict:
+        return attr.asdict(self)
+
+
+def check_checkpoints(ledger, checkpoints: list, public_key) -> CheckpointsResult:
+    """Check that every checkpoint is signed by ``public_key`` and extended by ``ledger`` (one that verifies:
+    run :meth:`Ledger.verify` first), and that there is at least one."""
+    kid = key_id(public_key)
+    rows = ledger.head_record["rows"]
+    covered = 0
+    if not checkpoints:
+        return CheckpointsResult(False, "no signed checkpoint to check the ledger against", 0, kid, 0, rows)
+    for number, checkpoint in enumerate(checkpoints, start=1):
+        try:
+            verify_signature(checkpoint, public_key)
+        except CheckpointError as exc:
+            return CheckpointsResult(False, f"checkpoint {number} is not valid: {exc}", len(checkpoints), kid,
+                                     covered, rows, number)
+        problem = checkpoint_problem(ledger, checkpoint)
+        if problem is not None:
+            return CheckpointsResult(False, f"the ledger does not extend signed checkpoint {number} ({checkpoint['rows']} "
+                                     f"rows): {problem}", len(checkpoints), kid, covered, rows, number)
+        covered = max(covered, int(checkpoint["rows"]))
+    tail = "" if covered == rows else f" (rows {covered + 1} to {rows} are not covered by a signature yet)"
+    return CheckpointsResult(True, f"{len(checkpoints)} signed checkpoint(s) by key {kid} verified and extended; "
+                             f"they cover the first {covered} of {rows} rows{tail}", len(checkpoints), kid, covered,
+                             rows)

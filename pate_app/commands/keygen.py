@@ -1,0 +1,41 @@
+"""``pate-accountant keygen KEY``: a new Ed25519 key pair for signed ledger checkpoints (docs/ledger.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "keygen"
+HELP = "make an Ed25519 key pair for signing ledger checkpoints"
+DESCRIPTION = (
+    "Write a new Ed25519 private key to KEY (PEM, readable by its owner only) and its public key to KEY.pub "
+    "(or --public-key). A run given --signing-key KEY, or `pate-accountant sign`, appends a signed checkpoint of "
+    "the ledger's head; an auditor holding the public key checks the ledger against every checkpoint with "
+    "`audit --public-key`. Whoever holds the private key can sign any history: keep it away from the machine "
+    "that writes the ledger if you can (docs/ledger.md). Needs the signing extra (the cryptography package). "
+    "Existing files are never overwritten."
+)
+
+
+def add_arguments(p) -> None:
+    """``KEY``, ``--public-key FILE``."""
+    p.add_argument("key", metavar="KEY", help="the private key file to create")
+    p.add_argument("--public-key", metavar="FILE", default=None, help="the public key file (default KEY.pub)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Make the key pair; 0 on success, 2 when a file exists or the library is missing."""
+    from pate_accountant.checkpoints import (
+        CheckpointError,
+        generate_key,
+        key_id,
+        load_public_key,
+    )
+
+    try:
+        private, public = generate_key(args.key, args.public_key)
+    except CheckpointError as exc:
+        args.parser.error(str(exc))
+    print(f"private key : {private} (mode 0600: keep it secret; it signs checkpoints)")
+    print(f"public key  : {public} (give it to auditors: `pate-accountant audit LEDGER --public-key {public}`)")
+    print(f"key id      : {key_id(load_public_key(public))}")
+    return 0

@@ -1,0 +1,82 @@
+"""``pate-accountant sign LEDGER --key KEY``: append a signed checkpoint of a ledger's head (docs/ledger.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import sys
+
+from pate_app.commands.audit import CANNOT_CHECK
+
+NAME = "sign"
+HELP = "verify a ledger and append a signed checkpoint of its head"
+DESCRIPTION = (
+    "Verify the ledger LEDGER (read-only, as `audit` does) and, when it verifies, sign its head (ledger id, data "
+    "set, accountant and budget, row and run counts with their last hashes) with the Ed25519 private key KEY, "
+    "appending the checkpoint to LEDGER.checkpoints.jsonl (or --checkpoints). `audit --public-key` later checks "
+    "that the ledger still extends every checkpoint. A run can do the same at its end with --signing-key. The "
+    "checkpoint holds only what the shareable ledger holds, so it may be published. Exit status 0 when signed; "
+    "1 when the ledger does not verify (nothing is signed); 2 for a usage error or an unusable key; 3 when the "
+    "file cannot be checked."
+)
+
+
+def add_arguments(p) -> None:
+    """``LEDGER``, ``--key``, ``--checkpoints``, ``--confidential``, ``--json``."""
+    p.add_argument("path", metavar="LEDGER", help="the ledger file (SQLite)")
+    p.add_argument("--key", metavar="KEY", required=True,
+                   help="the Ed25519 private key (PEM; `pate-accountant keygen` makes one) (required)")
+    p.add_argument("--checkpoints", metavar="FILE", default=None,
+                   help="the checkpoints file to append to (default LEDGER.checkpoints.jsonl)")
+    p.add_argument("--confidential", metavar="FILE", default=None,
+                   help="the confidential file, for the verification (default LEDGER.confidential.sqlite, when it "
+                        "exists)")
+    p.add_argument("--json", action="store_true", help="print only the checkpoint (JSON)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Verify, sign and append; see DESCRIPTION for the exit status."""
+    from pate_accountant.checkpoints import (
+        CheckpointError,
+        append_checkpoint,
+        default_checkpoints_path,
+        load_private_key,
+        sign_checkpoint,
+    )
+    from pate_accountant.ledger import Ledger, LedgerError
+
+    if not os.path.isfile(args.path):
+        args.parser.error(f"argument LEDGER: no ledger file at {args.path!r}")
+    checkpoints = args.checkpoints if args.checkpoints is not None else default_checkpoints_path(args.path)
+    folder = os.path.dirname(os.path.abspath(checkpoints))
+    if not os.path.isdir(folder) or os.path.isdir(checkpoints):
+        args.parser.error(f"argument --checkpoints: cannot append to {checkpoints!r}")
+    try:
+        key = load_private_key(args.key)
+    except CheckpointError as exc:
+        args.parser.error(f"argument --key: {exc}")
+    try:
+        with Ledger.open(args.path, read_only=True, confidential=args.confidential) as ledger:
+            verification = ledger.verify()
+            if not verification.ok:
+                print(f"pate-accountant sign: {args.path!r} does not verify, so it is not signed: "
+                      f"{verification.message}", file=sys.stderr)
+                return 1
+            checkpoint = sign_checkpoint(ledger, key, verification=verification)
+    except CheckpointError as exc:  # the ledger grew (another process) between the check and the signature
+        print(f"pate-accountant sign: not signed: {exc}", file=sys.stderr)
+        return 1
+    except (LedgerError, sqlite3.Error, OSError, ValueError) as exc:
+        print(f"pate-accountant sign: cannot check {args.path!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return CANNOT_CHECK
+    append_checkpoint(checkpoints, checkpoint)
+    if args.json:
+        print(json.dumps(checkpoint, indent=2, sort_keys=True))
+        return 0
+    print(f"ledger      : {args.path} ({checkpoint['rows']} rows, {checkpoint['runs']} runs)")
+    print(f"head hash   : {checkpoint['head_hash']}")
+    print(f"signed by   : key {checkpoint['key_id']}")
+    print(f"appended to : {checkpoints}")
+    return 0
