@@ -303,3 +303,35 @@ def test_the_signature_covers_every_field_of_the_statement(tmp_path, keys):
             verify_signature({**checkpoint, key: value}, public)
     with pytest.raises(CheckpointError, match="unknown"):
         verify_signature({**checkpoint, "note": "added"}, public)
+
+
+def test_dropping_the_newest_checkpoints_hides_a_rewrite_after_the_older_ones(tmp_path, capsys, keys):
+    """The limit docs/ledger.md states: checkpoints kept only beside the ledger can be thinned by a forger.  The
+    rows after the older checkpoint are rewritten, the newer checkpoint is dropped, and the audit passes, saying
+    which rows no signature covers; the auditor's own copy of the newer checkpoint catches it."""
+    path = tmp_path / "l.sqlite"
+    _build(path)
+    _sign(path, keys["operator"][0])
+    with Ledger.open(path) as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        ledger.begin_run({"run": 3})
+        for eps in (0.9, 0.8):
+            accountant.record(Release("tok", EpsilonDeltaEvent(eps, 1e-8)))
+    _sign(path, keys["operator"][0])
+    capsys.readouterr()
+    file = default_checkpoints_path(path)
+    older, newer = read_checkpoints(file)
+    conn = _raw(path)
+    _edit_event_epsilon(conn, 7, 0.01)  # a row after the older checkpoint
+    _rehash(conn, respend=True)
+    conn.close()
+    os.unlink(file)
+    append_checkpoint(file, older)
+    code, report, _ = _audit(capsys, path, "--public-key", keys["operator"][1])
+    assert code == 0 and report["signed"]["covered_rows"] == 6
+    assert "rows 7 to 8 are not covered" in report["signed"]["message"]
+    kept = tmp_path / "auditor-copy.jsonl"
+    append_checkpoint(kept, older)
+    append_checkpoint(kept, newer)
+    code, report, _ = _audit(capsys, path, "--public-key", keys["operator"][1], "--checkpoints", kept)
+    assert code == 1 and "signed checkpoint 2" in report["signed"]["message"]
