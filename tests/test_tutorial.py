@@ -47,7 +47,7 @@ def _commands() -> list[list[str]]:
 def test_the_tutorial_runs_as_written(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     commands = _commands()
-    assert [argv[1] for argv in commands] == ["plan", "generate", "audit", "plan"]
+    assert [argv[1] for argv in commands] == ["plan", "generate", "audit", "keygen", "sign", "audit", "plan"]
     outputs = []
     for argv in commands:
         assert main(argv[1:]) == 0, argv
@@ -62,6 +62,13 @@ def test_the_tutorial_runs_as_written(tmp_path, monkeypatch, capsys):
     assert generate[len(filled):] == ["--records", "2", "--max-tokens", "24"]
     assert (tmp_path / "tutorial.sqlite").is_file()
     assert "verdict     : OK" in outputs[2] or "OK" in outputs[2].splitlines()[-1]
+    assert (tmp_path / "operator.key").is_file() and (tmp_path / "tutorial.sqlite.checkpoints.jsonl").is_file()
+    assert "signed      : OK: 1 signed checkpoint(s)" in outputs[5]
+    # The pin the text describes, with the head hash and row count the audit printed.
+    head = next(line.split()[3] for line in outputs[2].splitlines() if line.startswith("head hash"))
+    rows = next(line.split()[2] for line in outputs[2].splitlines() if line.startswith("rows "))
+    assert main(["audit", "tutorial.sqlite", "--expect-head", head, "--expect-rows", rows]) == 0
+    assert "pinned      : " in capsys.readouterr().out
 
     # The plan output the page shows is the tool's, line for line (the placeholders' notes shortened).
     shown = [b for b in _blocks("") if b.startswith("48 queries")][0].splitlines()
@@ -71,7 +78,7 @@ def test_the_tutorial_runs_as_written(tmp_path, monkeypatch, capsys):
             assert line in real, line
 
     # The for-tokens numbers the text quotes.
-    assert main([*commands[3][1:], "--json"]) == 0
+    assert main([*commands[-1][1:], "--json"]) == 0
     tokens = json.loads(capsys.readouterr().out)
     text = TUTORIAL.read_text(encoding="utf-8")
     run = tokens["run"]
