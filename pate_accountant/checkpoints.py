@@ -246,8 +246,11 @@ def history_problem(ledger, *, rows: int | None = None, head_hash: str | None = 
             return "no row has the recorded head hash: the ledger does not extend the recorded history"
     if runs is not None and have["runs"] < runs:
         return f"the ledger has {have['runs']} runs, fewer than the {runs} recorded: runs were dropped"
-    if run_head_hash is not None and runs and ledger.run_hash(runs) != run_head_hash:
-        return f"run {runs} does not have the recorded hash: the runs up to it were rewritten"
+    if run_head_hash is not None:
+        if runs is not None and runs > 0 and ledger.run_hash(runs) != run_head_hash:
+            return f"run {runs} does not have the recorded hash: the runs up to it were rewritten"
+        if runs is None and not any(ledger.run_hash(k) == run_head_hash for k in range(1, have["runs"] + 1)):
+            return "no run has the recorded hash: the runs up to it were rewritten"
     return None
 
 

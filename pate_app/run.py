@@ -525,9 +525,7 @@ def private_run(
             finally:
                 bar.close()
             spent = tuple(float(x) for x in acct.spent())
-            rows = ledger.row_count
-            head = ledger.head_hash
-            runs = len(ledger.runs)
+            heads = ledger.head_record  # rows, head hash, runs and run head hash, read together
             run_rows = sum(1 for row in ledger.rows() if row.run == run_id)
             verdict = ledger.verify()
             checkpoint = None if key is None or not verdict.ok else _sign(ledger, key, verdict, checkpoints)
@@ -546,8 +544,9 @@ def private_run(
         "charged_runs": sum(r["charged_runs"] for r in out_records),
         "private_tokens": sum(r["private_tokens"] for r in out_records),
         "fallback_tokens": sum(r["fallback_tokens"] for r in out_records),
-        "ledger": {"path": str(ledger_path), "rows": rows, "head_hash": head, "run": run_id, "runs": runs,
-                   "run_rows": run_rows, "appended": existing, "dataset": dataset, "checkpoint": checkpoint},
+        "ledger": {"path": str(ledger_path), "rows": heads["rows"], "head_hash": heads["head_hash"], "run": run_id,
+                   "runs": heads["runs"], "run_head_hash": heads["run_head_hash"], "run_rows": run_rows,
+                   "appended": existing, "dataset": dataset, "checkpoint": checkpoint},
         "audit": {
             "ok": bool(verdict.ok),
             "message": verdict.message,

@@ -207,7 +207,7 @@ FORGERIES = {
                                                       ('{"mechanism":"none","run":1}',)),
     "replaced file": None,
 }
-#: What a pinned head and row count cannot see: the runs' metadata is not in the row chain.
+#: What a pinned head and row count cannot see: the runs' metadata is not in the row chain (a pinned run head is).
 PIN_BLIND = {"edited run metadata"}
 
 
@@ -237,6 +237,9 @@ def test_each_forgery_verifies_alone_and_is_caught_by_a_signed_checkpoint(tmp_pa
 
     code, report, _ = _audit(capsys, path, "--expect-head", head["head_hash"], "--expect-rows", head["rows"])
     assert (code == 0) == (name in PIN_BLIND), report["message"]
+    code, report, _ = _audit(capsys, path, "--expect-head", head["head_hash"], "--expect-rows", head["rows"],
+                             "--expect-run-head", head["run_head_hash"], "--expect-runs", head["runs"])
+    assert code == 1 and not report["pinned"]["extends"], report["message"]  # the whole pin a run prints
 
     code, report, err = _audit(capsys, path, "--public-key", keys["operator"][1])
     assert code == 1 and not report["ok"] and not report["signed"]["ok"]

@@ -149,7 +149,7 @@ def test_a_consistently_rewritten_history_verifies_alone_but_not_against_its_pin
     path = tmp_path / "history.sqlite"
     head = _fill(path, 6, epsilon=0.5)
     code, report, _ = _audit(capsys, path, "--expect-head", head, "--expect-rows", 6)
-    assert code == 0 and report["pinned"] == {"head": head, "rows": 6, "extends": True}
+    assert code == 0 and report["pinned"] == {"head": head, "rows": 6, "run_head": None, "runs": None, "extends": True}
 
     # The forger lowers an epsilon in place and recomputes every hash and total: a consistent history.
     conn = _raw(path)

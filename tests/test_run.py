@@ -590,3 +590,40 @@ def test_an_unusable_signing_key_is_refused_before_the_ledger(model_dir, tmp_pat
     assert main(_generate_argv(model_dir, data, ledger, "--checkpoints", str(tmp_path / "c.jsonl"))) == 2
     assert "--checkpoints needs --signing-key" in capsys.readouterr().err
     assert not ledger.exists()
+
+
+def test_the_pin_a_run_prints_is_an_audit_command_that_catches_a_rewrite(model_dir, tmp_path, capsys):
+    """Issue 14, item 2: the `pin` line of a run is a complete `audit` command (rows, head, runs and run head);
+    it passes on the ledger as the run left it and after later honest runs, and fails once the run's metadata
+    (which the row chain does not cover) is rewritten consistently."""
+    import shlex
+    import sqlite3
+
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger = tmp_path / "pinned.sqlite"
+    assert main(_generate_argv(model_dir, data, ledger)) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("pin "))
+    argv = shlex.split(line.split(":", 1)[1].split("  (", 1)[0])
+    assert argv[:3] == ["pate-accountant", "audit", str(ledger)] and "--expect-run-head" in argv
+    assert main(argv[1:]) == 0
+    assert main(_generate_argv(model_dir, data, ledger)) == 0  # a later run extends the pin
+    capsys.readouterr()
+    assert main(argv[1:]) == 0
+    capsys.readouterr()
+
+    from test_checkpoints import _rehash_runs
+
+    conn = sqlite3.connect(ledger, isolation_level=None)
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    metadata = json.loads(conn.execute("SELECT metadata FROM runs WHERE id = 1").fetchone()[0])
+    assert metadata["seeded"] is True
+    metadata["seeded"] = False  # the forger hides that the first run was seeded (no privacy)
+    conn.execute("UPDATE runs SET metadata = ? WHERE id = 1", (json.dumps(metadata),))
+    _rehash_runs(conn)
+    conn.close()
+    assert main(["audit", str(ledger)]) == 0  # consistent: the chain alone cannot tell
+    capsys.readouterr()
+    assert main(argv[1:]) == 1
+    assert "run 1 does not have the pinned hash" in capsys.readouterr().err

@@ -40,6 +40,12 @@ def add_arguments(p) -> None:
     p.add_argument("--expect-rows", metavar="N", type=positive_int, default=None,
                    help="a row count written down earlier: the ledger must have at least N rows (and, with "
                         "--expect-head, row N must have that hash); exit 1 otherwise")
+    p.add_argument("--expect-run-head", metavar="HASH", type=head_hash, default=None,
+                   help="the last run's hash written down earlier (every run prints it): the ledger must extend it "
+                        "(run --expect-runs, if given, has this hash); covers the runs' metadata, which the row "
+                        "chain does not; exit 1 otherwise")
+    p.add_argument("--expect-runs", metavar="N", type=positive_int, default=None,
+                   help="a run count written down earlier: the ledger must have at least N runs; exit 1 otherwise")
     p.add_argument("--public-key", metavar="FILE", default=None,
                    help="an Ed25519 public key (PEM): every signed checkpoint in --checkpoints must be signed by it "
                         "and extended by the ledger, and there must be one; exit 1 otherwise (docs/ledger.md)")
@@ -56,13 +62,14 @@ def head_hash(text: str) -> str:
     return value
 
 
-def pin_problem(ledger, head: str | None, rows: int | None) -> str | None:
-    """Why ``ledger`` does not extend the pinned history (``head`` hash, ``rows`` count), or ``None`` when it
-    does: its row ``rows`` has hash ``head``, or (without ``rows``) some row has, and it has at least ``rows``
-    rows (:func:`pate_accountant.checkpoints.history_problem`)."""
+def pin_problem(ledger, head: str | None, rows: int | None, run_head: str | None = None,
+                runs: int | None = None) -> str | None:
+    """Why ``ledger`` does not extend the pinned history, or ``None`` when it does: its row ``rows`` has hash
+    ``head`` (without ``rows``: some row has), it has at least ``rows`` rows, and the same for ``runs`` and
+    ``run_head`` (:func:`pate_accountant.checkpoints.history_problem`)."""
     from pate_accountant.checkpoints import history_problem
 
-    problem = history_problem(ledger, rows=rows, head_hash=head)
+    problem = history_problem(ledger, rows=rows, head_hash=head, runs=runs, run_head_hash=run_head)
     return None if problem is None else problem.replace("recorded", "pinned")
 
 
@@ -121,7 +128,8 @@ def main(args: argparse.Namespace) -> int:
         args.parser.error(f"argument --confidential: no file at {args.confidential!r}")
     if args.checkpoints is not None and args.public_key is None:
         args.parser.error("argument --checkpoints: needs --public-key (the key the checkpoints must be signed by)")
-    pinned = args.expect_head is not None or args.expect_rows is not None
+    pins = (args.expect_head, args.expect_rows, args.expect_run_head, args.expect_runs)
+    pinned = any(value is not None for value in pins)
     pin = signed = public_key = checkpoints = None
     if args.public_key is not None:
         from pate_accountant.checkpoints import (
@@ -139,7 +147,7 @@ def main(args: argparse.Namespace) -> int:
         with Ledger.open(args.path, read_only=True, confidential=args.confidential) as ledger:
             result = ledger.verify()
             if result.ok and pinned:
-                pin = pin_problem(ledger, args.expect_head, args.expect_rows)
+                pin = pin_problem(ledger, *pins)
             if result.ok and public_key is not None:
                 signed = _check_signed(ledger, checkpoints, public_key)
     except LedgerIntegrityError as exc:  # a ledger of ours whose stored layout or metadata was tampered with
@@ -168,7 +176,8 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         payload = {"path": args.path, "checked": checked, **result.as_dict()}
         if pinned:
-            payload["pinned"] = {"head": args.expect_head, "rows": args.expect_rows, "extends": pin is None}
+            payload["pinned"] = {"head": args.expect_head, "rows": args.expect_rows, "run_head": args.expect_run_head,
+                                 "runs": args.expect_runs, "extends": pin is None}
         if signed is not None:
             payload["signed"] = {"checkpoints_file": checkpoints, **signed.as_dict()}
         print(json.dumps(payload, indent=2, default=str))
@@ -206,9 +215,11 @@ def main(args: argparse.Namespace) -> int:
         if result.head_hash is not None:
             print(f"head hash   : {result.head_hash}")
         if pinned:
-            pins = ", ".join(x for x in (args.expect_head and f"head {args.expect_head[:16]}...",
-                                         args.expect_rows and f"{args.expect_rows} rows") if x)
-            print(f"pinned      : {pins}: {'extended' if pin is None and result.ok else 'NOT extended'}")
+            shown = ", ".join(x for x in (args.expect_head and f"head {args.expect_head[:16]}...",
+                                          args.expect_rows and f"{args.expect_rows} rows",
+                                          args.expect_run_head and f"run head {args.expect_run_head[:16]}...",
+                                          args.expect_runs and f"{args.expect_runs} runs") if x)
+            print(f"pinned      : {shown}: {'extended' if pin is None and result.ok else 'NOT extended'}")
         if signed is not None:
             print(f"signed      : {'OK' if signed.ok else 'FAILED'}: {signed.message} ({checkpoints})")
         print(f"verdict     : {'OK' if result.ok else 'FAILED'}: {result.message}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from pate_app.options import (
     BUDGET_DELTA_HELP,
     BUDGET_EPSILON_HELP,
@@ -73,6 +75,17 @@ def add_run_options(p) -> None:
     p.add_argument("--no-progress", action="store_true", help="do not show the progress bar (stderr)")
 
 
+def pin_command(ledger: dict) -> str:
+    """The ``audit`` command that checks a ledger against its heads as a run left them (``ledger``: the run
+    result's ``ledger`` entry): row and run counts with their last hashes."""
+    argv = ["pate-accountant", "audit", ledger["path"]]
+    if ledger["rows"]:
+        argv += ["--expect-head", ledger["head_hash"], "--expect-rows", str(ledger["rows"])]
+    if ledger["runs"]:
+        argv += ["--expect-run-head", ledger["run_head_hash"], "--expect-runs", str(ledger["runs"])]
+    return shlex.join(argv)
+
+
 def run_and_report(args, *, command: str, model, records, ledger, model_label: str, data_label: str,
                    dataset: str) -> int:
     """One private run (:func:`pate_app.run.private_run`) from the parsed options, printed (or ``--json``);
@@ -114,8 +127,9 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
     led = result["ledger"]
     print(f"ledger      : {led['path']} ({led['rows']} rows; run {led['run']} of {led['runs']}"
           f"{', appended' if led['appended'] else ', new'})")
-    print(f"head        : {led['head_hash']} (write it down with the row count: `pate-accountant audit "
-          f"{led['path']} --expect-head HASH --expect-rows {led['rows']}` then shows any rewrite of this history)")
+    print(f"head        : {led['head_hash']} ({led['rows']} rows; runs head {led['run_head_hash']}, {led['runs']} runs)")
+    print(f"pin         : {pin_command(led)}  (write it down somewhere this machine cannot change: it fails if this "
+          "history is ever rewritten)")
     if led["checkpoint"] is not None:
         c = led["checkpoint"]
         print(f"signed      : checkpoint of the first {c['rows']} rows by key {c['key_id']}, appended to {c['file']} "
