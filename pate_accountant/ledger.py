@@ -1168,8 +1168,15 @@ class Ledger:
                 if self._conf_created_here:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self._conf_path)
-            conn.execute("PRAGMA journal_mode=OFF")  # folds the log in and removes -wal and -shm, under the lock
-            os.unlink(self._path)
+            # Fold the log in and remove -wal and -shm while the lock is held: once the path is free, a new ledger
+            # there has its own -wal and -shm of the same names, which this connection must never touch.
+            conn.execute("PRAGMA journal_mode=OFF")
+            try:
+                os.unlink(self._path)
+            except OSError:  # the folder does not let us remove it: take the mark back, the ledger stays usable
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("DELETE FROM meta WHERE key = ?", (DISCARDED_KEY,))
+                return False
         finally:
             conn.close()
         return True

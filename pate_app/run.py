@@ -236,9 +236,19 @@ def _claim_ledger(path: Path, dataset: str, accountant_name: str, budget, mechan
             raise RunInputError(f"{where}: {exc}") from None
         _check_affords(acct, mechanism, where, dataset, budget)
     except BaseException:
-        ledger.discard_if_unused()
+        _discard(ledger)
         raise
     return ledger, acct
+
+
+def _discard(ledger: Ledger) -> None:
+    """Close ``ledger`` after a refusal, removing it when this run created it and nobody used it; a failure of
+    the clean-up never hides the refusal itself."""
+    try:
+        ledger.discard_if_unused()
+    except (sqlite3.Error, OSError):
+        with contextlib.suppress(sqlite3.Error):
+            ledger.close()
 
 
 #: What ``--ray-address`` takes besides ``local`` and ``auto``: ``HOST:PORT`` or ``ray://HOST:PORT``.
@@ -530,7 +540,7 @@ def private_run(
             verdict = ledger.verify()
             checkpoint = None if key is None or not verdict.ok else _sign(ledger, key, verdict, checkpoints)
     except BaseException:
-        ledger.discard_if_unused()  # a ledger this run created and nobody used is removed; any other is closed
+        _discard(ledger)  # a ledger this run created and nobody used is removed; any other is closed
         raise
     ledger.close()
 

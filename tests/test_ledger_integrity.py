@@ -354,3 +354,24 @@ def test_a_discard_mark_left_at_the_path_is_reported(tmp_path, monkeypatch, caps
         Ledger.open(path)
     assert main(["audit", str(path)]) == 3  # the file is there but holds no ledger to check
     assert "marked for removal" in capsys.readouterr().err
+
+
+def test_a_ledger_that_cannot_be_removed_stays_usable(tmp_path, monkeypatch):
+    path = tmp_path / "stuck.sqlite"
+    ledger = _claim(path)
+    unlink = os.unlink
+
+    def refuse(target, *args, **kwargs):
+        if os.fspath(target) == str(path):
+            raise PermissionError("not allowed here")
+        return unlink(target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refuse)
+    assert ledger.discard_if_unused() is False
+    monkeypatch.setattr(os, "unlink", unlink)
+    with Ledger.open(path) as reopened:  # no discard mark left behind: a later run uses it
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=reopened)
+        reopened.begin_run({"run": 1})
+        accountant.record(Release("tok", EpsilonDeltaEvent(0.1, 1e-8)))
+    with Ledger.open(path, read_only=True) as reopened:
+        assert reopened.verify().ok and reopened.row_count == 1 and reopened.dataset == "sample"
