@@ -338,3 +338,24 @@ def test_dropping_the_newest_checkpoints_hides_a_rewrite_after_the_older_ones(tm
     append_checkpoint(kept, newer)
     code, report, _ = _audit(capsys, path, "--public-key", keys["operator"][1], "--checkpoints", kept)
     assert code == 1 and "signed checkpoint 2" in report["signed"]["message"]
+
+
+def test_keys_made_by_openssl_sign_and_check(tmp_path, capsys):
+    """The key files are the standard PEM formats: an OpenSSL Ed25519 key pair works as one from keygen."""
+    import shutil
+    import subprocess
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl command on this machine (an interoperability check only)")
+    private, public = tmp_path / "ossl.pem", tmp_path / "ossl.pub"
+    subprocess.run([openssl, "genpkey", "-algorithm", "ed25519", "-out", str(private)], check=True,
+                   capture_output=True)
+    subprocess.run([openssl, "pkey", "-in", str(private), "-pubout", "-out", str(public)], check=True,
+                   capture_output=True)
+    path = tmp_path / "l.sqlite"
+    _build(path)
+    _sign(path, private)
+    capsys.readouterr()
+    code, report, _ = _audit(capsys, path, "--public-key", public)
+    assert code == 0 and report["signed"]["key_id"] == key_id(load_public_key(public))
