@@ -51,6 +51,7 @@ __all__ = [
     "append_checkpoint",
     "check_checkpoints",
     "checkpoint_problem",
+    "checkpoints_file",
     "default_checkpoints_path",
     "generate_key",
     "history_problem",
@@ -127,40 +128,53 @@ def generate_key(path, public_path=None) -> tuple[str, str]:
     return str(path), str(public_path)
 
 
-def _read_key_file(path, what: str) -> bytes:
+def _load_key(path, what: str, kind: str):
+    """The Ed25519 key of ``kind`` (``"private"`` or ``"public"``) in the PEM file ``path``; ``what`` names it in
+    errors."""
+    ed25519, serialization = _ed25519()
+    if kind == "private":
+        wanted = ed25519.Ed25519PrivateKey
+        block = "an unencrypted PEM private key (a '-----BEGIN PRIVATE KEY-----' block)"
+
+        def load(data):
+            return serialization.load_pem_private_key(data, password=None)
+    else:
+        wanted, block = ed25519.Ed25519PublicKey, "a PEM public key (a '-----BEGIN PUBLIC KEY-----' block)"
+        load = serialization.load_pem_public_key
+    where = os.fspath(path)
     try:
-        return Path(os.fspath(path)).read_bytes()
+        data = Path(where).read_bytes()
     except OSError as exc:
-        raise CheckpointError(f"{what} {os.fspath(path)!r}: cannot read it ({exc.strerror or exc})") from None
+        raise CheckpointError(f"{what} {where!r}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        key = load(data)
+    except (ValueError, TypeError):
+        raise CheckpointError(f"{what} {where!r} is not {block}") from None
+    if not isinstance(key, wanted):
+        raise CheckpointError(f"{what} {where!r} is a {type(key).__name__}, not an Ed25519 key")
+    return key
 
 
 def load_private_key(path):
     """The Ed25519 private key in the PEM file ``path`` (an unencrypted PKCS #8 key, as :func:`generate_key` or
     ``openssl genpkey -algorithm ed25519`` write it)."""
-    ed25519, serialization = _ed25519()
-    data = _read_key_file(path, "signing key")
-    try:
-        key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError):
-        raise CheckpointError(f"signing key {os.fspath(path)!r} is not an unencrypted PEM private key (a "
-                              "'-----BEGIN PRIVATE KEY-----' block)") from None
-    if not isinstance(key, ed25519.Ed25519PrivateKey):
-        raise CheckpointError(f"signing key {os.fspath(path)!r} is a {type(key).__name__}, not an Ed25519 key")
-    return key
+    return _load_key(path, "signing key", "private")
 
 
 def load_public_key(path):
     """The Ed25519 public key in the PEM file ``path`` (SubjectPublicKeyInfo)."""
-    ed25519, serialization = _ed25519()
-    data = _read_key_file(path, "public key")
-    try:
-        key = serialization.load_pem_public_key(data)
-    except (ValueError, TypeError):
-        raise CheckpointError(f"public key {os.fspath(path)!r} is not a PEM public key (a '-----BEGIN PUBLIC "
-                              "KEY-----' block)") from None
-    if not isinstance(key, ed25519.Ed25519PublicKey):
-        raise CheckpointError(f"public key {os.fspath(path)!r} is a {type(key).__name__}, not an Ed25519 key")
-    return key
+    return _load_key(path, "public key", "public")
+
+
+def checkpoints_file(ledger_path, given=None) -> Path:
+    """The checkpoints file a signer appends to: ``given``, else :func:`default_checkpoints_path`; refused
+    (:class:`CheckpointError`) when its folder is missing or it is a folder, before anything is signed."""
+    where = Path(os.fspath(given) if given is not None else default_checkpoints_path(ledger_path))
+    if not where.parent.is_dir():
+        raise CheckpointError(f"cannot append to {str(where)!r}: no folder {str(where.parent)!r}")
+    if where.is_dir():
+        raise CheckpointError(f"cannot append to {str(where)!r}: it is a folder")
+    return where
 
 
 def _signed_bytes(statement: dict) -> bytes:
@@ -237,7 +251,8 @@ def history_problem(ledger, *, rows: int | None = None, head_hash: str | None = 
         return "it is another ledger (another ledger id): the file was replaced"
     have = ledger.head_record
     if rows is not None and have["rows"] < rows:
-        return f"the ledger has {have['rows']} rows, fewer than the {rows} recorded: rows were dropped or the file replaced"
+        return (f"the ledger has {have['rows']} rows, fewer than the {rows} recorded: rows were dropped or the file "
+                "replaced")
     if head_hash is not None:
         if rows is not None and rows > 0 and ledger.row_hash(rows) != head_hash:
             return (f"row {rows} does not have the recorded head hash: the history up to it was rewritten or the file "
@@ -285,7 +300,8 @@ def read_checkpoints(path) -> list[dict]:
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError as exc:
-            raise CheckpointError(f"checkpoints file {os.fspath(path)!r}, line {number}: not JSON ({exc.msg})") from None
+            raise CheckpointError(f"checkpoints file {os.fspath(path)!r}, line {number}: not JSON ({exc.msg})"
+                                  ) from None
     return out
 
 
@@ -323,8 +339,8 @@ def check_checkpoints(ledger, checkpoints: list, public_key) -> CheckpointsResul
                                      covered, rows, number)
         problem = checkpoint_problem(ledger, checkpoint)
         if problem is not None:
-            return CheckpointsResult(False, f"the ledger does not extend signed checkpoint {number} ({checkpoint['rows']} "
-                                     f"rows): {problem}", len(checkpoints), kid, covered, rows, number)
+            message = f"the ledger does not extend signed checkpoint {number} ({checkpoint['rows']} rows): {problem}"
+            return CheckpointsResult(False, message, len(checkpoints), kid, covered, rows, number)
         covered = max(covered, int(checkpoint["rows"]))
     tail = "" if covered == rows else f" (rows {covered + 1} to {rows} are not covered by a signature yet)"
     return CheckpointsResult(True, f"{len(checkpoints)} signed checkpoint(s) by key {kid} verified and extended; "

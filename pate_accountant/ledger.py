@@ -1362,7 +1362,8 @@ class Ledger:
         """``{"rows", "head_hash", "runs", "run_head_hash"}``: the heads of the row and run chains, read in one
         statement (so together, even while another process writes).  What a signed checkpoint
         (:mod:`pate_accountant.checkpoints`) or a pin written down elsewhere records."""
-        row = self._conn.execute("SELECT row_count, last_hash, run_count, run_last_hash FROM head WHERE id = 1").fetchone()
+        row = self._conn.execute(
+            "SELECT row_count, last_hash, run_count, run_last_hash FROM head WHERE id = 1").fetchone()
         if row is None:
             raise LedgerIntegrityError("the ledger's head row is missing")
         return {"rows": row[0], "head_hash": row[1], "runs": row[2], "run_head_hash": row[3]}

@@ -54,7 +54,7 @@ from pate_accountant import registry as accountants_registry
 from pate_accountant.checkpoints import (
     CheckpointError,
     append_checkpoint,
-    default_checkpoints_path,
+    checkpoints_file,
     load_private_key,
     sign_checkpoint,
 )
@@ -474,7 +474,8 @@ def private_run(
             try:  # prompts that do not fit the context window: refused before the run begins
                 backend.check_prompts(prompts, shared_prefix)
             except ValueError as exc:
-                raise RunInputError(f"--teachers {num_teachers}: {exc} (use more teachers or shorter records)") from None
+                raise RunInputError(f"--teachers {num_teachers}: {exc} (use more teachers or shorter records)"
+                                    ) from None
 
             metadata = {
                 "command": command,
@@ -580,12 +581,10 @@ def _signing(signing_key, checkpoints, ledger_path: Path):
         key = load_private_key(signing_key)
     except CheckpointError as exc:
         raise RunInputError(f"--signing-key: {exc}") from None
-    checkpoints = Path(checkpoints if checkpoints is not None else default_checkpoints_path(ledger_path))
-    if not checkpoints.parent.is_dir():
-        raise RunInputError(f"--checkpoints {str(checkpoints)!r}: no folder {str(checkpoints.parent)!r}")
-    if checkpoints.is_dir():
-        raise RunInputError(f"--checkpoints {str(checkpoints)!r} is a folder, not a file")
-    return key, checkpoints
+    try:
+        return key, checkpoints_file(ledger_path, checkpoints)
+    except CheckpointError as exc:
+        raise RunInputError(f"--checkpoints: {exc}") from None
 
 
 def _sign(ledger: Ledger, key, verdict, checkpoints: Path) -> dict:

@@ -41,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
     from pate_accountant.checkpoints import (
         CheckpointError,
         append_checkpoint,
-        default_checkpoints_path,
+        checkpoints_file,
         load_private_key,
         sign_checkpoint,
     )
@@ -49,10 +49,10 @@ def main(args: argparse.Namespace) -> int:
 
     if not os.path.isfile(args.path):
         args.parser.error(f"argument LEDGER: no ledger file at {args.path!r}")
-    checkpoints = args.checkpoints if args.checkpoints is not None else default_checkpoints_path(args.path)
-    folder = os.path.dirname(os.path.abspath(checkpoints))
-    if not os.path.isdir(folder) or os.path.isdir(checkpoints):
-        args.parser.error(f"argument --checkpoints: cannot append to {checkpoints!r}")
+    try:
+        checkpoints = checkpoints_file(args.path, args.checkpoints)
+    except CheckpointError as exc:
+        args.parser.error(f"argument --checkpoints: {exc}")
     try:
         key = load_private_key(args.key)
     except CheckpointError as exc:
