@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pate_accountant import ledger as ledger_module
-from pate_accountant.accountants import Accountant, AdvancedCompositionAccountant, BasicCompositionAccountant
+from pate_accountant.accountants import AdvancedCompositionAccountant, BasicCompositionAccountant
 from pate_accountant.accountants.base import Charge
 from pate_accountant.accountants.individual import IndividualChargingAccountant
 from pate_accountant.cli import main
