@@ -359,3 +359,15 @@ def test_keys_made_by_openssl_sign_and_check(tmp_path, capsys):
     capsys.readouterr()
     code, report, _ = _audit(capsys, path, "--public-key", public)
     assert code == 0 and report["signed"]["key_id"] == key_id(load_public_key(public))
+
+
+def test_an_audit_without_the_key_says_the_checkpoints_were_not_checked(tmp_path, capsys, keys):
+    path = tmp_path / "l.sqlite"
+    _build(path)
+    assert main(["audit", str(path)]) == 0
+    assert "signed      :" not in capsys.readouterr().out  # no checkpoints: nothing to say
+    _sign(path, keys["operator"][0])
+    capsys.readouterr()
+    assert main(["audit", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "signed      : not checked" in out and "--public-key" in out

@@ -115,6 +115,11 @@ def main(args: argparse.Namespace) -> int:
     """Verify the ledger ``args.path`` and print what it spent; 0 when it verifies, 1 otherwise."""
     import attr
 
+    from pate_accountant.checkpoints import (
+        CheckpointError,
+        default_checkpoints_path,
+        load_public_key,
+    )
     from pate_accountant.ledger import (
         Ledger,
         LedgerError,
@@ -132,12 +137,6 @@ def main(args: argparse.Namespace) -> int:
     pinned = any(value is not None for value in pins)
     pin = signed = public_key = checkpoints = None
     if args.public_key is not None:
-        from pate_accountant.checkpoints import (
-            CheckpointError,
-            default_checkpoints_path,
-            load_public_key,
-        )
-
         try:
             public_key = load_public_key(args.public_key)
         except CheckpointError as exc:
@@ -222,6 +221,9 @@ def main(args: argparse.Namespace) -> int:
             print(f"pinned      : {shown}: {'extended' if pin is None and result.ok else 'NOT extended'}")
         if signed is not None:
             print(f"signed      : {'OK' if signed.ok else 'FAILED'}: {signed.message} ({checkpoints})")
+        elif os.path.isfile(default_checkpoints_path(args.path)):
+            print(f"signed      : not checked: {default_checkpoints_path(args.path)} holds signed checkpoints; give "
+                  "the signer's public key with --public-key FILE to check the ledger against them")
         print(f"verdict     : {'OK' if result.ok else 'FAILED'}: {result.message}")
     if not result.ok:
         where = f" at row {result.first_bad_row}" if result.first_bad_row is not None else ""
