@@ -879,7 +879,10 @@ class Ledger:
             if read_only:
                 ledger._check_layout(create=False)
             else:
-                ledger._check_not_discarded()  # before WAL mode: never give a removed file a log beside the path
+                # Read the file once before WAL mode: a discarded one (marked by its creator, who removed it after this
+                # connection opened it) must never get a log beside the path.  In WAL mode the read also takes the
+                # shared lock every WAL connection keeps, so from here on nobody can discard the file under this one.
+                ledger._check_layout(create=False)
                 _set_wal(conn, ledger._path)
                 conn.execute(f"PRAGMA synchronous={synchronous}")
                 ledger._check_layout(create=True)
@@ -970,24 +973,6 @@ class Ledger:
                 raise
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged schema can fail either way
             raise LedgerError(f"{self._path or ':memory:'!r} is not a usable pate-accountant ledger: {exc}") from None
-
-    def _check_not_discarded(self) -> None:
-        """Read the file once, in whatever journal mode it is in, and raise :class:`_Discarded` when it is marked
-        discarded (its creator removed it after this connection opened it).  In WAL mode the read also takes the
-        shared lock every WAL connection keeps, so from here on nobody can discard the file under this one."""
-        conn = self._conn
-        try:
-            conn.execute("BEGIN")
-            try:
-                tables = self._tables()
-                marked = "meta" in tables and conn.execute(
-                    "SELECT 1 FROM meta WHERE key = ?", (DISCARDED_KEY,)).fetchone() is not None
-            finally:
-                _rollback(conn)
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"{self._path!r} is not a usable pate-accountant ledger: {exc}") from None
-        if marked:
-            raise _Discarded()
 
     def _tables(self, conn=None) -> set:
         conn = self._conn if conn is None else conn
