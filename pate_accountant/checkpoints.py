@@ -240,8 +240,10 @@ def verify_signature(checkpoint: dict, public_key) -> None:
 
 
 def history_problem(ledger, *, rows: int | None = None, head_hash: str | None = None, runs: int | None = None,
-                    run_head_hash: str | None = None, ledger_id: str | None = None) -> str | None:
-    """Why ``ledger`` does not extend a history recorded earlier, or ``None`` when it does.
+                    run_head_hash: str | None = None, ledger_id: str | None = None,
+                    record: str = "recorded") -> str | None:
+    """Why ``ledger`` does not extend a history recorded earlier, or ``None`` when it does (``record`` names how
+    it was recorded in the reason: ``"recorded"``, or ``"pinned"`` for a pin).
 
     ``rows``/``head_hash``: the ledger has at least ``rows`` rows and row ``rows`` has hash ``head_hash`` (with
     ``head_hash`` alone: some row has it); ``runs``/``run_head_hash`` the same for runs; ``ledger_id``: it is the
@@ -251,21 +253,21 @@ def history_problem(ledger, *, rows: int | None = None, head_hash: str | None = 
         return "it is another ledger (another ledger id): the file was replaced"
     have = ledger.head_record
     if rows is not None and have["rows"] < rows:
-        return (f"the ledger has {have['rows']} rows, fewer than the {rows} recorded: rows were dropped or the file "
+        return (f"the ledger has {have['rows']} rows, fewer than the {rows} {record}: rows were dropped or the file "
                 "replaced")
     if head_hash is not None:
         if rows is not None and rows > 0 and ledger.row_hash(rows) != head_hash:
-            return (f"row {rows} does not have the recorded head hash: the history up to it was rewritten or the file "
+            return (f"row {rows} does not have the {record} head hash: the history up to it was rewritten or the file "
                     "replaced")
         if rows is None and not any(row.hash == head_hash for row in ledger.rows()):
-            return "no row has the recorded head hash: the ledger does not extend the recorded history"
+            return f"no row has the {record} head hash: the ledger does not extend the {record} history"
     if runs is not None and have["runs"] < runs:
-        return f"the ledger has {have['runs']} runs, fewer than the {runs} recorded: runs were dropped"
+        return f"the ledger has {have['runs']} runs, fewer than the {runs} {record}: runs were dropped"
     if run_head_hash is not None:
         if runs is not None and runs > 0 and ledger.run_hash(runs) != run_head_hash:
-            return f"run {runs} does not have the recorded hash: the runs up to it were rewritten"
+            return f"run {runs} does not have the {record} hash: the runs up to it were rewritten"
         if runs is None and not any(ledger.run_hash(k) == run_head_hash for k in range(1, have["runs"] + 1)):
-            return "no run has the recorded hash: the runs up to it were rewritten"
+            return f"no run has the {record} hash: the runs up to it were rewritten"
     return None
 
 

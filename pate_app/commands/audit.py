@@ -17,8 +17,9 @@ DESCRIPTION = (
     "accountant rebuilt from the stored configuration, and print the spent budget and each run's "
     "metadata (docs/ledger.md). An accountant that keeps confidential charges (individual charging) "
     "is checked in full when its confidential file PATH.confidential.sqlite is present, and its "
-    "shareable part alone otherwise; the output says which. --expect-head/--expect-rows check the ledger "
-    "against a head hash and row count written down earlier (every run prints them). Exit status 0 when "
+    "shareable part alone otherwise; the output says which. --expect-head/--expect-rows and "
+    "--expect-run-head/--expect-runs check the ledger against heads written down earlier (every run prints the "
+    "command). Exit status 0 when "
     "it verifies; 1, naming the offending row, when a row was edited, dropped or reordered, when the "
     "totals disagree, when the budget was exceeded, when the ledger does not extend the pinned head, or "
     "(with --public-key) when a signed checkpoint is missing, forged or not extended; "
@@ -69,8 +70,7 @@ def pin_problem(ledger, head: str | None, rows: int | None, run_head: str | None
     ``run_head`` (:func:`pate_accountant.checkpoints.history_problem`)."""
     from pate_accountant.checkpoints import history_problem
 
-    problem = history_problem(ledger, rows=rows, head_hash=head, runs=runs, run_head_hash=run_head)
-    return None if problem is None else problem.replace("recorded", "pinned")
+    return history_problem(ledger, rows=rows, head_hash=head, runs=runs, run_head_hash=run_head, record="pinned")
 
 
 def _check_signed(ledger, checkpoints: str, public_key):
