@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pate_accountant import __version__
 from pate_app import COMMAND_HELP, COMMANDS, load_module
 from pate_app.grammar import Parser
+from pate_app.library_output import library_warnings
 
 __all__ = ["build_parser", "load_command", "main"]
 
@@ -59,10 +60,12 @@ def _command_word(argv: list) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(_command_word(argv))
     try:
-        args = parser.parse_args(argv)
-        return int(args.handler(args))
+        with library_warnings():  # what importing a command's libraries warns goes to the log
+            parser = build_parser(_command_word(argv))
+            args = parser.parse_args(argv)
+        with library_warnings(getattr(args, "verbose", False)):  # docs/cli.md, "Quiet runs"
+            return int(args.handler(args))
     except SystemExit as exc:  # argparse usage errors (2), --help / --version (0)
         code = exc.code
         if code is None:

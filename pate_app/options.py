@@ -23,6 +23,7 @@ __all__ = [
     "STEP_DELTA_HELP",
     "STEP_EPSILON_HELP",
     "add_option",
+    "add_verbose_option",
     "cannot_write",
     "delta",
     "int_at_least",
@@ -132,3 +133,10 @@ BUDGET_EPSILON_HELP = "total privacy budget epsilon of the data set"
 BUDGET_DELTA_HELP = "total privacy budget delta of the data set"
 STEP_EPSILON_HELP = f"epsilon of one mechanism run (one step), in (0, {MAX_STEP_EPSILON:g}]"
 STEP_DELTA_HELP = f"delta of one mechanism run (one step), in [{MIN_DELTA:g}, 1)"
+
+
+def add_verbose_option(p) -> None:
+    """``--verbose``: the warnings that libraries raise during the run, each once as one line on stderr."""
+    p.add_argument("--verbose", action="store_true",
+                   help="show each warning that a library (torch, transformers, Ray) raises during the run once, "
+                        "as one line on stderr (default: they go to the pate_app.library_warnings logger only)")

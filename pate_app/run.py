@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import io
 import re
 import sqlite3
 import sys
@@ -60,6 +59,7 @@ from pate_accountant.checkpoints import (
 )
 from pate_accountant.errors import PateAccountantError
 from pate_accountant.ledger import Ledger, describe_mechanism
+from pate_app.library_output import quiet_libraries
 
 __all__ = [
     "RunInputError",
@@ -307,46 +307,6 @@ def _backends(stack: contextlib.ExitStack, model, threads, workers: int, ray_add
     return backend, public
 
 
-@contextlib.contextmanager
-def quiet_libraries(drop_stderr: bool = True):
-    """Silence the progress bars and warnings that transformers and huggingface_hub print on stderr while a
-    model is converted or loaded (the run's own status line and progress replace them, and ``--json`` and
-    ``--no-progress`` promise a quiet stderr); restored on exit.  ``drop_stderr`` also drops whatever else
-    is written on ``sys.stderr`` meanwhile (a loader's own tqdm bar); leave it off around code whose own
-    progress bar must show."""
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:  # no llm extra: nothing of theirs will print
-        yield
-        return
-    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-    hub = None
-    try:
-        from huggingface_hub.utils import (
-            are_progress_bars_disabled,
-            disable_progress_bars,
-            enable_progress_bars,
-        )
-
-        hub = (are_progress_bars_disabled(), enable_progress_bars)
-        disable_progress_bars()
-    except ImportError:
-        pass
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    try:
-        # Some of their loaders (the GGUF conversion) draw tqdm bars that ignore the switches above: what they
-        # write on sys.stderr meanwhile is dropped (errors still raise, with their messages).
-        with contextlib.redirect_stderr(io.StringIO()) if drop_stderr else contextlib.nullcontext():
-            yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
-        if hub is not None and not hub[0]:
-            hub[1]()
-
-
 class RunProgress:
     """The run's progress on stderr: one bar over the records (so its total never jumps when a record stops
     early, and no ETA is shown before the first record ends), whose postfix names the phase (the prefill of
@@ -464,7 +424,7 @@ def private_run(
         with contextlib.ExitStack() as stack:  # stops the shards' workers, whatever happens
             if progress:
                 print("pate-accountant: loading the model ...", file=sys.stderr, flush=True)
-            with quiet_libraries():
+            with quiet_libraries(drop_stderr=True):
                 backend, public = _backends(stack, model, threads, workers, ray_address)
 
             rng = np.random.default_rng(seed)
@@ -604,14 +564,15 @@ def default_demo_ledger(folder=".") -> Path:
     return Path(folder) / "pate-demo.sqlite"
 
 
-def demo_model_path() -> Path:
-    """The embedded SmolLM2 as a converted safetensors folder (converting the GGUF once, with a one-line
-    message on stderr and nothing else: transformers' own conversion bars are silenced)."""
+def demo_model_path(announce: bool = True) -> Path:
+    """The embedded SmolLM2 as a converted safetensors folder (converting the GGUF once; with ``announce``, a
+    one-line message on stderr says so, and nothing else is printed: transformers' own conversion bars are
+    silenced)."""
     gguf = tb.smollm2_path()
     cached = tb.converted_gguf_path(gguf)
-    if not (cached / "config.json").is_file():
+    if announce and not (cached / "config.json").is_file():
         print("pate-accountant: converting the embedded SmolLM2 model once (about 20 s; cached in "
               f"{tb.default_cache_dir()})", file=sys.stderr, flush=True)
-    with quiet_libraries():
+    with quiet_libraries(drop_stderr=True):
         return tb.convert_gguf(gguf)
 

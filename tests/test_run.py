@@ -204,6 +204,54 @@ def test_cli_generate_text(model_dir, tmp_path, capsys):
     assert "audit       : OK" in out and "record 1" in out and MARKER not in out
 
 
+#: Run in a child process: makes the tiny Llama's forward raise a library FutureWarning and log a transformers
+#: warning on every step (as a deprecation in a new release would), then runs the command line.
+_NOISY_LIBRARY = """
+import functools, sys, warnings
+import transformers.models.llama.modeling_llama as llama
+from transformers.utils import logging as hf_logging
+plain = llama.LlamaForCausalLM.forward
+@functools.wraps(plain)
+def forward(self, *args, **kwargs):
+    warnings.warn_explicit("a deprecation of the library's", FutureWarning, llama.__file__, 1)
+    hf_logging.get_logger(llama.__name__).warning("a log line of the library's")
+    return plain(self, *args, **kwargs)
+llama.LlamaForCausalLM.forward = forward
+from pate_accountant.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("noisy", [False, True], ids=["as-installed", "noisy-library"])
+def test_generate_json_leaves_stderr_empty_with_warnings_forced_on(model_dir, tmp_path, noisy):
+    """``python -W default`` shows every warning Python would otherwise hide; a ``generate --json`` run still
+    writes nothing at all on stderr, and ``--verbose`` (without ``--json``) shows each library warning once."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    argv = _generate_argv(model_dir, data, tmp_path / "quiet.sqlite", "--json")
+    del argv[argv.index("--seed") : argv.index("--seed") + 2]  # an unseeded run: no warning of our own to give
+    launch = ["-c", _NOISY_LIBRARY] if noisy else ["-m", "pate_accountant"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-W", "default", *launch, *argv], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr == ""
+    assert json.loads(done.stdout)["audit"]["ok"] is True
+    if noisy:  # the same run, shown: one line per distinct library warning, each once, then the report
+        argv[argv.index("--json")] = "--verbose"
+        argv[argv.index("--ledger") + 1] = str(tmp_path / "verbose.sqlite")
+        shown = subprocess.run([sys.executable, "-W", "default", *launch, *argv, "--no-progress"],
+                               capture_output=True, text=True, env=env, timeout=600)
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        assert shown.stderr.splitlines() == [
+            "pate-accountant: library warning: FutureWarning: a deprecation of the library's",
+            "pate-accountant: library warning: Warning: a log line of the library's",
+        ]
+
+
 @pytest.mark.parametrize("case", ["unknown-model", "empty-data", "too-many-teachers", "existing-ledger",
                                   "unreachable-threshold"])
 def test_cli_generate_bad_inputs_exit_2(model_dir, tmp_path, capsys, case):
@@ -289,7 +337,7 @@ def test_cli_generate_seed_reaches_no_shareable_output(model_dir, tmp_path, caps
 def test_cli_demo_seed_reaches_no_shareable_output(model_dir, tmp_path, capsys, monkeypatch):
     import pate_app.run
 
-    monkeypatch.setattr(pate_app.run, "demo_model_path", lambda: model_dir)  # the tiny model, not SmolLM2
+    monkeypatch.setattr(pate_app.run, "demo_model_path", lambda announce=True: model_dir)  # tiny, not SmolLM2
     ledger = tmp_path / "demo.sqlite"
     argv = ["demo", "--ledger", str(ledger), "--teachers", "64", "--records", "1", "--max-tokens", "3",
             "--step-epsilon", "8", "--step-delta", "0.001", "--budget-delta", "0.5", "--threads", "1", "--seed", str(SEED),

@@ -34,11 +34,13 @@ def test_disjoint_groups_structure():
 def test_planet_z_like_matches_the_task_shape(rng):
     teachers, common = planet_z_like(500, rng, common_size=20, generalization_mass=0.25, junk_mass=0.003)
     assert common.size == 20 and np.all((common >= 1000) & (common < 1900))
-    dense_common = np.stack([teachers.to_dense()[:, c] for c in common], axis=1)
+    dense = teachers.to_dense()  # (500, 128k) float64: 0.5 GB, made once (a view of it keeps it alive)
+    dense_common = dense[:, common]
     # In-prompt mass is 1 - 0.25 - 0.003; the common part of it is large, the private number small on average.
     in_c = dense_common.sum(axis=1)
     assert np.all(in_c < 0.747 + 1e-12) and in_c.mean() > 0.6
-    numbers = teachers.to_dense()[:, 1000:1900].sum(axis=1)
+    numbers = dense[:, 1000:1900].sum(axis=1)
+    del dense
     np.testing.assert_allclose(numbers, 0.997)
     # Each teacher has exactly one in-prompt number outside C (its private number).
     support = teachers.support_sizes

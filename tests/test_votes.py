@@ -144,7 +144,7 @@ def test_vote_histogram_and_counts():
     assert all(x.num_teachers == 3 for x in hs)
 
 
-@pytest.mark.slow
+@pytest.mark.memory
 def test_memory_bounded_at_paper_scale():
     """n = 10^4 teachers, V = 128k, 1000 samples: memory grows with the stored entries, not with V or samples."""
     teachers = pooled_supports(10_000, 128_000, np.random.default_rng(5), pool_size=3000, support_size=300)

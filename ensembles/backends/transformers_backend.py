@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ensembles.backends.device_votes import device_votes
+from ensembles.backends.hf_cache import forward_with_cache
 from ensembles.distributions import TeacherDistributions, top_p_keep
 
 __all__ = ["TransformersBackend", "convert_gguf", "converted_gguf_path", "default_cache_dir", "resolve_model_path",
@@ -318,15 +319,10 @@ class TransformersBackend:
         import torch
 
         with torch.inference_mode():
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
+            out, cache = forward_with_cache(
+                self.model, cache, input_ids=input_ids, attention_mask=mask, position_ids=positions, logits_to_keep=1
             )
-        return out.logits[:, -1, :], out.past_key_values
+        return out.logits[:, -1, :], cache
 
     def _prefill(self, prefix: list[int], suffixes: list[list[int]], teachers: np.ndarray) -> list[_Batch]:
         import torch

@@ -44,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ledger = default_demo_ledger() if args.ledger is None else args.ledger
     try:
-        model = demo_model_path()
+        model = demo_model_path(announce=not (args.json or args.no_progress))
     except ValueError as exc:
         args.parser.error(str(exc))
     return run_and_report(args, command="demo", model=model, records=bundled_sample(), ledger=ledger,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pate_app import EXPERIMENTS
 from pate_app.experiments import load
-from pate_app.options import cannot_write, nonnegative_int, print_json, write_json
+from pate_app.options import add_verbose_option, cannot_write, nonnegative_int, print_json, write_json
 
 NAME = "experiment"
 HELP = "run a reproducible experiment from the paper"
@@ -44,6 +44,7 @@ def _add_experiment(experiments, module) -> None:
     p.add_argument("--seed", metavar="S", type=nonnegative_int, default=0, help="random seed (default: 0)")
     p.add_argument("--json", action="store_true", help="print only the JSON result to stdout")
     p.add_argument("--no-progress", action="store_true", help="do not show the progress bar (stderr)")
+    add_verbose_option(p)
     own = p.add_argument_group(f"{module.NAME} options")
     before = {action.dest for action in p._actions}
     module.add_arguments(own)
@@ -55,10 +56,11 @@ def run_and_write(module, args: argparse.Namespace, out: Path, options: dict) ->
     """Run ``module`` with the shared options of ``args`` and its own ``options``; write its JSON result
     (and with ``args.plot`` its figures) into ``out``.  A bad option becomes a usage error (exit 2) before
     anything is written; ``OSError`` from writing propagates."""
-    from pate_app.run import quiet_libraries  # transformers' own loading bars: the experiment shows its own
+    from pate_app.library_output import quiet_libraries  # the libraries' bars and warnings: the experiment
+    # shows its own progress bar
 
     try:
-        with quiet_libraries(drop_stderr=False):  # the experiment's own progress bar shows
+        with quiet_libraries(verbose=getattr(args, "verbose", False)):
             result = module.run(quick=args.quick, seed=args.seed, progress=not args.no_progress, **options)
     except (TypeError, ValueError) as exc:
         args.parser.error(str(exc))

@@ -91,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
         dataset = args.dataset
     if args.model == EMBEDDED:
         try:
-            model = demo_model_path()
+            model = demo_model_path(announce=not (args.json or args.no_progress))
         except ValueError as exc:
             args.parser.error(f"argument --model: {exc}")
     else:

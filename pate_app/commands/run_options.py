@@ -10,6 +10,7 @@ from pate_app.options import (
     STEP_DELTA_HELP,
     STEP_EPSILON_HELP,
     add_option,
+    add_verbose_option,
     delta,
     nonnegative_int,
     open_unit,
@@ -73,6 +74,7 @@ def add_run_options(p) -> None:
                    help="where --signing-key appends the checkpoint (default LEDGER.checkpoints.jsonl)")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     p.add_argument("--no-progress", action="store_true", help="do not show the progress bar (stderr)")
+    add_verbose_option(p)
 
 
 def pin_command(ledger: dict) -> str:
@@ -90,21 +92,24 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
                    dataset: str) -> int:
     """One private run (:func:`pate_app.run.private_run`) from the parsed options, printed (or ``--json``);
     0 when the ledger audits, 1 otherwise.  Bad input is a usage error (exit 2) before anything is written."""
+    from pate_app.library_output import quiet_libraries
     from pate_app.run import RunInputError, private_run
 
     try:
-        result = private_run(
-            model=model, records=records, num_teachers=args.teachers, ledger_path=ledger,
-            mechanism=getattr(args, "mechanism", DEMO_DEFAULTS["mechanism"]),
-            accountant=getattr(args, "accountant", DEMO_DEFAULTS["accountant"]),
-            step_epsilon=args.step_epsilon, step_delta=args.step_delta, relation=args.relation,
-            epsilon=args.budget_epsilon, delta=args.budget_delta, num_records=args.records, max_tokens=args.max_tokens,
-            seed=args.seed, temperature=args.temperature, top_p=args.top_p, threads=args.threads,
-            workers=getattr(args, "workers", 1), ray_address=getattr(args, "ray_address", None),
-            progress=not args.no_progress and not args.json, command=command,
-            model_label=model_label, data_label=data_label, dataset=dataset, signing_key=args.signing_key,
-            checkpoints=args.checkpoints,
-        )
+        with quiet_libraries(verbose=args.verbose):
+            result = private_run(
+                model=model, records=records, num_teachers=args.teachers, ledger_path=ledger,
+                mechanism=getattr(args, "mechanism", DEMO_DEFAULTS["mechanism"]),
+                accountant=getattr(args, "accountant", DEMO_DEFAULTS["accountant"]),
+                step_epsilon=args.step_epsilon, step_delta=args.step_delta, relation=args.relation,
+                epsilon=args.budget_epsilon, delta=args.budget_delta, num_records=args.records,
+                max_tokens=args.max_tokens,
+                seed=args.seed, temperature=args.temperature, top_p=args.top_p, threads=args.threads,
+                workers=getattr(args, "workers", 1), ray_address=getattr(args, "ray_address", None),
+                progress=not args.no_progress and not args.json, command=command,
+                model_label=model_label, data_label=data_label, dataset=dataset, signing_key=args.signing_key,
+                checkpoints=args.checkpoints,
+            )
     except RunInputError as exc:
         args.parser.error(str(exc))
     except ValueError as exc:  # the backend: unknown model path, no tokenizer, ...

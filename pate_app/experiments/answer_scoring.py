@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ensembles.backends.hf_cache import forward_with_cache
 from ensembles.distributions import TeacherDistributions
 from pate_accountant.validation import check_real
 
@@ -242,14 +243,10 @@ class AnswerScorer:
                     mask[r, 0, padding, columns + padding] = 0.0
                 positions = (batch.next_pos[:, None] + (depth - 1)).expand(b, width)
                 with torch.inference_mode():
-                    result = decoder(
-                        input_ids=ids.to(device),
-                        attention_mask=mask.to(device),
+                    result, cache = forward_with_cache(
+                        decoder, cache, input_ids=ids.to(device), attention_mask=mask.to(device),
                         position_ids=positions.to(device),
-                        past_key_values=cache,
-                        use_cache=True,
                     )
-                cache = result.past_key_values
                 columns += width
                 hidden = result.last_hidden_state[torch.as_tensor(rows), torch.as_tensor(slots)]  # (fed, H)
                 kids = [trie.children[v] for v in nodes]
