@@ -45,6 +45,7 @@ __all__ = [
     "QUERY_DELTA_ROUNDING",
     "SPLITS",
     "TargetChargingSplit",
+    "between_thresholds_q_limit",
     "boundary_wrapper_q",
     "check_composition",
     "query_delta_epsilon",
@@ -87,6 +88,23 @@ def boundary_wrapper_q(eps_a: float) -> float:
     eps_a = check_real("eps_a", eps_a, minimum=0.0, min_open=True)
     e = math.exp(eps_a)
     return min(1.0 / 3.0, (e + 1) / (2 * e * e + e + 2))
+
+
+def between_thresholds_q_limit(eps0: float) -> float:
+    """The limit ``1 / (1 + e^{eps0})`` that the ``q`` of a BetweenThresholds query's ``between`` target at level
+    ``eps0`` approaches as the gap grows, and never reaches: ``q = (1 - e^{-eps0 g'}) / (1 + e^{eps0})`` with
+    ``g' = g`` for continuous Laplace noise and ``g' = g + 1`` for our discrete noise
+    (docs/mechanisms/between_thresholds.md, "The q-target: derivation"), strictly below it for every gap.
+
+    Computed as ``1.0 / (1.0 + math.exp(eps0))``, the float expression that the closed form of that ``q``
+    divides by, so every ``q`` a BetweenThresholds mechanism certifies (the closed form, or less) is at most
+    it and a ``q`` above it claims more than any BetweenThresholds gives (beyond float rounding of the closed
+    form itself, a few units in the last place).  ``0.0`` once ``e^{eps0}`` overflows (every ``q`` refused)."""
+    eps0 = check_real("eps0", eps0, minimum=0.0, min_open=True)
+    try:
+        return 1.0 / (1.0 + math.exp(eps0))
+    except OverflowError:
+        return 0.0
 
 
 def wrapped_event_terms(eps_a: float, delta_a: float) -> tuple[float, float]:

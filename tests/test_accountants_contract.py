@@ -21,6 +21,7 @@ ledger verifies, and a second accountant attached to it replays to the same spen
 from __future__ import annotations
 
 import json
+import math
 
 import dp_accounting
 import pytest
@@ -281,6 +282,61 @@ def test_can_afford_agrees_with_compose_for_every_supported_event(case):
         else:
             assert affordable
             assert acc.spent()[0] <= budget[0] + 1e-12
+
+
+def _ledger_rows(ledger) -> list:
+    return [(row.id, row.event, row.count, row.outcome, row.charged_teachers, row.spent) for row in ledger.rows()]
+
+
+@pytest.mark.parametrize("with_ledger", [False, True], ids=["in-memory", "ledger"])
+def test_charges_landing_exactly_on_the_budget_are_accepted_and_the_next_is_refused(case, with_ledger):
+    """A budget is a hard limit that includes its boundary (docs/accountants.md, "A budget is a hard limit"):
+    the budget is the spend of ``k`` charges itself, so the ``k``-th charge lands exactly on it and is
+    accepted (through ``can_afford``, ``register``'s check before running, and ``record``); the next one is
+    refused by every entry point, before a mechanism runs, with state, spend and ledger rows unchanged.
+    (A strict comparison in a budget check, ``<`` for ``<=``, refuses the landing charge: this test fails.)"""
+    k, delta = 5, case.budget_delta
+    probe = case.factory(None)
+    for _ in range(k):
+        probe.compose(case.event)
+    budget = (probe.get_epsilon(delta), delta)
+    assert 0.0 < budget[0] < math.inf
+    ledger = Ledger.in_memory() if with_ledger else None
+    try:
+        acc = case.factory(budget, ledger=ledger)
+        for i in range(k - 1):
+            assert acc.can_afford(case.event), f"charge {i + 1} of {k} fits the budget {budget}"
+            acc.compose(case.event)
+        assert acc.get_epsilon(delta) < budget[0]
+        assert acc.can_afford(case.event), f"the charge that lands exactly on the budget {budget} is refused"
+        mechanism = CountingMechanism(case.event, case.release)
+        run = acc.register(mechanism)
+        run(None)  # the k-th charge: checked before running, then recorded
+        assert mechanism.calls == 1
+        assert acc.get_epsilon(delta) == budget[0] and acc.spent()[0] == budget[0]  # exactly on the budget
+        before = (acc.state(), acc.spent(), _ledger_rows(ledger) if ledger is not None else None)
+
+        def unchanged():
+            return (acc.state(), acc.spent(), _ledger_rows(ledger) if ledger is not None else None) == before
+
+        assert not acc.can_afford(case.event)
+        for what, attempt in (
+            ("compose", lambda: acc.compose(case.event)),
+            ("compose(count=2)", lambda: acc.compose(case.event, count=2)),
+            ("record", lambda: acc.record(case.release(case.event))),
+            ("record_many", lambda: acc.record_many([case.release(case.event)])),
+            ("register's run", lambda: run(None)),
+        ):
+            with pytest.raises(BudgetExhaustedError):
+                attempt()
+            assert unchanged(), f"the refused {what} changed the accountant or its ledger"
+        assert mechanism.calls == 1  # refused before running
+        if ledger is not None:
+            result = ledger.verify()
+            assert result.ok, result.message
+    finally:
+        if ledger is not None:
+            ledger.close()
 
 
 # -- register ---------------------------------------------------------------------------------------------------

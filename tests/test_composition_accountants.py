@@ -137,6 +137,27 @@ def test_advanced_budget_uses_the_optimal_bound():
     assert acc.classes == {(0.1, 0.0): 100}
 
 
+def test_basic_budget_includes_its_delta_boundary():
+    """The delta side of "a budget is a hard limit" (docs/accountants.md): approximate steps whose summed
+    delta lands exactly on the budget's delta are accepted, with epsilon to spare; the next one is refused
+    and changes nothing (the contract suite lands the epsilon side for every accountant)."""
+    step = EpsilonDeltaEvent(0.01, 3e-7)
+    probe = BasicCompositionAccountant()
+    for _ in range(4):
+        probe.compose(step)
+    budget = (1.0, probe.spent()[1])
+    acc = BasicCompositionAccountant(budget=budget)
+    for _ in range(4):
+        assert acc.can_afford(step)
+        acc.compose(step)
+    assert acc.spent()[1] == budget[1] and acc.spent()[0] < budget[0]
+    before = acc.state()
+    assert not acc.can_afford(step)
+    with pytest.raises(BudgetExhaustedError):
+        acc.compose(step)
+    assert acc.state() == before
+
+
 def test_advanced_budgeted_identical_steps_are_fast():
     acc = AdvancedCompositionAccountant(budget=(2.0, 1e-6))
     charged = 0

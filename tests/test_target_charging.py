@@ -26,7 +26,7 @@ from pate_accountant import (
 )
 from pate_accountant.accountants.basic import BasicCompositionAccountant
 from pate_accountant.accountants.target_charging import TargetChargingAccountant, target_class
-from pate_accountant.tct import tct_epsilon, tct_max_hits
+from pate_accountant.tct import between_thresholds_q_limit, tct_epsilon, tct_max_hits
 
 DELTA = 1e-6
 
@@ -55,9 +55,17 @@ def state(acc):
     [(10, 0.5, 0.1, 3.395175), (100, 1 / 3, 0.01, 0.889968), (100, 0.4, 0.01, 0.798431)],
 )
 def test_reference_tct_vectors(tau, q, eps0, expected):
-    make = bt
+    """The bound's vectors, and through the accountant where a BetweenThresholds query can have that ``q``:
+    ``q = 0.5`` at ``eps0 = 0.1`` is above ``1/(1 + e^0.1) = 0.475``, which no BetweenThresholds reaches, so
+    the accountant refuses that event (the vector is the bound's, not a mechanism's)."""
+    assert tct_epsilon(tau, q, eps0, DELTA) == pytest.approx(expected, rel=1e-6)
     acc = TargetChargingAccountant()
-    acc.compose(make(eps0, q), tau)
+    if q > between_thresholds_q_limit(eps0):
+        with pytest.raises(UnsupportedEventError, match=r"claims q = 0\.5"):
+            acc.compose(bt(eps0, q), tau)
+        assert acc.spent() == (0.0, 0.0) and acc.queries == 0
+        return
+    acc.compose(bt(eps0, q), tau)
     assert acc.hits == tau and acc.queries == tau
     assert acc.get_epsilon(DELTA) == pytest.approx(expected, rel=1e-6)
     eps, delta = acc.spent()
@@ -73,9 +81,17 @@ TAU_MAX = {  # the reference table of docs/planning.md, tau_max at (1, 1e-6): {c
 @pytest.mark.parametrize("composition", ["optimal", "drv"])
 @pytest.mark.parametrize("eps0", [0.02, 0.01, 0.005, 0.002])
 def test_reference_tau_max_table(composition, eps0):
+    """Through the accountant for ``q = 1/3, 0.4``; ``q = 0.5`` is above ``1/(1 + e^eps0)``, the limit no
+    BetweenThresholds query reaches, so there the table is the bound's (``tct_max_hits``, the function the
+    accountant's limit is) and the accountant refuses the event."""
     acc = TargetChargingAccountant(budget=(1.0, DELTA), composition=composition)
     for q, expected in zip((1 / 3, 0.4, 0.5), TAU_MAX[composition][eps0]):
-        assert abs(acc.max_hits_for(bt(eps0, q)) - expected) <= 1
+        if q <= between_thresholds_q_limit(eps0):
+            assert abs(acc.max_hits_for(bt(eps0, q)) - expected) <= 1
+        else:
+            assert abs(tct_max_hits(q, eps0, 1.0, DELTA, composition=composition) - expected) <= 1
+            with pytest.raises(UnsupportedEventError, match="1/\\(1 \\+ e\\^eps0\\)"):
+                acc.max_hits_for(bt(eps0, q))
 
 
 def test_budget_allows_exactly_max_hits():
@@ -213,18 +229,18 @@ def test_several_classes_use_the_conservative_combination_without_a_budget():
 
 def test_a_budget_keeps_the_class_of_the_first_query():
     """With a budget the limits are fixed by the first query; a query it does not cover is refused."""
-    good, bad = bt(0.01, 0.5), bt(0.02, 1 / 3)
+    good, bad = bt(0.01, 0.45), bt(0.02, 1 / 3)
     acc = TargetChargingAccountant(budget=(1.0, DELTA))
     acc.compose(good, 100)
-    assert acc.max_hits == tct_max_hits(0.5, 0.01, 1.0, DELTA)
+    assert acc.max_hits == tct_max_hits(0.45, 0.01, 1.0, DELTA)
     before = state(acc)
     with pytest.raises(UnsupportedEventError, match="first query"):
         acc.can_afford(bad)
     with pytest.raises(UnsupportedEventError, match="first query"):
         acc.record(Release("below", bad, target_hit=False))
     assert state(acc) == before
-    acc.compose(bt(0.005, 0.6), 3)  # dominated: accepted, charged at the first class
-    assert acc.hits == 103 and acc.spent()[0] == pytest.approx(tct_epsilon(103, 0.5, 0.01, DELTA), rel=1e-12)
+    acc.compose(bt(0.005, 0.47), 3)  # dominated: accepted, charged at the first class
+    assert acc.hits == 103 and acc.spent()[0] == pytest.approx(tct_epsilon(103, 0.45, 0.01, DELTA), rel=1e-12)
 
 
 def test_relations_are_not_mixed():

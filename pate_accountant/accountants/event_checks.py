@@ -248,11 +248,18 @@ SHIFT_NOISE = (dp_event.LaplaceDpEvent, dp_event.DiscreteLaplaceDpEvent)
 
 
 def check_native_relation(
-    event, relation: str | None, *, add_remove_only: tuple = SHIFT_NOISE, who: str = "this accountant"
+    event,
+    relation: str | None,
+    *,
+    add_remove_only: tuple = SHIFT_NOISE,
+    who: str = "this accountant",
+    keyword: str = "neighboring_relation",
 ) -> None:
-    """Refuse ``event`` if it holds a dp-accounting event of a type in ``add_remove_only`` while the
-    accountant's relation is ``"replace-one"`` (see the module docstring); ``UnsupportedEventError`` names
-    the inner event, the relation and the remedy."""
+    """Refuse ``event`` if it holds a dp-accounting event of a type in ``add_remove_only`` anywhere inside it
+    (a ``BoundaryWrapperEvent``'s inner event included) while the accountant's relation is ``"replace-one"``
+    (see the module docstring); ``UnsupportedEventError`` names the inner event, the relation and the
+    remedy (``keyword``: the constructor keyword that sets the accountant's relation).  The one rule every
+    accountant applies: the composition accountants, target charging and individual charging."""
     if relation != REPLACE_ONE:
         return
     found = _find(event, add_remove_only, 0)
@@ -260,8 +267,8 @@ def check_native_relation(
         inner = "" if found is event else f" (in {event!r})"
         raise UnsupportedEventError(
             f"{who} cannot account for event {found!r}{inner} under the 'replace-one' relation: dp-accounting "
-            "calibrates this noise to a shift of one under add/remove-one (build the accountant with "
-            "neighboring_relation='add-remove-one' to charge it)"
+            "calibrates this noise to a shift of one under add/remove-one (it is read under add/remove-one only: "
+            f"build the accountant with {keyword}='add-remove-one' if that is the relation you claim)"
         )
 
 

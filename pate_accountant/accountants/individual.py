@@ -57,12 +57,13 @@ import math
 import numpy as np
 
 from pate_accountant.accountants.base import Accountant, Charge, _check_budget
-from pate_accountant.accountants.target_charging import NO_LIMIT, EventMemo, _check_target_delta
+from pate_accountant.accountants.event_checks import check_native_relation
+from pate_accountant.accountants.target_charging import NO_LIMIT, EventMemo, _check_target_delta, target_class
 from pate_accountant.bisection import switch_point
 from pate_accountant.errors import BudgetExhaustedError, UnsupportedEventError
 from pate_accountant.events import ADD_REMOVE_ONE, NEIGHBOURING_RELATIONS, REPLACE_ONE, BetweenThresholdsEvent
 from pate_accountant.release import TARGET, Release, batch_outcome_classes, batch_outcomes
-from pate_accountant.tct import check_composition, tct_epsilon, tct_max_hits
+from pate_accountant.tct import between_thresholds_q_limit, check_composition, tct_epsilon, tct_max_hits
 from pate_accountant.validation import check_int, check_real
 
 __all__ = [
@@ -161,9 +162,14 @@ class IndividualChargingAccountant(Accountant):
     * **The limit**: ``per_teacher_limit``, or :func:`individual_limit` for ``budget=(epsilon, delta)`` with
       the queries' level ``epsilon0`` and ``q`` (or ``gap``, for our discrete BetweenThresholds).  With both,
       the given limit may not exceed the derived one.  With neither, counters are kept and nobody is removed.
-    * **Supported events**: ``BetweenThresholdsEvent``; anything else raises
-      ``UnsupportedEventError``.  When ``epsilon0``/``q`` are declared, an event with a larger epsilon or a
-      smaller q than declared is refused too (the limit would not cover it).
+    * **Supported events**: ``BetweenThresholdsEvent`` whose ``q`` a BetweenThresholds query can have
+      (``q <= 1/(1 + e^{epsilon})``, checked by :func:`~pate_accountant.accountants.target_charging.target_class`,
+      the check target charging applies); anything else raises ``UnsupportedEventError``, and so does, under
+      replace-one, an event holding dp-accounting's Laplace noise (the relation rule of every accountant,
+      :func:`~pate_accountant.accountants.event_checks.check_native_relation`).  When ``epsilon0``/``q`` are
+      declared, an event with a larger epsilon or a smaller q than declared is refused too (the limit would
+      not cover it); with a budget the declared ``q`` is checked like an event's, since the limit is derived
+      from it.
     * **What is charged**: a release with ``target_hit`` (``between``) adds one to each teacher in
       ``release.charged_teachers``; any other outcome charges nobody (its ``charged_teachers``, if any, are
       the participants: checked to be active, not charged).  ``compose(event, count)`` (no release, so no
@@ -236,6 +242,12 @@ class IndividualChargingAccountant(Accountant):
         if checked_budget is not None and self._declared:
             if checked_budget[1] == 0.0:
                 raise ValueError(f"an individual-charging budget needs delta > 0 (got {checked_budget})")
+            q_max = between_thresholds_q_limit(epsilon0)
+            if not q <= q_max:  # a limit derived from a q no BetweenThresholds query has would over-admit
+                raise ValueError(
+                    f"q must be <= 1/(1 + e^epsilon0) = {q_max:.6g} (a BetweenThresholds query's q stays below it) at "
+                    f"epsilon0={epsilon0:.6g}, got {q!r}"
+                )
             derived = individual_limit(
                 epsilon0, q, checked_budget[0], checked_budget[1], relation=relation, composition=composition
             )
@@ -282,12 +294,15 @@ class IndividualChargingAccountant(Accountant):
         }
 
     def _event_class(self, event):
+        # The relation rule of every accountant: stated under the other relation, UnsupportedEventError naming
+        # both; under replace-one, dp-accounting's Laplace noise is refused (calibrated to add/remove-one).
+        check_native_relation(event, self._relation_after(event), who=type(self).__name__, keyword="relation")
         if not isinstance(event, BetweenThresholdsEvent):
             raise UnsupportedEventError(
                 f"cannot account for event {event!r}: individual charging accounts for BetweenThresholds "
                 f"queries (BetweenThresholdsEvent) only"
             )
-        self._relation_after(event)  # stated under the other relation: UnsupportedEventError naming both
+        target_class(event)  # a q no BetweenThresholds query has: UnsupportedEventError (target charging's check)
         if self._declared and (event.epsilon > self._epsilon0 or event.q < self._q):
             raise UnsupportedEventError(
                 f"cannot account for event {event!r}: its target (epsilon={event.epsilon:.6g}, q={event.q:.6g}) is "

@@ -36,7 +36,19 @@ Query classes.  A class is ``(eps0, q, w, relation)``: the target's level ``eps0
 * Without a budget the accountant reports, as an odometer, the bound for the conservative combination of
   every class queried (``max eps0``, ``min q``) at ``target_delta`` plus the actual ``Delta``.
 
-Queries stated under different neighbouring relations are never mixed (``UnsupportedEventError``).
+Queries stated under different neighbouring relations are never mixed (``UnsupportedEventError``): the
+relation rule is the one every accountant applies, :func:`~pate_accountant.accountants.event_checks.relation_after`
+(fixed by ``neighboring_relation=`` or by the first query; an inner event of dp-accounting's, which states
+none, is read under the accountant's relation, ``"replace-one"`` when nothing fixed it), and under
+replace-one :func:`~pate_accountant.accountants.event_checks.check_native_relation` refuses a boundary wrapper
+around dp-accounting's Laplace or discrete Laplace noise, as the composition accountants do: that noise is
+calibrated to add/remove-one, and reading ``eps_A = 1/b`` under replace-one would halve ``eps0``.
+
+Claims are checked (:func:`target_class`).  An event states its own ``(eps0, q)``; it is accepted only when a
+mechanism of its kind can truthfully have that target: a ``BetweenThresholdsEvent`` needs
+``q <= 1/(1 + e^{eps0})`` (:func:`~pate_accountant.tct.between_thresholds_q_limit`), a ``BoundaryWrapperEvent``
+a level of at least ``2 eps_A`` and ``q <= boundary_wrapper_q(eps_A)``.  Anything more is refused with
+``UnsupportedEventError`` naming the claimed value, before anything changes.
 
 The in-memory ``record`` has a fast path (two integer comparisons against precomputed limits), and
 :meth:`TargetChargingAccountant.record_outcomes` / :meth:`~TargetChargingAccountant.record_batch` charge
@@ -52,6 +64,7 @@ import dp_accounting
 import numpy as np
 
 from pate_accountant.accountants.base import Accountant, Charge, _check_budget
+from pate_accountant.accountants.event_checks import check_native_relation, check_relation
 from pate_accountant.accountants.translate import epsilon_delta_terms
 from pate_accountant.errors import UnsupportedEventError
 from pate_accountant.events import (
@@ -67,6 +80,7 @@ from pate_accountant.tct import (
     NO_LIMIT,
     QUERY_DELTA_ROUNDING,
     TargetChargingSplit,
+    between_thresholds_q_limit,
     boundary_wrapper_q,
     query_delta_epsilon,
     target_charging_split,
@@ -116,15 +130,30 @@ def _wrapper_class(event: BoundaryWrapperEvent) -> TargetClass:
     return TargetClass(event.epsilon, event.q, wrapped_query_delta(delta_a), getattr(event.inner, "relation", None))
 
 
+def _between_class(event: BetweenThresholdsEvent) -> TargetClass:
+    q_max = between_thresholds_q_limit(event.epsilon)
+    if not event.q <= q_max:
+        raise UnsupportedEventError(
+            f"cannot account for event {event!r}: a BetweenThresholds query's between target at level eps0 = "
+            f"{event.epsilon:.6g} has q < 1/(1 + e^eps0) = {q_max:.6g}, but the event claims q = {event.q:.6g}"
+        )
+    return TargetClass(event.epsilon, event.q, 0.0, event.relation)
+
+
 def target_class(event) -> TargetClass:
-    """The :class:`TargetClass` of a ``BoundaryWrapperEvent`` or ``BetweenThresholdsEvent``.
+    """The :class:`TargetClass` of a ``BoundaryWrapperEvent`` or ``BetweenThresholdsEvent``, once its claim is
+    checked against what a mechanism of its kind can truthfully claim (docs/tct_and_individual.md, section 1,
+    "Claims are checked"; the one check target charging and individual charging share).
 
     Raises ``UnsupportedEventError`` naming the event for anything else (an event without a q-target), for a
-    boundary wrapper whose inner event has no (epsilon, delta) form, and for a wrapper event that claims more
-    than the wrapper gives (a level below ``2 eps_A`` or a ``q`` above :func:`~pate_accountant.tct.boundary_wrapper_q`).
+    boundary wrapper whose inner event has no (epsilon, delta) form, for a wrapper event that claims more
+    than the wrapper gives (a level below ``2 eps_A`` or a ``q`` above :func:`~pate_accountant.tct.boundary_wrapper_q`),
+    and for a BetweenThresholds event whose ``q`` is above ``1/(1 + e^{eps0})``, the limit that no
+    BetweenThresholds query reaches (:func:`~pate_accountant.tct.between_thresholds_q_limit`;
+    docs/mechanisms/between_thresholds.md, "The q-target: derivation").
     """
     if isinstance(event, BetweenThresholdsEvent):
-        return TargetClass(event.epsilon, event.q, 0.0, event.relation)
+        return _between_class(event)
     if isinstance(event, BoundaryWrapperEvent):
         return _wrapper_class(event)
     if isinstance(event, dp_accounting.DpEvent):
@@ -222,10 +251,12 @@ class TargetChargingAccountant(Accountant):
     delta of approximate-DP queries (module docstring; proof in ``docs/tct_and_individual.md``).
 
     ``TargetChargingAccountant(*, budget=None, ledger=None, target_delta=1e-6, composition="optimal",
-    query_delta_share=0.5)``.
+    query_delta_share=0.5, neighboring_relation=None)``.
 
-    * Supported events: ``BoundaryWrapperEvent`` and ``BetweenThresholdsEvent``; anything else raises
-      ``UnsupportedEventError``.
+    * Supported events: ``BoundaryWrapperEvent`` and ``BetweenThresholdsEvent`` whose claims a mechanism of
+      their kind can make (:func:`target_class`); anything else raises ``UnsupportedEventError``.
+    * ``neighboring_relation``: the relation of every query (``None``: fixed by the first query, see the
+      module docstring); dp-accounting's inner events are read under it.
     * ``record(release)``: a release with ``target_hit`` is one hit, any other outcome is a query without a
       hit; every query pays its class's per-query delta; ``compose(event, count)`` is ``count`` hits.
     * ``spent()``: ``(tct_epsilon(tau, q, eps0, delta_tct) + ln(1/(1 - Delta), delta_tct + Delta)`` with
@@ -244,7 +275,17 @@ class TargetChargingAccountant(Accountant):
 
     kind = "target-charging"
 
-    def __init__(self, *, budget=None, ledger=None, target_delta=1e-6, composition="optimal", query_delta_share=0.5):
+    def __init__(
+        self,
+        *,
+        budget=None,
+        ledger=None,
+        target_delta=1e-6,
+        composition="optimal",
+        query_delta_share=0.5,
+        neighboring_relation=None,
+    ):
+        neighboring_relation = check_relation("neighboring_relation", neighboring_relation)
         self._target_delta = _check_target_delta(target_delta)
         self._composition = check_composition(composition)
         self._share = _check_share(query_delta_share)
@@ -269,12 +310,17 @@ class TargetChargingAccountant(Accountant):
         self._anchor = None  # the class of the first query
         self._limit = NO_LIMIT  # max_hits of the anchor under the budget
         self._query_limit = NO_LIMIT  # max_queries of the anchor under the budget
-        self._relation = None
-        super().__init__(budget=budget, ledger=ledger)
+        # The relation (base class: ``_current_relation``) is set by the base constructor, before a ledger replays.
+        super().__init__(budget=budget, ledger=ledger, neighboring_relation=neighboring_relation)
 
     # -- configuration ----------------------------------------------------------------------------------
     def _config(self) -> dict:
-        return {"target_delta": self._target_delta, "composition": self._composition, "query_delta_share": self._share}
+        config = {
+            "target_delta": self._target_delta, "composition": self._composition, "query_delta_share": self._share
+        }
+        if self._configured_relation is not None:
+            config["neighboring_relation"] = self._configured_relation
+        return config
 
     # -- class bookkeeping ------------------------------------------------------------------------------
     def _register_class(self, event) -> int:
@@ -397,16 +443,12 @@ class TargetChargingAccountant(Accountant):
         return Charge(event, count, TARGET)
 
     def _maybe_compose(self, charge: Charge, do_compose: bool, *, enforce_budget: bool = True) -> None:
-        cid = self._class_of(charge.event)
+        cid = self._class_of(charge.event)  # UnsupportedEventError: no q-target, or a claim beyond its kind
         cls = self._class_list[cid]
-        relation = self._relation
-        if cls.relation is not None:
-            if relation is not None and cls.relation != relation:
-                raise UnsupportedEventError(
-                    f"cannot account for event {charge.event!r}: it is stated under the {cls.relation!r} relation, "
-                    f"but this accountant already charged {relation!r} queries (one guarantee, one relation)"
-                )
-            relation = cls.relation
+        # The relation rule of every accountant: UnsupportedEventError naming both relations, and under
+        # replace-one a dp-accounting Laplace inner is refused (calibrated to add/remove-one).
+        relation = self._relation_after(charge.event)
+        check_native_relation(charge.event, relation, who=type(self).__name__)
         anchor = self._anchor if self._anchor is not None else cls
         if enforce_budget and self._budget is not None and not _dominates(anchor, cls):
             raise UnsupportedEventError(
@@ -451,7 +493,7 @@ class TargetChargingAccountant(Accountant):
             self._pending = False
         else:
             self._pending = True
-        self._relation = relation
+        self._set_relation(relation)
 
     def _epsilon(self, delta: float) -> float:
         tau = self.charged_tau
@@ -470,11 +512,11 @@ class TargetChargingAccountant(Accountant):
 
     def _get_state(self):
         return (self._hits, self._queries, self._pending, {cid: tuple(slot) for cid, slot in self._slots.items()},
-                self._combo, self._anchor, self._limit, self._query_limit, self._relation)
+                self._combo, self._anchor, self._limit, self._query_limit, self._current_relation)
 
     def _set_state(self, data) -> None:
         (self._hits, self._queries, self._pending, slots, self._combo, self._anchor, self._limit, self._query_limit,
-         self._relation) = data
+         self._current_relation) = data
         self._slots = {cid: list(slot) for cid, slot in slots.items()}
 
     # -- fast paths --------------------------------------------------------------------------------------
