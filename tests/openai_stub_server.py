@@ -8,7 +8,9 @@ when it is not among them (here: the least likely token with positive probabilit
 ``processed=True`` the logprobs are at the request's temperature (vLLM ``--logprobs-mode
 processed_logprobs``), else at temperature 1 (raw logprobs).  A request for more than ``max_logprobs``
 gets vLLM's HTTP 400.  ``actions`` is a queue of per-request overrides: callables ``action(body)`` returning
-``(status, payload)`` (``payload``: bytes, a JSON-able object, or ``None`` for the normal reply).
+``(status, payload)`` (``payload``: bytes, a JSON-able object, ``None`` for the normal reply, or a callable
+``write(handler)`` that writes the whole reply itself, as :meth:`StubServer.trickle` does).  The server
+listens on 127.0.0.1 only, and every handler ends when the server stops.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import collections
 import json
 import math
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -43,6 +46,9 @@ class StubServer:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 status, payload = stub.handle(dict(self.headers.items()), body)
+                if callable(payload):
+                    payload(self)
+                    return
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -78,6 +84,29 @@ class StubServer:
         """Wait (in a handler) up to ``seconds``, or until the server stops."""
         self._stopping.wait(seconds)
 
+    def trickle(self, *, interval: float, seconds: float, in_headers: bool = False):
+        """An action: a 200 reply sent one byte every ``interval`` seconds, for at most ``seconds`` (or until
+        the server stops or the client leaves), then the connection is closed.  The status line and headers
+        come at once and the body (JSON whitespace, never complete) trickles, or with ``in_headers`` the
+        status line and headers trickle too."""
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+
+        def write(handler):
+            handler.close_connection = True
+            end = time.monotonic() + seconds
+            try:
+                if not in_headers:
+                    handler.wfile.write(head)
+                for byte in (head if in_headers else b"") + b" " * 1000000:
+                    if self._stopping.is_set() or time.monotonic() >= end:
+                        return
+                    handler.wfile.write(bytes([byte]))
+                    self.sleep(interval)
+            except OSError:  # the client gave up and closed the connection
+                return
+
+        return lambda body: (200, write)
+
     # -- the dialect -----------------------------------------------------------------------------------
     def handle(self, headers: dict, raw: bytes) -> tuple[int, bytes]:
         body = json.loads(raw)
@@ -87,7 +116,9 @@ class StubServer:
         status, payload = (200, None) if action is None else action(body)
         if payload is None:
             status, payload = self.reply(body)
-        return status, payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        if isinstance(payload, bytes) or callable(payload):
+            return status, payload
+        return status, json.dumps(payload).encode()
 
     def reply(self, body: dict) -> tuple[int, dict]:
         k = body["logprobs"]

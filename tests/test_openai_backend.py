@@ -2,6 +2,8 @@
 (tests/openai_stub_server.py): distributions, batching, a full private run, temperature, errors, privacy."""
 
 import json
+import logging
+import time
 import zlib
 
 import numpy as np
@@ -147,19 +149,92 @@ def test_a_raw_server_with_a_declared_temperature_is_refused(server):
     assert all(body["prompt"] == [[W["<eos>"]]] for _, body in server.requests)  # only the public probe went out
 
 
-def test_cap_exceeded_names_the_limit_and_is_not_retried(server):
+def test_cap_exceeded_is_named_and_not_retried(server):
     api = backend(server, top_logprobs=50)
-    with pytest.raises(ValueError, match=r"refused top_logprobs=50: its limit is 20 \(vLLM --max-logprobs\)"):
+    with pytest.raises(ValueError, match=r"refused top_logprobs=50: that is above the server's limit \(vLLM "
+                                         r"--max-logprobs, 20 by default\); restart it with --max-logprobs 50"):
         api.next_token_distributions(contexts(2))
     assert len(server.requests) == 1
+
+
+def test_a_cap_equal_to_a_value_the_request_sent_is_shown():
+    with StubServer(next_token_probs, max_logprobs=1) as stub:  # "max allowed: 1", and the request sent 1
+        with pytest.raises(ValueError, match=r"refused top_logprobs=4: its limit is 1 \(vLLM --max-logprobs"):
+            backend(stub).next_token_distributions(contexts(2))
+    with StubServer(next_token_probs) as stub:  # the number equals the request's own logprobs
+        message = f"Requested sample logprobs of {K}, which is greater than max allowed: {K}"
+        stub.actions.append(lambda body: (400, {"error": {"message": message, "type": "BadRequestError"}}))
+        with pytest.raises(ValueError, match=f"its limit is {K} "):
+            backend(stub).next_token_distributions(contexts(2))
+
+
+FOREIGN = "123456"  # a number the request never sent, as a server that echoes token ids would put it
+
+
+def test_a_cap_the_request_did_not_send_is_not_echoed(server, caplog):
+    caplog.set_level(logging.DEBUG)
+    message = f"Requested sample logprobs of {K}, which is greater than max allowed: {FOREIGN} ({SECRET})"
+    server.actions.append(lambda body: (400, {"error": {"message": message, "type": "BadRequestError"}}))
+    with pytest.raises(ValueError, match=f"refused top_logprobs={K}: that is above the server's limit") as info:
+        backend(server).next_token_distributions(contexts(2))
+    for text in (str(info.value), caplog.text):
+        assert FOREIGN not in text and SECRET not in text
+
+
+@pytest.mark.parametrize("kind", ["NotFoundError", "BadRequestError", "invalid_request_error", "Bad Request",
+                                  "Unprocessable Entity"])
+def test_a_known_error_type_is_named(server, kind):
+    server.actions.append(lambda body: (404, {"error": {"message": SECRET, "type": kind, "param": "model"}}))
+    with pytest.raises(ValueError, match=rf"HTTP 404 \(type '{kind}', param 'model'\); check base_url") as info:
+        backend(server).next_token_distributions(contexts(1))
+    assert SECRET not in str(info.value)
+
+
+@pytest.mark.parametrize("kind", [f"{SECRET}Error", f"token_id:{FOREIGN} token_id:987654", "sk-proj-" + SECRET,
+                                  f"BadRequestError {SECRET}", ["BadRequestError"], 123456],
+                         ids=["marker-class-name", "token-ids", "secret-looking", "known-name-and-marker", "list",
+                              "number"])
+def test_an_unknown_error_type_is_unnamed(server, caplog, kind):
+    """A type field that is not on the allow-list (a marker word, token ids, a secret-looking string, a list,
+    a number) is reported as an unnamed server error, in the exception and in anything logged."""
+    caplog.set_level(logging.DEBUG)
+    message = f"bad prompt {SECRET}: max allowed: {FOREIGN}"
+    server.actions.append(lambda body: (400, {"error": {"message": message, "type": kind, "param": "prompt"}}))
+    with pytest.raises(ValueError, match=r"HTTP 400 \(an unnamed server error, param 'prompt'\)") as info:
+        backend(server).next_token_distributions(contexts(2))
+    for text in (str(info.value), caplog.text):
+        assert SECRET not in text and FOREIGN not in text and "987654" not in text and "sk-" not in text
+    assert "\n" not in str(info.value) and info.value.__cause__ is None
 
 
 def test_timeouts_are_retried_then_named(server):
     api = backend(server, timeout=0.1, max_retries=1)
     server.actions.extend([lambda body: (server.sleep(2.0), (200, None))[1]] * 2)
-    with pytest.raises(TimeoutError, match=r"timeout=0.1 s \(2 attempts, max_retries=1\)"):
+    with pytest.raises(TimeoutError, match=r"did not complete the request within timeout=0.1 s \(2 attempts, "
+                                           r"max_retries=1\)"):
         api.next_token_distributions(contexts(2))
     assert len(server.requests) == 2
+
+
+TRICKLE = 0.05  # seconds between the bytes of a trickled reply
+
+
+@pytest.mark.parametrize("in_headers", [False, True], ids=["body", "headers"])
+@pytest.mark.parametrize("max_retries", [0, 1])
+def test_a_trickled_reply_is_cut_off_at_the_timeout(server, in_headers, max_retries):
+    """A server that sends one byte every 0.05 s (each read alone is quick) for far longer than ``timeout``:
+    every try ends at ``timeout``, give or take a few trickle intervals."""
+    timeout, margin = 0.6, 8 * TRICKLE
+    api = backend(server, timeout=timeout, max_retries=max_retries)
+    server.actions.extend([server.trickle(interval=TRICKLE, seconds=10.0, in_headers=in_headers)] * (max_retries + 1))
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=rf"did not complete the request within timeout={timeout} s "
+                                           rf"\({max_retries + 1} attempts") as info:
+        api.next_token_distributions([api.encode(f"{SECRET} the cat")])
+    elapsed = time.monotonic() - start
+    assert (max_retries + 1) * timeout <= elapsed < (max_retries + 1) * (timeout + margin)
+    assert len(server.requests) == max_retries + 1
+    assert SECRET not in str(info.value) and "\n" not in str(info.value)
 
 
 def test_transient_errors_are_retried_with_backoff(server, monkeypatch):

@@ -19,20 +19,23 @@ Privacy (paper Section 3, "Implementation"; Observation 1): teacher ``i``'s trun
 deterministic function of teacher ``i``'s own context, so changing one teacher's data still changes only that
 teacher's vote, and Algorithm 1's coordination and every guarantee of the aggregator hold unchanged.  The
 prompts are private: no error message quotes a prompt, a prompt token id, a reply's token or value, or the
-server's own error message (which may echo the prompt).
+server's own error message (which may echo the prompt).  Of a refusal's ``type`` field only the names in
+``KNOWN_ERROR_TYPES`` are shown, and of its "max allowed: N" only a number the request itself sent.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
+import io
 import json
 import math
 import re
+import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Sequence
+from http import HTTPStatus
 
 import numpy as np
 
@@ -55,7 +58,21 @@ CLAMPED_LOGPROB = -1000.0
 MAX_BACKOFF = 30.0
 _TOKEN_KEY = re.compile(r"token_id:([0-9]{1,12})")
 _CAP = re.compile(r"greater than max allowed: ?(-?[0-9]{1,12})")
-_ERROR_TYPE = re.compile(r"[A-Za-z]{1,40}Error")
+#: Error ``type`` values that OpenAI-compatible servers send, the only ones an error message names; any other
+#: value (a server could echo a prompt into it) is reported as an unnamed server error.  vLLM's
+#: ``create_error_response`` sends BadRequestError, NotFoundError, NotImplementedError and
+#: InternalServerError, named after the OpenAI Python client's exception classes (all listed here); its
+#: handlers of HTTP and request-validation errors send the status's reason phrase ("Bad Request", "Not
+#: Found"); OpenAI's own API sends snake-case types.
+KNOWN_ERROR_TYPES = frozenset({
+    "BadRequestError", "AuthenticationError", "PermissionDeniedError", "NotFoundError", "ConflictError",
+    "UnprocessableEntityError", "RateLimitError", "InternalServerError", "NotImplementedError",
+    "invalid_request_error", "authentication_error", "rate_limit_error", "insufficient_quota", "server_error",
+    "service_unavailable_error",
+    *(status.phrase for status in HTTPStatus if status >= 400),
+})
+#: The most of an error reply that is read.
+ERROR_BODY_BYTES = 65536
 
 
 class OpenAICompatibleBackend(ContextBackend):
@@ -78,8 +95,10 @@ class OpenAICompatibleBackend(ContextBackend):
       (without ``encode`` prompts must be token-id lists; without ``decode`` text is the ids, space-separated).
     * ``top_logprobs``: ``k``, at most the server's cap (vLLM ``--max-logprobs``, 20 by default);
       ``batch_size``: prompts per request.
-    * ``timeout`` (seconds per request), ``max_retries`` and ``backoff``: connection errors, timeouts and
-      HTTP 429/5xx are retried after ``backoff * 2**attempt`` seconds (at most 30); other HTTP errors are not.
+    * ``timeout``: the seconds one request may take in all, from connecting to the last byte of the reply (a
+      server that trickles its reply is cut off, not waited for); ``max_retries`` and ``backoff``: connection
+      errors, timeouts and HTTP 429/5xx are retried after ``backoff * 2**attempt`` seconds (at most 30), each
+      try with its own ``timeout``; other HTTP errors are not retried.
     * ``api_key``: sent as ``Authorization: Bearer``; ``extra_body``: further request fields (say
       ``cache_salt``), which may not override the backend's own.
     * ``probe_prompt``: the public token ids of the temperature check (default ``[eos_token_id]``, else
@@ -99,6 +118,9 @@ class OpenAICompatibleBackend(ContextBackend):
             raise ValueError(f"base_url must be an http(s) URL such as 'http://127.0.0.1:8000/v1', got {base_url!r}")
         self._url = base_url.rstrip("/") + "/completions"
         self._where = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        self._address = (parts.hostname, parts.port)
+        self._path = urllib.parse.urlsplit(self._url).path
+        self._connection = _BoundedHTTPSConnection if parts.scheme == "https" else _BoundedHTTPConnection
         if not isinstance(model, str):
             raise TypeError(f"model must be a str, got {type(model).__name__}")
         if not model:
@@ -137,7 +159,6 @@ class OpenAICompatibleBackend(ContextBackend):
             raise ValueError("probe_prompt must hold at least one token id")
         self._probe = probe
         self._temperature_checked = self._temperature == 1.0 or not self._check_temperature
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     # -- the protocol's tokenizer side ---------------------------------------------------------------
     @property
@@ -291,52 +312,153 @@ class OpenAICompatibleBackend(ContextBackend):
         for attempt in range(attempts):
             if attempt:
                 time.sleep(min(self._backoff * 2 ** (attempt - 1), MAX_BACKOFF))
-            request = urllib.request.Request(self._url, data=data, headers=headers, method="POST")
             try:
-                with self._opener.open(request, timeout=self._timeout) as response:
-                    return response.read()
-            except urllib.error.HTTPError as error:
-                status = error.code
-                try:
-                    detail = error.read(65536)
-                except (OSError, http.client.HTTPException):
-                    detail = b""
-                finally:
-                    error.close()
-                if status != 429 and status < 500:
-                    raise self._refusal(status, detail) from None
-                failure = f"answered HTTP {status}"
-                kind = RuntimeError
+                status, body = self._exchange(data, headers)
             except (OSError, http.client.HTTPException) as error:
-                reason = error.reason if isinstance(error, urllib.error.URLError) else error
-                if isinstance(reason, TimeoutError):
-                    failure, kind = f"did not answer within timeout={self._timeout} s", TimeoutError
+                if isinstance(error, TimeoutError):
+                    failure, kind = f"did not complete the request within timeout={self._timeout} s", TimeoutError
                 else:
-                    why = getattr(reason, "strerror", None) or type(reason).__name__  # never the server's bytes
+                    why = getattr(error, "strerror", None) or type(error).__name__  # never the server's bytes
                     failure, kind = f"could not be reached ({why})", ConnectionError
+                continue
+            if 200 <= status < 300:
+                return body
+            if status != 429 and status < 500:
+                raise self._refusal(status, body) from None
+            failure, kind = f"answered HTTP {status}", RuntimeError
         raise kind(f"the server at {self._where} {failure} ({attempts} attempts, max_retries={self._max_retries})")
+
+    def _exchange(self, data: bytes, headers: dict) -> tuple[int, bytes]:
+        """One ``POST`` on a fresh connection, ``(status, body)``, all of it within ``timeout`` seconds: connecting,
+        the TLS handshake, sending and every read of the reply wait only for the time left (the system's lookup
+        of the host name aside), so a server that trickles its reply raises ``TimeoutError``.  No proxy is used.
+        Of an error reply at most ``ERROR_BODY_BYTES`` are read, and a failure to read it leaves it empty."""
+        deadline = _Deadline(self._timeout)
+        connection = self._connection(*self._address, deadline=deadline)
+        try:
+            connection.request("POST", self._path, body=data, headers=headers)
+            response = connection.getresponse()
+            if 200 <= response.status < 300:
+                return response.status, response.read()
+            try:
+                body = response.read(ERROR_BODY_BYTES)
+            except (OSError, http.client.HTTPException):
+                body = b""
+            return response.status, body
+        finally:
+            connection.close()
 
     def _field(self, name: str) -> bool:
         return name in OWNED_FIELDS or name in self._extra
 
     def _refusal(self, status: int, detail: bytes) -> ValueError:
         """A 4xx answer as a one-line error that never quotes the server's message (it may echo the prompt);
-        the error's ``type`` and ``param`` are shown only when they are an error class name and a request field."""
+        the error's ``type`` is named only when it is in ``KNOWN_ERROR_TYPES`` (else it is an unnamed server
+        error), its ``param`` only when it is a request field, and the number of a "max allowed: N" only when
+        the request sent that number itself (``max_tokens`` and ``n``, 1, or ``logprobs``, ``top_logprobs``)."""
         info = _error_info(detail)
         message = info.get("message") if isinstance(info.get("message"), str) else ""
         cap = _CAP.search(message)
         if cap and "logprobs" in message and "prompt logprobs" not in message:
-            return ValueError(f"the server refused top_logprobs={self._k}: its limit is {cap.group(1)} (vLLM "
-                              f"--max-logprobs); restart it with --max-logprobs {self._k} or more, "
-                              "or lower top_logprobs")
-        fields = [f"{name} {info[name]!r}" for name, known in (("type", _ERROR_TYPE.fullmatch), ("param", self._field))
-                  if isinstance(info.get(name), str) and known(info[name])]
+            limit = int(cap.group(1))
+            said = f"its limit is {limit}" if limit in (1, self._k) else "that is above the server's limit"
+            return ValueError(f"the server refused top_logprobs={self._k}: {said} (vLLM --max-logprobs, 20 by "
+                              f"default); restart it with --max-logprobs {self._k} or more, or lower top_logprobs")
+        fields = []
+        if info.get("type") is not None:
+            known = isinstance(info["type"], str) and info["type"] in KNOWN_ERROR_TYPES
+            fields.append(f"type {info['type']!r}" if known else "an unnamed server error")
+        if isinstance(info.get("param"), str) and self._field(info["param"]):
+            fields.append(f"param {info['param']!r}")
         hint = {401: "; check api_key", 403: "; check api_key", 404: "; check base_url and model"}.get(status, "")
         if "context length" in message:
             hint += "; a prompt is longer than the model's context"
         return ValueError(f"the server at {self._where} refused the request: HTTP {status}"
                           f"{' (' + ', '.join(fields) + ')' if fields else ''}{hint} (its message is not shown: "
                           "it may quote the prompt)")
+
+
+class _Deadline:
+    """When one request's time runs out (``time.monotonic`` seconds)."""
+
+    def __init__(self, seconds: float):
+        self._end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        """The seconds left; ``TimeoutError`` when none are."""
+        left = self._end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request ran out of time")
+        return left
+
+
+class _BoundedReader(io.RawIOBase):
+    """A response's socket reader whose every read waits only for the time left before ``deadline``."""
+
+    def __init__(self, raw, sock, deadline: _Deadline):
+        super().__init__()
+        self._raw, self._sock, self._deadline = raw, sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int | None:
+        self._sock.settimeout(self._deadline.left())
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+class _BoundedResponse(http.client.HTTPResponse):
+    """An ``HTTPResponse`` that reads its status line, headers and body through a :class:`_BoundedReader`."""
+
+    def __init__(self, sock, *args, deadline: _Deadline, **kwargs):
+        super().__init__(sock, *args, **kwargs)
+        self.fp = io.BufferedReader(_BoundedReader(self.fp.detach(), sock, deadline))
+
+
+class _BoundedHTTPConnection(http.client.HTTPConnection):
+    """An ``HTTPConnection`` on which connecting, sending and reading the reply all end by ``deadline``: each
+    socket operation gets the time left as its timeout, so no number of slow bytes can stretch a request."""
+
+    def __init__(self, host: str, port: int | None, *, deadline: _Deadline):
+        super().__init__(host, port, timeout=deadline.left())
+        self._deadline = deadline
+        self._create_connection = self._open_socket
+        self.response_class = functools.partial(_BoundedResponse, deadline=deadline)
+
+    def _open_socket(self, address, timeout=None, source_address=None) -> socket.socket:
+        """``socket.create_connection``, but each address tried gets only the time left (``timeout`` unused)."""
+        failure: OSError = OSError("the host name has no address")
+        for family, kind, protocol, _, where in socket.getaddrinfo(*address, 0, socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, protocol)
+            try:
+                sock.settimeout(self._deadline.left())
+                if source_address:
+                    sock.bind(source_address)
+                sock.connect(where)
+                sock.settimeout(self._deadline.left())  # the TLS handshake (https) waits at most this long
+                return sock
+            except OSError as error:
+                sock.close()
+                failure = error
+        raise failure
+
+    def send(self, data) -> None:
+        """Send ``data`` (bytes: the request line and headers, then the body) within the time left."""
+        if self.sock is None:
+            self.connect()
+        view = memoryview(data)
+        while view:
+            self.sock.settimeout(self._deadline.left())
+            view = view[self.sock.send(view):]
+
+
+class _BoundedHTTPSConnection(_BoundedHTTPConnection, http.client.HTTPSConnection):
+    """:class:`_BoundedHTTPConnection` over TLS (the default context: certificates and host name checked)."""
 
 
 def _tokenizer_functions(tokenizer, encode, decode) -> tuple:
