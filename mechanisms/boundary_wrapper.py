@@ -73,6 +73,7 @@ __all__ = [
     "approximate_inner_certificate",
     "binary_worst_case_q",
     "boundary_wrapper_q",
+    "outside_mass_rows",
     "target_probability",
     "wrap_probabilities",
 ]
@@ -82,24 +83,44 @@ def _target_probability(pi):
     return (1.0 - pi) / (2.0 - pi)
 
 
+def outside_mass_rows(sample, probabilities, num_rows: int, fail=None) -> np.ndarray:
+    """``1 - pi`` of each row of a batch of laws (``pi`` the largest probability of the row, fail included),
+    summed from the small probabilities themselves: ``1 - max`` would cancel to zero when a yield of ``1e-18``
+    sits beside a fail of ``1 - 1e-18`` (and the target would vanish where it must not).
+
+    Row ``r`` lists the probabilities ``probabilities[sample == r]`` of its tokens; ``fail[r]`` is its fail
+    probability, by default the rest of its mass ``1 - sum`` (a batch's layout,
+    :meth:`mechanisms.base.Mechanism.batch_distributions`).  Where fail is the largest outcome, ``1 - pi`` is
+    the sum of the token probabilities (``1 - sum`` is never used there); otherwise it is the sum of the
+    tokens other than the largest one, plus fail.  The one computation of :meth:`BoundaryWrapper.output_distribution`
+    (one row) and :meth:`BoundaryWrapper.batch_distributions`."""
+    sample = np.asarray(sample, dtype=np.int64)
+    probs = np.asarray(probabilities, dtype=np.float64)
+    total = np.bincount(sample, weights=probs, minlength=num_rows)
+    top = np.zeros(num_rows)
+    np.maximum.at(top, sample, probs)
+    fail = np.clip(1.0 - total, 0.0, 1.0) if fail is None else np.asarray(fail, dtype=np.float64)
+    # The tokens other than each row's largest (its first occurrence): their sum, without cancellation.
+    at_top = np.flatnonzero(probs == top[sample])
+    _, first = np.unique(sample[at_top], return_index=True)
+    rest = probs.copy()
+    rest[at_top[first]] = 0.0
+    others = np.bincount(sample, weights=rest, minlength=num_rows)
+    return np.where(fail >= top, total, others + fail)
+
+
+def target_from_outside_mass(outside):
+    """``P[target] = a' / (1 + a')`` with ``a' = min(a, 1/2)``, ``a = 1 - pi`` (a number or an array): the same
+    value as :func:`target_probability` without the cancellation of ``1 - pi``."""
+    a = np.clip(np.asarray(outside, dtype=np.float64), 0.0, 0.5)
+    target = a / (1.0 + a)
+    return float(target) if target.ndim == 0 else target
+
+
 def mass_outside_max(distribution: OutcomeDistribution) -> float:
-    """``1 - pi``, the mass outside the most likely outcome (fail included), summed from the small
-    probabilities themselves: ``1 - max`` would cancel to zero when a yield of ``1e-18`` sits beside a fail
-    of ``1 - 1e-18`` (and the target would vanish where it must not)."""
+    """``1 - pi`` of one law (:func:`outside_mass_rows` with one row and the law's own ``fail``)."""
     probs = np.asarray(distribution.probabilities, dtype=np.float64)
-    fail = float(distribution.fail)
-    top = float(probs.max()) if probs.size else 0.0
-    if fail >= top:
-        return float(math.fsum(probs))
-    k = int(np.argmax(probs))
-    return float(math.fsum(np.delete(probs, k))) + fail
-
-
-def target_from_outside_mass(outside: float) -> float:
-    """``P[target] = a' / (1 + a')`` with ``a' = min(a, 1/2)``, ``a = 1 - pi``: the same value as
-    :func:`target_probability` without the cancellation of ``1 - pi``."""
-    a = min(max(float(outside), 0.0), 0.5)
-    return a / (1.0 + a)
+    return float(outside_mass_rows(np.zeros(probs.size, dtype=np.int64), probs, 1, [float(distribution.fail)])[0])
 
 
 def target_probability(max_probability: float) -> float:
@@ -338,6 +359,7 @@ class BoundaryWrapper(Mechanism):
         and ``target[i]`` is ``P[target]`` on histogram ``i``.  Uses ``inner.batch_distributions`` when it
         exists, otherwise one :meth:`output_distribution` per histogram."""
         batch = as_batch(batch)
+        fail = None  # the rest of each histogram's mass, unless the inner laws state it
         if callable(getattr(self.inner, "batch_distributions", None)):
             sample, tokens, probs = self.inner.batch_distributions(batch)
             sample = np.asarray(sample, dtype=np.int64)
@@ -348,11 +370,9 @@ class BoundaryWrapper(Mechanism):
             sample = np.repeat(np.arange(len(parts)), [d.tokens.size for d in parts]).astype(np.int64)
             tokens = np.concatenate([np.asarray(d.tokens, dtype=np.int64) for d in parts] + [np.zeros(0, np.int64)])
             probs = np.concatenate([np.asarray(d.probabilities, dtype=np.float64) for d in parts] + [np.zeros(0)])
-        n = batch.num_histograms
-        top = np.zeros(n)
-        np.maximum.at(top, sample, probs)
-        fail = np.clip(1.0 - np.bincount(sample, weights=probs, minlength=n), 0.0, 1.0)
-        return sample, tokens, probs, _target_probability(np.maximum(top, fail))
+            fail = np.array([float(d.fail) for d in parts])
+        outside = outside_mass_rows(sample, probs, batch.num_histograms, fail)
+        return sample, tokens, probs, target_from_outside_mass(outside)
 
     def _run_batch(self, batch, source) -> BatchRelease:
         """Run on every histogram of a batch: ``values[i]`` is the released token, ``FAIL_VALUE`` for fail

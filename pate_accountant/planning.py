@@ -11,7 +11,8 @@ JSON-able dict (``None`` for an infinite or undefined value).
 * :func:`teachers_for`, :func:`c_delta`: the paper's ensemble size ``n = C_delta / eps0`` with
   ``C_delta = 2 ln(1/delta0)`` (Section "Privacy analysis considerations").
 * :func:`yields`: the expected number of yields (tokens) the budget buys, by the paper's relation
-  "yields per target hit ~ eps0 n / 2" (regime ``alpha <= T/n``, the worst case over alpha).
+  "yields per target hit ~ eps0 n / 2" (regime ``alpha <= T/n``, the worst case over alpha);
+  :func:`yields_for_hits` gives the same for the hits of a :func:`target_hits` plan already made.
 * :func:`plan_for_tokens`: the largest ``eps0`` (fewest teachers ``n = C_delta / eps0``) that buys at
   least a wanted number of yields, calibrated so the plan never overshoots the budget.
 * :func:`compare_accounting`: one run shape accounted three ways: plain composition of every query,
@@ -102,6 +103,7 @@ __all__ = [
     "target_hits",
     "teachers_for",
     "yields",
+    "yields_for_hits",
 ]
 
 #: Plain composition bounds for ``k`` identical ``(eps0, delta0)`` steps (docs/planning.md, docs/accountants.md).
@@ -638,11 +640,11 @@ def target_hits(
     """
     epsilon, delta = _check_budget(epsilon, delta)
     eps0 = _check_eps0(eps0)
+    _check_search(epsilon, delta, eps0)  # before delta0: a level past the planning limit is named as such
     q = _check_q("q", q)
     share = _check_share(query_delta_share)
     delta0 = _check_inner_delta(delta0, delta, share)
     composition = check_composition(composition)
-    _check_search(epsilon, delta, eps0)
     split, w = _split(epsilon, delta, eps0, q, delta0, share, composition)
     hits = split.max_hits
     details = tct_details(hits, q, eps0, split.delta_tct, composition=composition)
@@ -691,6 +693,20 @@ def yields(
     """
     plan = target_hits(epsilon, delta, eps0, q=q, delta0=delta0, composition=composition,
                        query_delta_share=query_delta_share)
+    return yields_for_hits(plan, num_teachers, aggregator_delta)
+
+
+def yields_for_hits(
+    plan: TargetHitsPlan,
+    num_teachers: float | None = None,
+    aggregator_delta: float = DEFAULT_AGGREGATOR_DELTA,
+) -> YieldsPlan:
+    """The expected yields of the hits of one :func:`target_hits` plan, by the paper's relation (see
+    :func:`yields`, which is ``yields_for_hits(target_hits(...), num_teachers, aggregator_delta)``): the hits,
+    level, ``q``, ``delta0`` and query limit are the plan's own, so ``pate-accountant plan yields`` can give the
+    yields of exactly the run whose hits it planned."""
+    if not isinstance(plan, TargetHitsPlan):
+        raise TypeError(f"plan must be a TargetHitsPlan (what target_hits returns), got {type(plan).__name__}")
     aggregator_delta = check_delta("aggregator_delta", aggregator_delta)
     cd = c_delta(aggregator_delta)
     min_teachers = cd / plan.eps0
@@ -798,7 +814,6 @@ def plan_for_tokens(
     epsilon, delta = _check_budget(epsilon, delta)
     q = _check_q("q", q)
     share = _check_share(query_delta_share)
-    delta0 = _check_inner_delta(delta0, delta, share)
     composition = check_composition(composition)
     aggregator_delta = check_delta("aggregator_delta", aggregator_delta)
     cd = c_delta(aggregator_delta)
@@ -811,6 +826,7 @@ def plan_for_tokens(
             f"above the planning limit of {MAX_SEARCH_STEPS:.0e} draws: the largest plannable horizon here is "
             f"{largest} tokens (docs/ranges.md)"
         )
+    delta0 = _check_inner_delta(delta0, delta, share)  # after the size: a plan too large is refused as such
     needed = math.ceil(2.0 * tokens / cd)
     w = wrapped_query_delta(delta0)
     reserved = share * delta if w > 0.0 else 0.0  # as target_charging_split reserves it, whatever eps0
@@ -923,7 +939,6 @@ def compare_accounting(
         raise ValueError(f"target_rate must be 0 or lie in [{MIN_TARGET_RATE:g}, 1], got {rate:g} (docs/ranges.md)")
     q = _check_q("q", q)
     individual_q = q if individual_q is None else _check_q("individual_q", individual_q)
-    delta0 = _check_delta0(delta0, delta)
     share = _check_share(query_delta_share)
     composition = check_composition(composition)
     aggregator_delta = check_delta("aggregator_delta", aggregator_delta)
@@ -940,6 +955,7 @@ def compare_accounting(
     per_teacher = _per_teacher(hits, g, n)
     _check_bound_draws(k, rate, hits, q, "q", "target charging")
     _check_bound_draws(k, rate, per_teacher, individual_q, "individual_q", "individual charging (worst teacher)")
+    delta0 = _check_delta0(delta0, delta)  # after the sizes: a comparison too large is refused as such
     plain = {m: plain_epsilon(k, eps0, delta, delta0=delta0, method=m) for m in PLAIN_METHODS}
     plain["best"] = min(plain.values())
     w = wrapped_query_delta(delta0)

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mechanisms import FAIL_VALUE, OutcomeDistribution, ThresholdArgMax, ThresholdWeightedSampling, as_histogram
+from mechanisms import (
+    FAIL_VALUE,
+    DPArgMax,
+    OutcomeDistribution,
+    ThresholdArgMax,
+    ThresholdWeightedSampling,
+    as_histogram,
+)
 from mechanisms.between_thresholds import BetweenThresholds, discrete_laplace_sf
 from mechanisms.boundary_wrapper import (
     MAX_EPSILON_FOR_ONE_THIRD,
@@ -380,6 +387,48 @@ def test_target_probability_properties(counts, tail, which):
     if n > 0:
         _, _, _, target = wrapped.batch_distributions([hist])
         assert target[0] == pytest.approx(dist.target, rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("inner", "counts"),
+    [
+        (NoisyThresholdBinary(1.0, token=0, threshold=30), [3, 3]),  # no batch law of its own: one law per histogram
+        (DPArgMax(1.0, 1e-20), [220, 180]),  # its own vectorised laws (fail is the rest of the mass)
+    ],
+    ids=["per-histogram laws", "dp-argmax batch laws"],
+)
+def test_batch_target_keeps_full_precision_at_a_tiny_yield(inner, counts):
+    # A yield of about 1e-12 beside a fail of 1 - 1e-12: 1 - fail would keep only about four digits of it.
+    wrapped = BoundaryWrapper(inner)
+    hist = as_histogram(np.array(counts))
+    dist = wrapped.output_distribution(hist)
+    y = float(dist.inner.probabilities.sum())
+    assert 1e-13 < y < 1e-11 and dist.inner.fail > 0.5
+    assert dist.target == pytest.approx(y / (1.0 + y), rel=1e-12, abs=0.0)
+    _, _, probs, target = wrapped.batch_distributions([hist, np.array([sum(counts), 0]), hist])
+    assert probs[0] == y
+    assert target[0] == pytest.approx(dist.target, rel=1e-12, abs=0.0) and target[2] == target[0]
+    fail = (1.0 - target[0]) * (1.0 - probs[0])
+    assert fail == pytest.approx(dist.fail, rel=1e-15, abs=0.0)
+
+
+def test_single_and_batch_paths_share_one_outside_mass(monkeypatch):
+    import mechanisms.boundary_wrapper as module
+
+    calls = []
+    shared = module.outside_mass_rows
+
+    def counted(*args, **kwargs):
+        calls.append(args[2])
+        return shared(*args, **kwargs)
+
+    monkeypatch.setattr(module, "outside_mass_rows", counted)
+    wrapped = BoundaryWrapper(DPArgMax(1.0, 1e-20))
+    hists = [np.array([220, 180]), np.array([400, 0]), np.array([0, 0, 400])]
+    single = [wrapped.output_distribution(h).target for h in hists]
+    _, _, _, batch = wrapped.batch_distributions(hists)
+    assert calls == [1, 1, 1, 3]
+    assert list(batch) == pytest.approx(single, rel=1e-12, abs=0.0)
 
 
 def test_target_vanishes_as_one_outcome_dominates():

@@ -552,18 +552,19 @@ def run_json(capsys, *argv) -> dict:
 
 
 def test_cli_subcommands_json(capsys):
-    d = run_json(capsys, "hits", "--eps0", "0.01")
-    assert d["command"] == "plan hits" and d["hits"] == 130 and d["plain_queries"]["optimal"] == 562
-    d = run_json(capsys, "hits", "--eps0", "0.01", "--q", "0.4", "--composition", "drv")
-    assert d["hits"] == 89
-    d = run_json(capsys, "yields", "--eps0", "0.01")
-    assert d["paper_yields"] == pytest.approx(1381.55, abs=0.01) and d["num_teachers"] == pytest.approx(2763.1, abs=0.05)
-    d = run_json(capsys, "yields", "--eps0", "0.01", "--teachers", "5000")
+    d = run_json(capsys, "hits", "--eps0", "0.01", "--step-delta", "1e-10")
+    assert d["command"] == "plan hits" and d["hits"] == 119 and d["plain_queries"]["optimal"] == 560
+    assert d["q"] == pytest.approx(1 / 3) and d["composition"] == "optimal" and d["delta0"] == 1e-10
+    d = run_json(capsys, "yields", "--eps0", "0.01", "--step-delta", "1e-10")
+    # n is the printed run's: C_delta/eps0 = 2763.1 rounded up.
+    assert d["num_teachers"] == 2764 and d["min_teachers"] == pytest.approx(2763.1, abs=0.05)
+    assert d["yields"] == pytest.approx(119 * 0.01 * 2764 / 2) and d["paper_yields"] == pytest.approx(1382.0)
+    d = run_json(capsys, "yields", "--eps0", "0.01", "--teachers", "5000", "--step-delta", "1e-10")
     assert d["yields_per_hit"] == pytest.approx(25.0)
-    d = run_json(capsys, "for-tokens", "--tokens", "1000")
+    d = run_json(capsys, "for-tokens", "--tokens", "1000", "--step-delta", "1e-12")
     assert d["expected_yields"] >= 1000 and d["epsilon_spent"] <= 1.0
     d = run_json(capsys, "compare", "--queries", "10000", "--target-rate", "0.01", "--eps0", "0.01",
-                 "--teachers", "20000", "--budget-epsilon", "1")
+                 "--teachers", "20000", "--budget-epsilon", "1", "--step-delta", "1e-15")
     assert d["hits"] == 100 and d["max_queries"]["plain"] == 562
     d = run_json(capsys, "margin", "--tokens", "1000")
     assert d["n_required"] == pytest.approx(9527.93, abs=0.005)
@@ -577,7 +578,6 @@ def test_cli_delta0_is_the_wrapped_inner_delta(capsys):
     d = run_json(capsys, "hits", "--eps0", "0.02", "--step-delta", "1e-10")
     assert d["max_queries"] == 2500 and d["hits"] == planning.target_hits(1.0, 1e-6, 0.02, delta0=1e-10).hits
     assert d["per_query_delta"] == pytest.approx(2e-10)
-    assert run_json(capsys, "hits", "--eps0", "0.02")["max_queries"] is None
     d = run_json(capsys, "yields", "--eps0", "0.01", "--step-delta", "1e-10")
     assert d["max_queries"] == 2500
     d = run_json(capsys, "for-tokens", "--tokens", "1000", "--step-delta", "1e-10")
@@ -588,18 +588,127 @@ def test_cli_delta0_is_the_wrapped_inner_delta(capsys):
     assert main(["plan", "hits", "--eps0", "0.02", "--step-delta", "1e-10"]) == 0
     out = capsys.readouterr().out
     assert "queries, hit or not  : at most 2500" in out and "every query, hit or not, pays" in out
-    assert main(["plan", "hits", "--eps0", "0.02"]) == 0
-    assert "queries, hit or not" not in capsys.readouterr().out
     assert main(["plan", "hits", "--help"]) == 0
-    assert "delta of one run of the boundary-wrapped inner mechanism, delta_A" in " ".join(capsys.readouterr().out.split())
+    text = " ".join(capsys.readouterr().out.split())
+    assert "delta of one run of the boundary-wrapped inner mechanism, delta_A" in text
+    assert "default: the aggregator delta" in text and "--q" not in text and "--composition" not in text
 
 
 def test_cli_text_output(capsys):
-    assert main(["plan", "hits", "--eps0", "0.01"]) == 0
+    assert main(["plan", "hits", "--eps0", "0.01", "--step-delta", "1e-10"]) == 0
     out = capsys.readouterr().out
-    assert "target hits" in out and "130" in out and "assumptions:" in out
+    assert "target hits          : 119 " in out and "its budget affords 119 target hits" in out
+    assert "assumptions:" in out
     assert main(["plan", "margin", "--teachers", "1000000"]) == 0
     assert "10^1001.2" in capsys.readouterr().out
+
+
+# -- a plan's headline is the figure of the run it prints ---------------------------------------------------
+
+
+def _accountants_hits(run: dict) -> int:
+    """The target hits the printed run's own accountant, as ``generate`` builds it, lets its mechanism make:
+    its hit limit, or 0 when it cannot pay for one query."""
+    from mechanisms import registry as mechanisms_registry
+    from pate_accountant import registry
+
+    mechanism = mechanisms_registry.build_mechanism(run["mechanism"], run["step_epsilon"], run["step_delta"],
+                                                    run["relation"])
+    budget = (run["budget"]["epsilon"], run["budget"]["delta"])
+    accountant = registry.accountant_class(run["accountant"])(budget=budget)
+    return accountant.max_hits_for(mechanism.event) if accountant.can_afford(mechanism.event) else 0
+
+
+@pytest.mark.parametrize(
+    ("removed", "value"),
+    [("--q", "0.45"), ("--composition", "drv")],
+)
+def test_options_that_moved_only_the_headline_are_usage_errors(capsys, removed, value):
+    # They changed the headline (31 hits with --q 0.45, 7 with --composition drv) but never the printed run
+    # (18 hits): the run's q is its wrapper's, and its accountant composes optimally.
+    argv = ["plan", "hits", "--eps0", "0.02", "--step-delta", "1e-10"]
+    assert main([*argv, removed, value, "--json"]) == 2
+    captured = capsys.readouterr()
+    line = captured.err.strip().splitlines()[-1]
+    assert captured.out == "" and f"argument {removed}: no longer taken (got {value})" in line
+    for sub in (["yields", "--eps0", "0.01"], ["for-tokens", "--tokens", "10"],
+                ["compare", "--queries", "10", "--target-rate", "0.1", "--eps0", "0.1", "--teachers", "50"]):
+        assert main(["plan", *sub, removed, value]) == 2
+        assert f"argument {removed}: no longer taken (got {value})" in capsys.readouterr().err
+    d = run_json(capsys, *argv[1:])
+    assert d["hits"] == d["run"]["hits"] == _accountants_hits(d["run"]) == 18
+    assert d["q"] == d["run"]["q"] and d["composition"] == d["run"]["composition"] == "optimal"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # yields: the headline's n is the run's (C_delta/eps0 rounded up), its level eps0 rounded down to six digits
+        ["yields", "--eps0", "0.0123456789", "--step-delta", "1e-10"],
+        # for-tokens above eps0 0.62: the run's q is below 1/3, and the plan is made with it
+        ["for-tokens", "--tokens", "20", "--budget-epsilon", "40", "--step-delta", "1e-10"],
+    ],
+    ids=lambda a: " ".join(a[:3]),
+)
+def test_plan_headline_hits_are_the_printed_runs(capsys, argv):
+    d = run_json(capsys, *argv)
+    run = d["run"]
+    assert run["refused"] is None
+    assert d["hits"] == run["hits"] == _accountants_hits(run)
+    assert d["q"] == run["q"] and d["max_queries"] == run["max_queries"]
+    assert d["num_teachers"] == run["num_teachers"]
+    if argv[0] == "yields":
+        assert d["eps0"] == run["target_level"] == 0.01234566 and d["delta0"] == run["step_delta"]
+        assert d["yields"] == pytest.approx(d["hits"] * 0.01234566 * run["num_teachers"] / 2)
+    if argv[0] == "for-tokens":
+        assert run["q"] < 1 / 3
+        assert d["hits"] >= d["hits_needed"]
+        assert d["expected_yields"] == pytest.approx(d["hits"] * run["target_level"] * run["num_teachers"] / 2)
+    assert main(["plan", *argv]) == 0
+    out = capsys.readouterr().out
+    label = {"hits": "target hits          :", "yields": "target hits (ours)      :",
+             "for-tokens": "budgeted hits        :"}[argv[0]]
+    assert f"{label} {run['hits']}" in out and f"its budget affords {run['hits']} target hits" in out
+
+
+def test_a_run_that_cannot_pay_for_one_query_is_never_headlined_as_affordable(capsys):
+    # The default step delta is the aggregator delta, 1e-6: at the default budget delta 1e-6 no query fits.
+    for argv in (["hits", "--eps0", "0.02"], ["yields", "--eps0", "0.01"],
+                 ["hits", "--eps0", "0.01", "--budget-delta", "3e-6"]):  # w = 2e-6 > the reserve 1.5e-6
+        d = run_json(capsys, *argv)
+        assert d["run"]["refused"] and d["run"]["hits"] is None
+        assert d["hits"] is None and d["max_queries"] == 0 and d["refused"] == d["run"]["refused"]
+        assert d.get("yields", None) is None and d["delta0"] == d["run"]["step_delta"] == 1e-6
+        assert _accountants_hits(d["run"]) == 0
+        assert main(["plan", *argv]) == 0
+        out = capsys.readouterr().out
+        assert "target hits          : none: the run below cannot pay for one query" in out
+        assert "WARNING: that run cannot pay for one query" in out
+    # The step delta the user chose that pays for no query is a usage error naming it and its value.
+    assert main(["plan", "hits", "--eps0", "0.01", "--step-delta", "1e-6"]) == 2
+    assert "argument --step-delta: delta0 must be < delta" in capsys.readouterr().err
+    # Plans that search with the step delta say that it was the default.
+    for argv in (["for-tokens", "--tokens", "1000"],
+                 ["compare", "--queries", "10", "--target-rate", "0.1", "--eps0", "0.1", "--teachers", "50"]):
+        assert main(["plan", *argv]) == 2
+        err = capsys.readouterr().err
+        assert "argument --step-delta: delta0 must be < delta" in err and "defaults to the aggregator delta" in err
+    # A pure run (step delta 0) does not exist: the printed run's DPArgMax needs a delta.
+    assert main(["plan", "hits", "--eps0", "0.01", "--step-delta", "0"]) == 2
+    assert "argument --step-delta: must be a number in [1e-300, 1)" in capsys.readouterr().err
+
+
+def test_compare_says_when_its_run_does_not_pay_for_the_compared_shape(capsys):
+    argv = ["compare", "--queries", "48", "--teachers", "64", "--eps0", "2", "--target-rate", "0.05",
+            "--step-delta", "1e-6", "--budget-delta", "1e-4"]
+    d = run_json(capsys, *argv)
+    assert d["run"]["compared"] == {"hits": 3, "queries": 48} and d["run"]["max_queries"] == 25
+    assert main(["plan", *argv]) == 0
+    assert "WARNING: that budget does not pay for the 48 queries and 3 hits compared above" in capsys.readouterr().out
+    argv = ["compare", "--queries", "1000", "--target-rate", "0.01", "--eps0", "0.01", "--teachers", "20000",
+            "--budget-epsilon", "1", "--step-delta", "1e-10"]
+    assert main(["plan", *argv]) == 0
+    assert "does not pay for" not in capsys.readouterr().out
 
 
 @pytest.fixture

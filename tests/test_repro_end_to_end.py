@@ -264,3 +264,22 @@ def test_plain_composition_reference_is_pld_of_the_inner_mechanism():
     assert e2e._plain_composition(mechanism, 40, 1e-6) == pytest.approx(reference.get_epsilon(1e-6))
     assert e2e._plain_composition(mechanism, 0, 1e-6) == 0.0
     assert np.isfinite(e2e._plain_composition(mechanism, 40, 1e-6))
+
+
+def test_model_part_on_the_users_data_is_unseeded_without_seed(tmp_path, capsys, mechanism_rngs):
+    # The embedded model on a user's data file: the mechanisms get no generator (the operating system's
+    # noise), the result says seeded false and nothing warns; docs/results.md, end-to-end, "Randomness".
+    seen = mechanism_rngs
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"instruction": f"Name a colour, number {i}.", "context": "",
+                                        "response": "Blue.", "category": "open_qa"}) + "\n" for i in range(12)),
+                    encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["experiment", "end-to-end", "--quick", "--no-progress", "--part", "model", "--data", str(data),
+                 "--teachers", "12", "--max-tokens", "2", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    result = json.loads((out / "end-to-end.json").read_text())
+    assert result["parameters"]["seeded"] is False and result["model"]["seeded"] is False
+    assert result["model"]["data"].startswith("mine.jsonl")
+    assert len(seen) == len(e2e.CONFIGURATIONS) * len(e2e.ENSEMBLES) and all(rng is None for rng in seen)
+    assert "warning" not in captured.err

@@ -3,6 +3,8 @@
 Every experiment of :data:`pate_app.EXPERIMENTS` gets the same options here (``--quick --plot --out --seed
 --json --no-progress``) beside its own, and the same output: the JSON result always written into ``--out``,
 the PNG figures with ``--plot``, and the experiment's summary (or the JSON with ``--json``) on stdout.
+``--seed`` defaults to 0, except for an experiment that runs mechanisms on a user's ``--data``
+(``UNSEEDED_ON_USER_DATA``): it gets ``None`` and draws that noise from the operating system.
 """
 
 from __future__ import annotations
@@ -30,6 +32,21 @@ def _sizes(values: dict) -> str:
     return ", ".join(f"{key}={value}" for key, value in values.items())
 
 
+def _seed_help(module) -> str:
+    if getattr(module, "UNSEEDED_ON_USER_DATA", False):
+        return ("random seed (default: 0 on the bundled sample and synthetic teachers; on your --data the "
+                "mechanism noise comes from the operating system unless --seed is given, and a seeded run warns)")
+    return "random seed (default: 0)"
+
+
+def _seed(module, seed):
+    """The seed ``module.run`` gets: ``--seed``, else 0, except that a module with ``UNSEEDED_ON_USER_DATA``
+    gets ``None`` (it chooses: 0 on public data, the operating system's noise on a user's ``--data``)."""
+    if seed is None and not getattr(module, "UNSEEDED_ON_USER_DATA", False):
+        return 0
+    return seed
+
+
 def _add_experiment(experiments, module) -> None:
     out_default = f"results/{module.NAME}"
     quick, full = module.SIZES["quick"], module.SIZES["full"]
@@ -41,7 +58,7 @@ def _add_experiment(experiments, module) -> None:
     p.add_argument("--plot", action="store_true", help="also write PNG figures into --out")
     p.add_argument("--out", metavar="DIR", default=out_default,
                    help=f"output folder for the JSON result and the plots (default: {out_default})")
-    p.add_argument("--seed", metavar="S", type=nonnegative_int, default=0, help="random seed (default: 0)")
+    p.add_argument("--seed", metavar="S", type=nonnegative_int, default=None, help=_seed_help(module))
     p.add_argument("--json", action="store_true", help="print only the JSON result to stdout")
     p.add_argument("--no-progress", action="store_true", help="do not show the progress bar (stderr)")
     add_verbose_option(p)
@@ -61,7 +78,8 @@ def run_and_write(module, args: argparse.Namespace, out: Path, options: dict) ->
 
     try:
         with quiet_libraries(verbose=getattr(args, "verbose", False)):
-            result = module.run(quick=args.quick, seed=args.seed, progress=not args.no_progress, **options)
+            result = module.run(quick=args.quick, seed=_seed(module, args.seed), progress=not args.no_progress,
+                                **options)
     except (TypeError, ValueError) as exc:
         args.parser.error(str(exc))
     json_path = out / f"{module.NAME}.json"

@@ -11,6 +11,7 @@ import argparse
 import math
 from pathlib import Path
 
+from pate_accountant.validation import MIN_DELTA
 from pate_app.options import (
     BUDGET_DELTA_HELP,
     BUDGET_EPSILON_HELP,
@@ -40,7 +41,9 @@ FIGURE_EXPERIMENTS = ("tct-budget", "alpha-sweep")
 
 fraction_q = real_in("a number in (0, 1] (a fraction such as 1/3 is fine)", 0.0, 1.0, min_open=True)
 unit = real_in("a number in [0, 1]", 0.0, 1.0)
-delta0_type = real_in("a number in [0, 1)", 0.0, 1.0, max_open=True)
+#: ``--step-delta``: the delta of the printed run's DPArgMax, which has none below ``MIN_DELTA`` (no pure run).
+step_delta_type = real_in(f"a number in [{MIN_DELTA:g}, 1) (the printed run's DPArgMax needs a delta > 0)",
+                          MIN_DELTA, 1.0, max_open=True)
 count = whole_number("a positive integer", 1)
 count0 = whole_number("a non-negative integer", 0)
 
@@ -54,6 +57,25 @@ LIMITS = {
     # planning.max_plannable_tokens(1/3, planning.DEFAULT_AGGREGATOR_DELTA); 2 x tct.MAX_EPSILON_FOR_ONE_THIRD
     "max_plannable_tokens": 1_381_551, "max_eps0_for_one_third": 0.6238107163648713,
 }
+
+
+class _Removed(argparse.Action):
+    """An option that changed a plan's headline but not the run the plan prints: given, it is a usage error
+    (exit 2) that names it, its value and why (docs/planning.md, "Command line")."""
+
+    def __init__(self, option_strings, dest, why: str, **kwargs):
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+        self.why = why
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"argument {option_string}: no longer taken (got {values}): {self.why}")
+
+
+#: Why ``--q`` and ``--composition`` are gone: each changed the headline only, never the printed run.
+REMOVED_Q = ("a plan's q is the q the printed run is charged, that of its boundary-wrapped DPArgMax at step "
+             "epsilon eps0/2 (1/3 up to eps0 about 0.62); for another q call pate_accountant.planning")
+REMOVED_COMPOSITION = ("a plan composes as the printed run's target-charging accountant does (exact optimal "
+                       "composition); for DRV call pate_accountant.planning or run `experiment tct-budget`")
 
 
 def add_arguments(plan) -> None:
@@ -86,18 +108,16 @@ def add_arguments(plan) -> None:
                            f"[{LIMITS['MIN_EPS0']:g}, {LIMITS['MAX_EPS0']:g}]; the budget may buy at most about "
                            f"{LIMITS['MAX_SEARCH_STEPS']:.0e} eps0-DP steps (docs/ranges.md)")
         if tct:
-            p.add_argument("--q", type=fraction_q, default=None,
-                           help=f"q of the q-target, in [{LIMITS['MIN_Q']:g}, 1] (default: the q of the run the plan "
-                           "prints, a boundary-wrapped DPArgMax of step epsilon eps0/2, which is 1/3 up to eps0 about "
-                           f"{LIMITS['max_eps0_for_one_third']:.2f}; plan for-tokens: 1/3)")
-            add_option(p, "--step-delta", "--delta0", metavar="D", type=delta0_type, default=0.0,
-                       help="delta of one run of the boundary-wrapped inner mechanism, delta_A (default 0: a pure "
-                       "inner, the paper's figure). With a step delta > 0 every query, hit or not, pays "
+            add_option(p, "--step-delta", "--delta0", metavar="D", type=step_delta_type, default=None,
+                       help="delta of one run of the boundary-wrapped inner mechanism, delta_A, in [1e-300, 1): the "
+                       "--step-delta of the printed run and the delta0 of its plan (default: the aggregator delta, "
+                       "1e-6, or --aggregator-delta where the subcommand has it). Every query, hit or not, pays "
                        "w = 1-(1-delta_A)^2 in delta; half of --budget-delta is reserved for them, so the budget also "
-                       "limits the queries (max_queries; docs/tct_and_individual.md, section 1). Plain composition "
-                       "reads it as each query's delta")
-            p.add_argument("--composition", choices=("optimal", "drv"), default="optimal",
-                           help="composition inside the TCT bound (default optimal)")
+                       "limits the queries (max_queries; docs/tct_and_individual.md, section 1), and at the default "
+                       "budget delta 1e-6 the default step delta pays for none (choose 1e-10 or smaller). Plain "
+                       "composition reads it as each query's delta")
+            p.add_argument("--q", action=_Removed, why=REMOVED_Q)
+            p.add_argument("--composition", action=_Removed, why=REMOVED_COMPOSITION)
         p.add_argument("--json", action="store_true", help="print only the JSON result")
 
     p = sub.add_parser("hits", help="target hits a budget buys (and plain eps0-DP queries for comparison)",
@@ -138,7 +158,8 @@ def add_arguments(plan) -> None:
     p.add_argument("--teachers", type=count, required=True, help="number of teachers n, at most 2^53")
     p.add_argument("--charged-per-hit", type=count, default=None,
                    help="teachers charged per hit (default min(n, ceil(C_delta/eps0)), about 2L)")
-    p.add_argument("--individual-q", type=fraction_q, default=None, help="q for individual charging (default --q)")
+    p.add_argument("--individual-q", type=fraction_q, default=None,
+                   help="q for individual charging (default: the q of the printed run)")
     p.add_argument("--budget-epsilon", type=positive_float, default=None,
                    help="also report how many queries each accounting affords within this epsilon")
     aggregator_delta(p, "in C_delta = 2 ln(1/delta0), for the default --charged-per-hit")
@@ -169,36 +190,52 @@ def add_arguments(plan) -> None:
     p.set_defaults(handler=_run_figures, parser=p)
 
 
-#: planning parameter -> the ``plan`` option that sets it (for error messages).
+#: planning parameter -> the ``plan`` option that sets it (for error messages).  ``q`` is the printed run's: its
+#: step epsilon eps0/2 sets it.
 _PLAN_OPTIONS = {
-    "epsilon": "--budget-epsilon", "delta": "--budget-delta", "eps0": "--eps0", "q": "--q", "delta0": "--step-delta",
+    "epsilon": "--budget-epsilon", "delta": "--budget-delta", "eps0": "--eps0", "q": "--eps0", "delta0": "--step-delta",
     "num_teachers": "--teachers", "tokens": "--tokens", "num_queries": "--queries", "target_rate": "--target-rate",
     "charged_per_hit": "--charged-per-hit", "individual_q": "--individual-q", "budget_epsilon": "--budget-epsilon",
-    "aggregator_delta": "--aggregator-delta", "eta": "--eta", "composition": "--composition",
+    "aggregator_delta": "--aggregator-delta", "eta": "--eta",
 }
 
 
-def _plan_call(args, function, **kwargs):
+def _plan_call(args, function, *, options: dict | None = None, **kwargs):
     """Run a planning function; a ValueError/TypeError it raises becomes a usage error (exit 2) that names
-    the option."""
+    the option (``options`` overrides :data:`_PLAN_OPTIONS`).  A step delta the user did not give is said to be
+    the default."""
     try:
         return function(**kwargs)
     except (TypeError, ValueError) as exc:
         message = str(exc)
         name = message.split(" ", 1)[0]
-        if name in _PLAN_OPTIONS:
-            message = f"argument {_PLAN_OPTIONS[name]}: {message}"
+        option = {**_PLAN_OPTIONS, **(options or {})}.get(name)
+        if option is not None:
+            message = f"argument {option}: {message}"
+        if option == "--step-delta" and getattr(args, "step_delta", None) is None:
+            message += f" (--step-delta defaults to the aggregator delta; {_STEP_DELTA_HINT})"
         args.parser.error(message)
+
+
+_STEP_DELTA_HINT = "give a smaller --step-delta, e.g. 1e-10, or a larger --budget-delta"
+
+
+def _step_delta(args, aggregator_delta: float) -> float:
+    """The printed run's step delta (``delta_A``, the plan's ``delta0``): ``--step-delta``, else the aggregator
+    delta (the ``delta0`` of ``C_delta``, which sets the noise bound ``L``)."""
+    return args.step_delta if args.step_delta is not None else aggregator_delta
 
 
 def _plan_print(args, command: str, result, lines, run: dict | None = None, assumptions=(),
                 plain_run: dict | None = None) -> int:
     """A plan's answer: ``lines``, the ``run`` block (:func:`run_plan`), the ``plain_run`` block
     (:func:`plain_run_plan`) and the assumptions (the result's and ``assumptions``); with ``--json`` the same
-    as one object (the runs under their own keys)."""
-    notes = [*result.assumptions, *assumptions]
+    as one object (the runs under their own keys).  ``result`` is a planning result or, for a run that cannot
+    pay for one query, a dict of the headline's fields."""
+    fields = result if isinstance(result, dict) else result.as_dict()
+    notes = [*fields.pop("assumptions", ()), *assumptions]
     if args.json:
-        payload = {"command": f"plan {command}", **result.as_dict(), "assumptions": notes}
+        payload = {"command": f"plan {command}", **fields, "assumptions": notes}
         if run is not None:
             payload["run"] = run
         if plain_run is not None:
@@ -219,12 +256,33 @@ def _plan_print(args, command: str, result, lines, run: dict | None = None, assu
     return 0
 
 
-def _run_for(args, eps0: float, num_teachers: int, aggregator_delta: float, budget_epsilon: float) -> dict:
-    """The run of a plan at level ``eps0``: its step delta is ``--step-delta`` when given, else the aggregator's
-    delta (the ``delta0`` of ``C_delta``, which sets the noise bound ``L``)."""
-    step_delta = args.step_delta if args.step_delta > 0.0 else aggregator_delta
-    return run_plan(eps0=eps0, num_teachers=num_teachers, budget_epsilon=budget_epsilon,
-                    budget_delta=args.budget_delta, step_delta=step_delta, composition=args.composition)
+def _charged_run(args, eps0: float, num_teachers: int, budget_epsilon: float, step_delta: float):
+    """:func:`run_plan` through :func:`_plan_call`: a bad option is a usage error; a run that cannot pay for one
+    query is not (its ``refused`` says why), unless the user chose that ``--step-delta``."""
+    run, charged = _plan_call(args, run_plan, eps0=eps0, num_teachers=num_teachers, budget_epsilon=budget_epsilon,
+                              budget_delta=args.budget_delta, step_delta=step_delta)
+    if charged is None and args.step_delta is not None:
+        args.parser.error(f"argument --step-delta: {run['refused']} ({_STEP_DELTA_HINT})")
+    return run, charged
+
+
+def _refused_headline(run: dict, budget_epsilon: float, budget_delta: float, **more) -> dict:
+    """The headline of a plan whose printed run cannot pay for one query: no hits, and why."""
+    return {
+        "epsilon": budget_epsilon, "delta": budget_delta, "eps0": run["target_level"], "q": run["q"],
+        "delta0": run["step_delta"], "composition": run["composition"], **more, "hits": None, "max_queries": 0,
+        "refused": run["refused"],
+        "assumptions": [
+            f"the printed run cannot pay for one query: {run['refused']}. Its step delta is the aggregator delta "
+            f"{_number(run['step_delta'])} because --step-delta was not given; every query pays w = 1-(1-delta_A)^2 "
+            f"from the half of --budget-delta reserved for them (docs/tct_and_individual.md, section 1): "
+            f"{_STEP_DELTA_HINT}."
+        ],
+    }
+
+
+def _refused_line() -> str:
+    return f"target hits          : none: the run below cannot pay for one query ({_STEP_DELTA_HINT})"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -298,32 +356,58 @@ def _generate_run(mechanism: str, accountant: str, num_teachers: int, step_epsil
     }
 
 
-def run_plan(*, eps0: float, num_teachers: int, budget_epsilon: float, budget_delta: float, step_delta: float,
-             composition: str) -> dict:
+def run_accountant_composition() -> tuple[str, float]:
+    """The composition and query-delta share of the accountant a printed run is charged by (the
+    ``target-charging`` accountant as ``generate`` builds it: its defaults)."""
+    from pate_accountant import registry
+
+    accountant = registry.accountant_class(RUN_ACCOUNTANT)()
+    return accountant.composition, accountant.query_delta_share
+
+
+def run_plan(*, eps0: float, num_teachers: int, budget_epsilon: float, budget_delta: float, step_delta: float):
     """The ``generate`` command that runs a target-charging plan at level ``eps0`` with ``num_teachers`` teachers,
     and what that exact run will be charged and can release: its q and per-query delta, the target hits and
-    queries its budget affords (planning at the run's own q and step delta), and its release threshold
-    ``n/2 + L + 1`` with the exact noise bound ``L`` of :class:`mechanisms.DPArgMax` (the paper's ``C_delta/eps0``
-    teachers assume ``L = ln(1/delta0)/eps0``)."""
-    from mechanisms import BoundaryWrapper, DPArgMax
+    queries its budget affords, and its release threshold ``n/2 + L + 1`` with the exact noise bound ``L`` of
+    :class:`mechanisms.DPArgMax` (the paper's ``C_delta/eps0`` teachers assume ``L = ln(1/delta0)/eps0``).
+
+    Returns ``(run, charged)``: ``charged`` is the :func:`pate_accountant.planning.target_hits` plan of that run
+    (its own target level ``2 x step epsilon``, ``q``, step delta, and its accountant's composition and
+    query-delta share), the one figure a plan headlines; ``None``, with ``run["refused"]`` saying why, when the
+    run cannot pay for one query.  Any other ``ValueError`` (a level past the planning limit) propagates."""
+    from mechanisms import registry as mechanisms_registry
     from pate_accountant import planning
+    from pate_accountant.tct import boundary_wrapper_q
 
     step_epsilon = _round_down(eps0 / 2.0)
-    wrapper = BoundaryWrapper(DPArgMax(step_epsilon, step_delta, relation=RUN_RELATION))
+    composition, share = run_accountant_composition()
+    charged, refused = None, None
+    try:
+        charged = planning.target_hits(budget_epsilon, budget_delta, 2.0 * step_epsilon,
+                                       q=boundary_wrapper_q(step_epsilon), delta0=step_delta,
+                                       composition=composition, query_delta_share=share)
+    except ValueError as exc:
+        message = str(exc)
+        if message.startswith("q "):  # the run's q, which its step epsilon sets
+            raise ValueError(f"eps0 = {eps0:g}: the printed run's q, that of its boundary wrapper at step epsilon "
+                             f"{_number(step_epsilon)}, {message[2:]}") from None
+        if not message.startswith("delta0 "):  # only "the per-query deltas leave no query" is an answer
+            raise
+        refused = message
+    try:
+        wrapper = mechanisms_registry.build_mechanism(RUN_MECHANISM, step_epsilon, step_delta, RUN_RELATION)
+    except ValueError as exc:
+        raise ValueError(f"eps0 = {eps0:g}: the printed run's {RUN_MECHANISM} at step epsilon {_number(step_epsilon)} "
+                         f"and step delta {_number(step_delta)} cannot be built: {exc}") from None
     run = {
         **_generate_run(RUN_MECHANISM, RUN_ACCOUNTANT, num_teachers, step_epsilon, step_delta, budget_epsilon,
                         budget_delta, wrapper.inner.error_bound),
-        "target_level": wrapper.epsilon, "q": wrapper.q,
-        "hits": None, "max_queries": None, "per_query_delta": None, "refused": None,
+        "target_level": wrapper.epsilon, "q": wrapper.q, "composition": composition,
+        "hits": None, "max_queries": None, "per_query_delta": None, "refused": refused,
     }
-    try:
-        charged = planning.target_hits(budget_epsilon, budget_delta, wrapper.epsilon, q=wrapper.q, delta0=step_delta,
-                                       composition=composition)
-    except ValueError as exc:
-        run["refused"] = str(exc)
-    else:
+    if charged is not None:
         run.update(hits=charged.hits, max_queries=charged.max_queries, per_query_delta=charged.per_query_delta)
-    return run
+    return run, charged
 
 
 def plain_run_plan(*, eps0: float, num_teachers: int, num_queries: int, budget_delta: float,
@@ -386,6 +470,12 @@ def run_lines(run: dict) -> list[str]:
         queries = "any number of" if run["max_queries"] is None else f"at most {run['max_queries']}"
         lines.append(f"  its budget affords {run['hits']} target hits and {queries} queries (each pays delta "
                      f"{run['per_query_delta']:.3g})")
+    compared = run.get("compared")  # plan compare: the run shape its budget was set for
+    if compared is not None and (run["refused"] is not None or run["hits"] < compared["hits"] or (
+            run["max_queries"] is not None and run["max_queries"] < compared["queries"])):
+        lines.append(f"  WARNING: that budget does not pay for the {compared['queries']} queries and "
+                     f"{compared['hits']} hits compared above: the run stops early (its accountant reserves half "
+                     "of --budget-delta for the per-query deltas)")
     return lines + _threshold_lines(run, "a target hit buys about one yield (docs/results.md, alpha-sweep (d))",
                                     "and about ten times as many bring T/n near 0.55")
 
@@ -401,12 +491,6 @@ def _round_up(x: float, digits: int = 6) -> float | None:
     return float(exact.quantize(Decimal(1).scaleb(exact.adjusted() - digits + 1), rounding=ROUND_CEILING))
 
 
-def _with_yields(args, eps0: float, num_teachers: int, aggregator_delta: float, budget_epsilon: float) -> tuple:
-    """The run block and the exact-``L`` assumption of a yields plan."""
-    run = _run_for(args, eps0, num_teachers, aggregator_delta, budget_epsilon)
-    return run, (_exact_l_assumption(run),)
-
-
 def _exact_l_assumption(run: dict) -> str:
     return (f"expected yields use the paper's relations (eps0 n / 2 yields per hit for alpha <= T/n, with the paper's "
             f"L = ln(1/delta0)/eps0). The run above has the exact L = {run['error_bound']} and T/n = "
@@ -415,54 +499,100 @@ def _exact_l_assumption(run: dict) -> str:
             "at the paper's n (docs/results.md, alpha-sweep (d), measures the count law's yields per hit).")
 
 
-def _q(args) -> float:
-    """``--q``, or the q of the run the plan prints (a boundary-wrapped DPArgMax at step epsilon eps0/2)."""
-    from pate_accountant.tct import boundary_wrapper_q
-    return args.q if args.q is not None else boundary_wrapper_q(_round_down(args.eps0 / 2.0))
+def _headline_assumption(run: dict) -> str:
+    return (f"the hits above are those of the printed run as its {run['accountant']} accountant charges it: "
+            f"target level {_number(run['target_level'])} = 2 x its step epsilon, its q {run['q']:.4g}, its step "
+            f"delta {_number(run['step_delta'])} as delta0 and the accountant's {run['composition']} composition")
+
+
+def _teachers(args, aggregator_delta: float) -> int:
+    """``--teachers``, or the paper's ``C_delta/eps0`` rounded up; checks ``--eps0`` and the count first."""
+    from pate_accountant import planning
+    from pate_accountant.validation import MAX_COUNT, check_real
+
+    exact = _plan_call(args, planning.teachers_for, options={"delta0": "--aggregator-delta"}, eps0=args.eps0,
+                       delta0=aggregator_delta)
+    if args.teachers is None:
+        return math.ceil(exact * (1 - 1e-12))
+    _plan_call(args, check_real, name="num_teachers", value=args.teachers, minimum=0.0, min_open=True,
+               maximum=MAX_COUNT)
+    return args.teachers
+
+
+def _budget_line(args, run: dict) -> str:
+    return (f"budget (epsilon {args.budget_epsilon:g}, delta {args.budget_delta:g}), target level eps0 "
+            f"{run['target_level']:g}, q {run['q']:.4g}, {run['composition']} composition inside")
 
 
 def _run_plan_hits(args: argparse.Namespace) -> int:
     from pate_accountant import planning
     _plan_no_top_plot(args)
-    r = _plan_call(args, planning.target_hits, epsilon=args.budget_epsilon, delta=args.budget_delta, eps0=args.eps0, q=_q(args),
-                   delta0=args.step_delta, composition=args.composition)
+    aggregator_delta = planning.DEFAULT_AGGREGATOR_DELTA
+    n = _teachers(args, aggregator_delta)
+    run, r = _charged_run(args, args.eps0, n, args.budget_epsilon, _step_delta(args, aggregator_delta))
+    if r is None:
+        return _plan_print(args, "hits", _refused_headline(run, args.budget_epsilon, args.budget_delta),
+                           [_budget_line(args, run), _refused_line()], run)
     plain = ", ".join(f"{m} {k}" for m, k in r.plain_queries.items())
     return _plan_print(args, "hits", r, [
-        f"budget (epsilon {r.epsilon:g}, delta {r.delta:g}), target level eps0 {r.eps0:g}, q {r.q:.4g}, "
-        f"{r.composition} composition inside",
+        _budget_line(args, run),
         f"target hits          : {r.hits} (epsilon spent {r.epsilon_spent:.6f}; one more hit: {r.epsilon_next_hit:.6f})",
         f"private draws bound  : k = {r.private_draws}",
         *fraction_query_lines(r),
         f"paper (10 eps0)^-2   : {r.paper_hits:.1f} (ours / paper = {r.hits / r.paper_hits:.3f})",
         f"plain eps0-DP queries: {plain}",
-    ], _run_for(args, r.eps0, args.teachers or math.ceil(planning.teachers_for(r.eps0)),
-                planning.DEFAULT_AGGREGATOR_DELTA, r.epsilon))
+    ], run, (_headline_assumption(run),))
 
 
 def _run_plan_yields(args: argparse.Namespace) -> int:
     from pate_accountant import planning
     _plan_no_top_plot(args)
-    r = _plan_call(args, planning.yields, epsilon=args.budget_epsilon, delta=args.budget_delta, eps0=args.eps0,
-                   num_teachers=args.teachers, q=_q(args), delta0=args.step_delta, composition=args.composition,
-                   aggregator_delta=args.aggregator_delta)
+    n = _teachers(args, args.aggregator_delta)
+    run, hits = _charged_run(args, args.eps0, n, args.budget_epsilon, _step_delta(args, args.aggregator_delta))
+    if hits is None:
+        return _plan_print(args, "yields", _refused_headline(run, args.budget_epsilon, args.budget_delta,
+                                                             num_teachers=n, yields=None),
+                           [_budget_line(args, run), _refused_line()], run)
+    r = _plan_call(args, planning.yields_for_hits, options={"delta0": "--aggregator-delta"}, plan=hits,
+                   num_teachers=n, aggregator_delta=args.aggregator_delta)
     return _plan_print(args, "yields", r, [
-        f"budget (epsilon {r.epsilon:g}, delta {r.delta:g}), eps0 {r.eps0:g}, q {r.q:.4g}, n = {r.num_teachers:.1f} "
-        f"teachers (C_delta/eps0 = {r.min_teachers:.1f}, C_delta = {r.c_delta:.4f})",
+        f"budget (epsilon {r.epsilon:g}, delta {r.delta:g}), eps0 {r.eps0:g}, q {r.q:.4g}, n = {n} teachers "
+        f"(C_delta/eps0 = {r.min_teachers:.1f}, C_delta = {r.c_delta:.4f})",
         f"target hits (ours)      : {r.hits}",
         *([] if r.max_queries is None else [f"queries, hit or not     : at most {r.max_queries} (delta0 {r.delta0:g})"]),
         f"yields per hit eps0 n/2 : {r.yields_per_hit:.2f}",
         f"expected yields (ours)  : {r.yields:.1f}",
         f"paper: (10 eps0)^-2 hits: {r.paper_hits:.1f} -> {r.paper_yields:.1f} yields "
         f"(0.005 n^2/C_delta = {r.paper_formula_yields:.1f})",
-    ], *_with_yields(args, r.eps0, math.ceil(r.num_teachers), r.aggregator_delta, r.epsilon))
+    ], run, (_headline_assumption(run), _exact_l_assumption(run)))
 
 
 def _run_plan_for_tokens(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from pate_accountant import planning
+    from pate_accountant.tct import boundary_wrapper_q
     _plan_no_top_plot(args)
-    r = _plan_call(args, planning.plan_for_tokens, tokens=args.tokens, epsilon=args.budget_epsilon, delta=args.budget_delta,
-                   q=1.0 / 3.0 if args.q is None else args.q, delta0=args.step_delta, composition=args.composition,
-                   aggregator_delta=args.aggregator_delta)
+    step_delta = _step_delta(args, args.aggregator_delta)
+    composition, share = run_accountant_composition()
+
+    def search(q: float):
+        return _plan_call(args, planning.plan_for_tokens, options={"q": "--budget-epsilon"}, tokens=args.tokens,
+                          epsilon=args.budget_epsilon, delta=args.budget_delta, q=q, delta0=step_delta,
+                          composition=composition, aggregator_delta=args.aggregator_delta, query_delta_share=share)
+
+    r = search(1.0 / 3.0)
+    run_q = boundary_wrapper_q(_round_down(r.eps0 / 2.0))
+    if run_q < r.q:  # above eps0 about 0.62 the run's q is below 1/3: plan with it (a smaller eps0, a larger q)
+        r = search(run_q)
+    run, hits = _charged_run(args, r.eps0, r.num_teachers, r.epsilon, step_delta)
+    if hits is None:  # the search pays for the same queries: not reached
+        args.parser.error(f"argument --step-delta: {run['refused']} ({_STEP_DELTA_HINT})")
+    # The headline's hits are the printed run's, at its target level (eps0 rounded down to six digits).
+    r = dataclasses.replace(
+        r, q=hits.q, hits=hits.hits, epsilon_spent=hits.epsilon_spent, epsilon_next_hit=hits.epsilon_next_hit,
+        max_queries=hits.max_queries, expected_yields=hits.hits * hits.eps0 * r.num_teachers / 2.0,
+    )
     return _plan_print(args, "for-tokens", r, [
         f"wanted {r.tokens} yields within (epsilon {r.epsilon:g}, delta {r.delta:g}), q {r.q:.4g}, "
         f"{r.composition} composition inside",
@@ -473,16 +603,22 @@ def _run_plan_for_tokens(args: argparse.Namespace) -> int:
         *fraction_query_lines(r),
         f"expected yields      : {r.expected_yields:.1f}",
         f"paper's formula      : eps0 {r.paper_eps0:.6g}, {r.paper_num_teachers:.1f} teachers",
-    ], *_with_yields(args, r.eps0, r.num_teachers, r.aggregator_delta, r.epsilon))
+    ], run, (_headline_assumption(run), _exact_l_assumption(run)))
 
 
 def _run_plan_compare(args: argparse.Namespace) -> int:
     from pate_accountant import planning
+    from pate_accountant.tct import boundary_wrapper_q
     _plan_no_top_plot(args)
+    _plan_call(args, planning.teachers_for, options={"delta0": "--aggregator-delta"}, eps0=args.eps0,
+               delta0=args.aggregator_delta)
+    step_delta = _step_delta(args, args.aggregator_delta)
+    composition, share = run_accountant_composition()
     r = _plan_call(args, planning.compare_accounting, num_queries=args.queries, eps0=args.eps0, delta=args.budget_delta,
                    num_teachers=args.teachers, target_rate=args.target_rate, charged_per_hit=args.charged_per_hit,
-                   q=_q(args), individual_q=args.individual_q, delta0=args.step_delta, composition=args.composition,
-                   aggregator_delta=args.aggregator_delta, budget_epsilon=args.budget_epsilon)
+                   q=boundary_wrapper_q(_round_down(args.eps0 / 2.0)), individual_q=args.individual_q,
+                   delta0=step_delta, composition=composition, aggregator_delta=args.aggregator_delta,
+                   budget_epsilon=args.budget_epsilon, query_delta_share=share)
     plain = ", ".join(f"{m} {e:.4f}" for m, e in r.plain.items())
     lines = [
         f"{r.num_queries} queries at eps0 {r.eps0:g}, delta {r.delta:g}, {r.num_teachers} teachers, "
@@ -500,10 +636,10 @@ def _run_plan_compare(args: argparse.Namespace) -> int:
     budget = r.budget_epsilon if r.budget_epsilon is not None else _round_up(r.target_charging)
     run = None
     if budget is not None and 0.0 < budget <= planning.MAX_BUDGET_EPSILON:
-        run = _run_for(args, r.eps0, r.num_teachers, args.aggregator_delta, budget)
+        run, _ = _charged_run(args, r.eps0, r.num_teachers, budget, step_delta)
+        run["compared"] = {"hits": r.hits, "queries": r.num_queries}
     plain_run = plain_run_plan(eps0=r.eps0, num_teachers=r.num_teachers, num_queries=r.num_queries,
-                               budget_delta=args.budget_delta,
-                               step_delta=args.step_delta if args.step_delta > 0.0 else args.aggregator_delta)
+                               budget_delta=args.budget_delta, step_delta=step_delta)
     return _plan_print(args, "compare", r, lines, run, plain_run=plain_run)
 
 

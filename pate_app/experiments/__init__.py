@@ -11,6 +11,10 @@ them alike:
 * ``run(*, quick, seed, progress, **options) -> dict``: the whole experiment, deterministic for a seed,
   returning plain JSON data (``{"experiment": NAME, "parameters": {...}, ...}``); ``options`` are the
   experiment's own parsed options, by their ``dest`` names; bad values raise ``ValueError`` naming them;
+* ``UNSEEDED_ON_USER_DATA`` (optional, ``True`` where set): ``run`` also takes ``seed=None``, which the command
+  passes when ``--seed`` is not given; the experiment then draws the mechanism noise of a user's ``--data``
+  from the operating system, warns on stderr when a run on a user's data is seeded, and never writes the seed
+  (``end-to-end``).  Every other experiment gets seed 0 by default;
 * ``plot(result, out_dir) -> list[pathlib.Path]``: PNG figures (matplotlib, imported lazily, Agg canvas);
 * ``summary(result) -> str``: a short human-readable report (tables, the claims checked).
 

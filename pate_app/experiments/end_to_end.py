@@ -46,6 +46,13 @@ Two ensembles (two "parts"):
   Here Hot PATE releases nearly every token privately and Cold PATE almost none: an independent histogram
   spreads the common mass over ``k`` words, so no count gets near ``n/2 + L`` (DPArgMax), ``L`` (DPWS) or
   the BetweenThresholds threshold, while the coordinated histogram puts it on one word.
+
+Randomness.  On the bundled sample and the synthetic table the run is a seeded simulation (``--seed``,
+default 0), reproducible like the paper's figures.  On a user's data file (``--data``) the model part draws
+its mechanism noise from the operating system's cryptographic generator (and its record choice, partition
+and histograms from fresh entropy) unless ``--seed`` is given: a seed that everyone knows (0) would let
+anyone replay the noise.  A seeded run on a user's data warns on stderr as ``generate`` does.  The seed is
+never written: the result records only whether each part was ``seeded``.
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ __all__ = [
     "MODEL_SETTING",
     "NAME",
     "SIZES",
+    "SEEDED_WARNING",
     "SYNTHETIC_SETTING",
     "SharedPrefill",
     "add_arguments",
@@ -89,6 +97,13 @@ __all__ = [
 ]
 
 NAME = "end-to-end"
+#: ``run`` takes ``seed=None``: then the bundled sample and the synthetic table use seed 0, and a user's
+#: ``--data`` draws its mechanism noise from the operating system (pate_app/commands/experiment.py).
+UNSEEDED_ON_USER_DATA = True
+#: What a seeded run on a user's data prints on stderr (the words of ``generate``'s warning; never the seed).
+SEEDED_WARNING = ("pate-accountant: warning: this run is seeded, so it has no privacy against anyone who knows the "
+                  "seed (they can re-run both neighbouring data sets and compare); the seed is not recorded. Leave "
+                  "--seed out for a private run.")
 HELP = "Framework 2 end to end: private records under target and individual charging, Hot vs Cold"
 DESCRIPTION = (
     "Generate K records privately (paper Framework 2) with the public fallback, under three configurations: "
@@ -224,10 +239,12 @@ def build_configuration(configuration: str, setting: dict, num_teachers: int, re
 
 def generate_records(backend, public, mechanism, accountant, *, histograms: str, prompts, shared_prefix="",
                      public_prompt="", num_records: int, max_tokens: int, stop_strings=(), top_p=None, rng,
-                     on_record=None) -> list:
+                     mechanism_rng=None, on_record=None) -> list:
     """Up to ``num_records`` :class:`~ensembles.generation.GenerationResult` from one
     :class:`~ensembles.generation.PrivateGenerator` (public fallback) sharing ``accountant``; stops after a
-    record cut short by the budget.  ``on_record()`` is called once per requested record."""
+    record cut short by the budget.  ``rng`` is the sampling randomness; ``mechanism_rng`` the mechanism noise
+    (``None``: the operating system's, fresh for every record; a generator: a seeded simulation).
+    ``on_record()`` is called once per requested record."""
     from ensembles.generation import PrivateGenerator
 
 
@@ -237,8 +254,7 @@ def generate_records(backend, public, mechanism, accountant, *, histograms: str,
     )
     results = []
     for index in range(num_records):
-        # A seeded simulation: the mechanism noise comes from the same generator, so a seed reproduces the run.
-        result = generator.generate(prompts, shared_prefix=shared_prefix, rng=rng, mechanism_rng=rng)
+        result = generator.generate(prompts, shared_prefix=shared_prefix, rng=rng, mechanism_rng=mechanism_rng)
         results.append(result)
         if on_record is not None:
             on_record()
@@ -341,22 +357,25 @@ def summarize_run(results, accountant, budget, mechanism=None, *, num_records: i
 
 
 def run_part(backend, public, *, setting: dict, num_teachers: int, prompts, shared_prefix="", public_prompt="",
-             num_records: int, max_tokens: int, stop_strings=(), top_p=None, seed: int, part_index: int,
+             num_records: int, max_tokens: int, stop_strings=(), top_p=None, seed: int | None, part_index: int,
              records=None, on_record=None) -> list[dict]:
     """Every configuration under Hot and Cold on one ensemble: a list of run summaries.
 
     Hot and Cold runs of a configuration use the same generator ``default_rng([seed, part_index, c])``
-    (``c`` the configuration's index), the same budget and the same teachers."""
+    (``c`` the configuration's index) for the sampling and the mechanism noise (a seeded simulation), the same
+    budget and the same teachers.  ``seed=None``: the sampling randomness from fresh entropy and the mechanism
+    noise from the operating system's cryptographic generator (a private run)."""
     runs = []
     for c, configuration in enumerate(CONFIGURATIONS):
         for label, histograms in ENSEMBLES:
             mechanism, accountant, budget = build_configuration(configuration, setting, num_teachers, records)
-            rng = np.random.default_rng([seed, part_index, c])
+            rng = np.random.default_rng(None if seed is None else [seed, part_index, c])
             started = time.perf_counter()
             results = generate_records(
                 backend, public, mechanism, accountant, histograms=histograms, prompts=prompts,
                 shared_prefix=shared_prefix, public_prompt=public_prompt, num_records=num_records,
-                max_tokens=max_tokens, stop_strings=stop_strings, top_p=top_p, rng=rng, on_record=on_record,
+                max_tokens=max_tokens, stop_strings=stop_strings, top_p=top_p, rng=rng,
+                mechanism_rng=None if seed is None else rng, on_record=on_record,
             )
             entry = {"configuration": configuration, "ensemble": label, "histograms": histograms}
             entry.update(summarize_run(results, accountant, budget, mechanism, num_records=num_records))
@@ -546,7 +565,7 @@ def _check_model_setting(setting: dict, n: int, records) -> None:
             raise ValueError(f"{option} {setting[key]['budget'][0]:g}: {exc}") from None
 
 
-def _model_part(options: dict, *, data, model, seed: int, bar) -> dict:
+def _model_part(options: dict, *, data, model, seed: int | None, bar) -> dict:
 
     from ensembles.backends.transformers_backend import TransformersBackend
 
@@ -578,6 +597,7 @@ def _model_part(options: dict, *, data, model, seed: int, bar) -> dict:
     return {
         "model": model_label,
         "data": data_label,
+        "seeded": seed is not None,
         "teachers": n,
         "data_records": len(records),
         "records_per_teacher": [len(part) for part in parts],
@@ -599,6 +619,7 @@ def _synthetic_part(options: dict, *, seed: int, bar) -> dict:
         on_record=bar.update,
     )
     return {
+        "seeded": True,
         "teachers": n,
         "common_words": SYNTHETIC_COMMON_WORDS,
         "alpha": SYNTHETIC_ALPHA,
@@ -618,40 +639,54 @@ def _jsonable_setting(setting: dict) -> dict:
     return out
 
 
-def run(*, quick: bool, seed: int, progress: bool, model=None, data=None, teachers=None, records=None,
-        max_tokens=None, synthetic_teachers=None, synthetic_records=None, part: str = "both",
+def run(*, quick: bool, seed: int | None = None, progress: bool, model=None, data=None, teachers=None,
+        records=None, max_tokens=None, synthetic_teachers=None, synthetic_records=None, part: str = "both",
         target_epsilon=None, individual_epsilon=None, threads=None) -> dict:
     """The whole experiment (module docstring); deterministic for a ``seed`` on a given machine.
 
     Randomness: ``default_rng(seed)`` picks the records (``--quick``: one per teacher) and partitions them;
-    each configuration's Hot and Cold runs share ``default_rng([seed, part, configuration])``.  Bad option
-    values raise ``ValueError`` naming the option, before the model is loaded.
+    each configuration's Hot and Cold runs share ``default_rng([seed, part, configuration])``, for the sampling
+    and the mechanism noise.  ``seed=None``: seed 0 on the bundled sample and the synthetic table; on a user's
+    ``data`` file the model part draws its mechanism noise from the operating system (everything else from
+    fresh entropy) and records ``seeded: false``.  A seeded run on a user's data prints
+    :data:`SEEDED_WARNING` on stderr.  The seed is never written.  Bad option values raise ``ValueError``
+    naming the option, before the model is loaded.
     """
+    import sys
+
     from tqdm import tqdm
 
     started, cpu_started = time.perf_counter(), time.process_time()
-    seed = check_int("--seed", seed, minimum=0)
+    if seed is not None:
+        seed = check_int("--seed", seed, minimum=0)
     options = _options(quick, teachers, records, max_tokens, synthetic_teachers, synthetic_records, part,
                        target_epsilon, individual_epsilon, threads)
     options["one_record_each"] = bool(quick)
+    user_data = data is not None and "model" in options["parts"]
+    # A user's data: its noise from the operating system unless a seed is given; public data: seed 0 by default.
+    model_seed = seed if seed is not None or user_data else 0
+    synthetic_seed = 0 if seed is None else seed
+    seeded = model_seed is not None  # False only for a user's data without a seed
     per_part = {"model": options["records"], "synthetic": options["synthetic_records"]}
     total = sum(len(CONFIGURATIONS) * len(ENSEMBLES) * per_part[p] for p in options["parts"])
     result = {
         "experiment": NAME,
         "parameters": {
             "quick": bool(quick),
-            "seeded": True,  # the seed itself is never written (it would let anyone replay the noise)
+            "seeded": seeded,  # the seed itself is never written (it would let anyone replay the noise)
             "parts": list(options["parts"]),
             "configurations": list(CONFIGURATIONS),
             "ensembles": [label for label, _ in ENSEMBLES],
             "fallback": "public",
         },
     }
+    if user_data and seed is not None:
+        print(SEEDED_WARNING, file=sys.stderr, flush=True)
     with tqdm(total=total, desc=NAME, unit="record", disable=not progress, dynamic_ncols=True) as bar:
         if "model" in options["parts"]:
-            result["model"] = _model_part(options, data=data, model=model, seed=seed, bar=bar)
+            result["model"] = _model_part(options, data=data, model=model, seed=model_seed, bar=bar)
         if "synthetic" in options["parts"]:
-            result["synthetic"] = _synthetic_part(options, seed=seed, bar=bar)
+            result["synthetic"] = _synthetic_part(options, seed=synthetic_seed, bar=bar)
     result["claims"] = _claims(result)
     result["wall_seconds"] = round(time.perf_counter() - started, 3)
     result["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
@@ -689,7 +724,9 @@ def _fmt(value, spec: str = ".3g") -> str:
 
 
 def summary(result: dict) -> str:
-    lines = ["end-to-end private generation (paper Framework 2), seeded simulation (seed not recorded)",
+    noise = ("seeded simulation (seed not recorded)" if result["parameters"].get("seeded", True)
+             else "model part's mechanism noise from the operating system (not seeded)")
+    lines = [f"end-to-end private generation (paper Framework 2), {noise}",
              "  (rec: records produced, runs: charged runs, priv/fallbk: private/public tokens, fail: share of "
              "runs releasing nothing, hits: charged target outcomes (wrapper targets, BetweenThresholds 'between'), rec/eps and tok/eps: records and private tokens "
              "per epsilon spent, d-rec: distinct records, d-1/d-2: distinct-n ratios)"]
