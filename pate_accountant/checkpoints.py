@@ -31,9 +31,12 @@ only.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -72,6 +75,14 @@ STATEMENT_KEYS = ("format", "version", "ledger_id", "dataset", "config", "rows",
 #: Where checkpoints are kept by default: beside the ledger.
 CHECKPOINTS_SUFFIX = ".checkpoints.jsonl"
 _INSTALL = "pip install 'pate-accountant[signing]' (or: pip install cryptography)"
+#: The most bytes read from a key file: an Ed25519 PEM key is about 120 bytes; a larger file is not a key.
+MAX_KEY_BYTES = 8192
+#: The longest line of a checkpoints file (bytes): a checkpoint is about 1 KB (its config the largest part).
+MAX_CHECKPOINT_LINE = 65536
+#: How much earlier than the ledger's creation a checkpoint may say it was signed (seconds): the signer's and the
+#: writer's clocks may differ a little when the ledger is signed on another machine.
+SIGNED_AT_SKEW_S = 600.0
+_HEX = frozenset("0123456789abcdef")
 
 
 class CheckpointError(PateAccountantError):
@@ -104,13 +115,17 @@ def default_checkpoints_path(ledger_path) -> str:
 
 def generate_key(path, public_path=None) -> tuple[str, str]:
     """Write a new Ed25519 private key to ``path`` (PEM, PKCS #8, unencrypted, mode 0600) and its public key to
-    ``public_path`` (default ``path + ".pub"``); refuse to overwrite either.  Returns both paths.  Keep the
-    private key away from the ledger's machine if you can: whoever holds it can sign any history."""
+    ``public_path`` (default ``path + ".pub"``); refuse to overwrite either, and refuse one path for both.
+    Returns both paths.  Either both files are written or neither is (a failure removes the private key it wrote).
+    Keep the private key away from the ledger's machine if you can: whoever holds it can sign any history."""
     ed25519, serialization = _ed25519()
     path = Path(os.fspath(path))
     public_path = Path(os.fspath(public_path)) if public_path is not None else Path(f"{path}.pub")
+    if path.resolve() == public_path.resolve():
+        raise CheckpointError(f"public key file {str(public_path)!r} is the private key file: give the public key "
+                              "another path (default KEY.pub)")
     for name, where in (("key", path), ("public key", public_path)):
-        if where.exists():
+        if where.exists() or where.is_symlink():
             raise CheckpointError(f"{name} file {str(where)!r} exists: not overwritten")
         if not where.parent.is_dir():
             raise CheckpointError(f"{name} file {str(where)!r}: no folder {str(where.parent)!r}")
@@ -119,13 +134,54 @@ def generate_key(path, public_path=None) -> tuple[str, str]:
                                     serialization.NoEncryption())
     public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
                                                serialization.PublicFormat.SubjectPublicKeyInfo)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        os.chmod(path, 0o600)  # whatever the umask
-        handle.write(private_pem)
-    with open(public_path, "xb") as handle:
-        handle.write(public_pem)
+    written = None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        written = path
+        with os.fdopen(fd, "wb") as handle:
+            os.chmod(path, 0o600)  # whatever the umask
+            handle.write(private_pem)
+        with open(public_path, "xb") as handle:
+            handle.write(public_pem)
+    except OSError as exc:  # created meanwhile, no permission, a full disk: no half-made key pair is left
+        if written is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(written)
+        where = exc.filename if exc.filename is not None else path
+        raise CheckpointError(f"cannot write the key pair ({str(where)!r}: {exc.strerror or exc}); nothing was "
+                              "written") from None
     return str(path), str(public_path)
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _open_regular(where: str, what: str):
+    """A binary reader of the regular file ``where``; :class:`CheckpointError` (one line naming ``what``) for a
+    missing file and for anything that is not a regular file (a device such as ``/dev/zero``, a FIFO, a folder),
+    which is refused before it is opened (a FIFO would block the open, a device never end); the open itself does
+    not block either, and the opened file is checked again."""
+    try:
+        info = os.stat(where)
+    except OSError as exc:
+        raise CheckpointError(f"{what} {where!r}: cannot read it ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise CheckpointError(f"{what} {where!r} is {_file_kind(info.st_mode)}, not a regular file: refused")
+    try:
+        fd = os.open(where, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise CheckpointError(f"{what} {where!r}: cannot read it ({exc.strerror or exc})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # replaced between the two looks
+        os.close(fd)
+        raise CheckpointError(f"{what} {where!r} is {_file_kind(info.st_mode)}, not a regular file: refused")
+    return os.fdopen(fd, "rb")
 
 
 def _load_key(path, what: str, kind: str):
@@ -142,13 +198,18 @@ def _load_key(path, what: str, kind: str):
         wanted, block = ed25519.Ed25519PublicKey, "a PEM public key (a '-----BEGIN PUBLIC KEY-----' block)"
         load = serialization.load_pem_public_key
     where = os.fspath(path)
-    try:
-        data = Path(where).read_bytes()
-    except OSError as exc:
-        raise CheckpointError(f"{what} {where!r}: cannot read it ({exc.strerror or exc})") from None
+    with _open_regular(where, what) as handle:
+        try:
+            data = handle.read(MAX_KEY_BYTES + 1)  # never more: a key is a few hundred bytes
+        except OSError as exc:
+            raise CheckpointError(f"{what} {where!r}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_KEY_BYTES:
+        raise CheckpointError(f"{what} {where!r} is larger than {MAX_KEY_BYTES} bytes, so not {block}")
+    from cryptography.exceptions import UnsupportedAlgorithm
+
     try:
         key = load(data)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, UnsupportedAlgorithm):
         raise CheckpointError(f"{what} {where!r} is not {block}") from None
     if not isinstance(key, wanted):
         raise CheckpointError(f"{what} {where!r} is a {type(key).__name__}, not an Ed25519 key")
@@ -168,12 +229,18 @@ def load_public_key(path):
 
 def checkpoints_file(ledger_path, given=None) -> Path:
     """The checkpoints file a signer appends to: ``given``, else :func:`default_checkpoints_path`; refused
-    (:class:`CheckpointError`) when its folder is missing or it is a folder, before anything is signed."""
+    (:class:`CheckpointError`) when its folder is missing, when it is a folder or no regular file (a device such
+    as ``/dev/full``, a FIFO), or when it cannot be written, before anything is signed or charged."""
     where = Path(os.fspath(given) if given is not None else default_checkpoints_path(ledger_path))
     if not where.parent.is_dir():
         raise CheckpointError(f"cannot append to {str(where)!r}: no folder {str(where.parent)!r}")
     if where.is_dir():
         raise CheckpointError(f"cannot append to {str(where)!r}: it is a folder")
+    if where.exists() and not where.is_file():  # a device (/dev/full), a FIFO: it would fail or hang at the end
+        raise CheckpointError(f"cannot append to {str(where)!r}: it is not a regular file")
+    if not os.access(where if where.exists() else where.parent, os.W_OK):
+        raise CheckpointError(f"cannot append to {str(where)!r}: no permission to write "
+                              f"{'it' if where.exists() else 'into ' + repr(str(where.parent))}")
     return where
 
 
@@ -271,39 +338,148 @@ def history_problem(ledger, *, rows: int | None = None, head_hash: str | None = 
     return None
 
 
+def _is_hash(value) -> bool:
+    return isinstance(value, str) and len(value) == 64 and set(value) <= _HEX
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _malformed(checkpoint: dict) -> str | None:
+    """The first field of a (signature-checked) statement that does not have the shape :func:`sign_checkpoint`
+    gives it, or ``None``.  Only the key holder can sign a malformed one; it is still refused, never a crash."""
+    rows, runs, signed_at = checkpoint["rows"], checkpoint["runs"], checkpoint["signed_at"]
+    checks = (
+        ("ledger_id", isinstance(checkpoint["ledger_id"], str)),
+        ("dataset", checkpoint["dataset"] is None or isinstance(checkpoint["dataset"], str)),
+        ("config", checkpoint["config"] is None or isinstance(checkpoint["config"], dict)),
+        ("rows", _is_count(rows)),
+        ("head_hash", (checkpoint["head_hash"] is None) if rows == 0 else _is_hash(checkpoint["head_hash"])),
+        ("runs", _is_count(runs)),
+        ("run_head_hash",
+         (checkpoint["run_head_hash"] is None) if runs == 0 else _is_hash(checkpoint["run_head_hash"])),
+        ("signed_at", isinstance(signed_at, (int, float)) and not isinstance(signed_at, bool)
+         and math.isfinite(signed_at)),
+        ("software_version", isinstance(checkpoint["software_version"], str) and bool(checkpoint["software_version"])),
+    )
+    for field, ok in checks:
+        if not ok:
+            return f"its {field} is malformed ({str(json.dumps(checkpoint[field]))[:80]})"
+    return None
+
+
+def _difference(field: str, signed, have) -> str:
+    """What differs between the signed value of ``field`` and the ledger's, one clause."""
+    if isinstance(signed, dict) and isinstance(have, dict):
+        keys = sorted(key for key in set(signed) | set(have)
+                      if signed.get(key, "<missing>") != have.get(key, "<missing>"))
+        return "; ".join(f"{key}: the ledger has {json.dumps(have.get(key, '<missing>'))}, the checkpoint "
+                         f"{json.dumps(signed.get(key, '<missing>'))}" for key in keys)
+    return f"the ledger has {json.dumps(have)}, the checkpoint {json.dumps(signed)}"
+
+
 def checkpoint_problem(ledger, checkpoint: dict) -> str | None:
-    """Why ``ledger`` does not extend the (signature-checked) ``checkpoint``, or ``None``."""
-    return history_problem(ledger, rows=checkpoint["rows"], head_hash=checkpoint["head_hash"],
-                           runs=checkpoint["runs"], run_head_hash=checkpoint["run_head_hash"],
-                           ledger_id=checkpoint["ledger_id"])
+    """Why ``ledger`` does not match the (signature-checked) ``checkpoint``, or ``None``.  Every field of the
+    statement is checked against the ledger: ``format``, ``version`` and ``key_id`` by :func:`verify_signature`;
+    ``ledger_id``, ``rows``/``head_hash`` and ``runs``/``run_head_hash``: the ledger is that ledger and extends
+    those heads; ``dataset`` and ``config`` (accountant and budget): the ledger's are the signed ones (a ``null``
+    one was not set when signed, and the ledger lets each be set once, before its first row); ``signed_at``: a
+    time not before the ledger's creation (:data:`SIGNED_AT_SKEW_S` allowed for the clocks) nor before the start
+    of the last signed run; ``software_version``: the signer's version, a non-empty string (it names the program
+    that signed, not the ledger's)."""
+    problem = _malformed(checkpoint)
+    if problem is not None:
+        return problem
+    problem = history_problem(ledger, rows=checkpoint["rows"], head_hash=checkpoint["head_hash"],
+                              runs=checkpoint["runs"], run_head_hash=checkpoint["run_head_hash"],
+                              ledger_id=checkpoint["ledger_id"])
+    if problem is not None:
+        return problem
+    for field, have in (("dataset", ledger.dataset), ("config", ledger.config)):
+        signed = checkpoint[field]
+        if signed is not None and signed != have:
+            return (f"its {field} is not the signed one ({_difference(field, signed, have)}): the ledger's {field} "
+                    "was changed after it was signed")
+    signed_at = checkpoint["signed_at"]
+    created = ledger.created
+    if isinstance(created, (int, float)) and signed_at < created - SIGNED_AT_SKEW_S:
+        return (f"its signed_at ({signed_at!r}) is before the ledger was created ({created!r}): it was not signed "
+                "for this ledger")
+    if checkpoint["runs"]:
+        started = ledger.runs[checkpoint["runs"] - 1]["created"]
+        if isinstance(started, (int, float)) and signed_at < started - SIGNED_AT_SKEW_S:
+            return (f"its signed_at ({signed_at!r}) is before run {checkpoint['runs']} began ({started!r}): it was not "
+                    "signed for this ledger")
+    return None
 
 
 def append_checkpoint(path, checkpoint: dict) -> None:
     """Append ``checkpoint`` as one line to the JSON Lines file ``path`` (created if missing); the file holds
-    only what the shareable ledger holds, so it may be published."""
-    with open(os.fspath(path), "a", encoding="utf-8") as handle:
-        handle.write(canonical_json(checkpoint) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    only what the shareable ledger holds, so it may be published.  A path that is not a regular file (a FIFO, a
+    device) is refused without blocking; a failed write is a :class:`CheckpointError`."""
+    where = os.fspath(path)
+    line = (canonical_json(checkpoint) + "\n").encode("utf-8")
+    try:
+        info = os.stat(where)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise CheckpointError(f"cannot append to {where!r}: {exc.strerror or exc}") from None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise CheckpointError(f"cannot append to {where!r}: it is {_file_kind(info.st_mode)}, not a regular file")
+    try:
+        fd = os.open(where, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
+    except OSError as exc:
+        raise CheckpointError(f"cannot append to {where!r}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise CheckpointError(f"cannot append to {where!r}: it is {_file_kind(info.st_mode)}, not a regular file")
+        written = 0
+        while written < len(line):
+            written += os.write(fd, line[written:])
+        os.fsync(fd)
+    except OSError as exc:
+        raise CheckpointError(f"cannot append to {where!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 def read_checkpoints(path) -> list[dict]:
-    """Every checkpoint in the JSON Lines file ``path``, in order (not verified: :func:`check_checkpoints`)."""
-    try:
-        text = Path(os.fspath(path)).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CheckpointError(f"no checkpoints file at {os.fspath(path)!r}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"checkpoints file {os.fspath(path)!r}: cannot read it ({exc})") from None
+    """Every checkpoint in the JSON Lines file ``path``, in order (not verified: :func:`check_checkpoints`).  The
+    file must be a regular file (a FIFO or a device is refused before it is opened) whose lines are at most
+    :data:`MAX_CHECKPOINT_LINE` bytes long; anything else is a one-line :class:`CheckpointError`."""
+    where = os.fspath(path)
+    if not os.path.lexists(where):
+        raise CheckpointError(f"no checkpoints file at {where!r}")
     out = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise CheckpointError(f"checkpoints file {os.fspath(path)!r}, line {number}: not JSON ({exc.msg})"
-                                  ) from None
+    with _open_regular(where, "checkpoints file") as handle:
+        number = 0
+        while True:
+            try:
+                chunk = handle.readline(MAX_CHECKPOINT_LINE + 1)
+            except OSError as exc:
+                raise CheckpointError(f"checkpoints file {where!r}: cannot read it ({exc.strerror or exc})") from None
+            if not chunk:
+                break
+            number += 1
+            if len(chunk) > MAX_CHECKPOINT_LINE and not chunk.endswith(b"\n"):
+                raise CheckpointError(f"checkpoints file {where!r}, line {number}: longer than {MAX_CHECKPOINT_LINE} "
+                                      "bytes, so not a checkpoint")
+            try:
+                line = chunk.decode("utf-8")
+            except UnicodeDecodeError:
+                raise CheckpointError(f"checkpoints file {where!r}, line {number}: not UTF-8 text") from None
+            if not line.strip():
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise CheckpointError(f"checkpoints file {where!r}, line {number}: not JSON ({exc.msg})") from None
+            except RecursionError:
+                raise CheckpointError(f"checkpoints file {where!r}, line {number}: not JSON (nested too deeply)"
+                                      ) from None
     return out
 
 

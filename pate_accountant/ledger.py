@@ -52,12 +52,14 @@ events) and says so: the spent budget of such an accountant is then not known to
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import json
 import math
 import os
 import sqlite3
+import stat
 import time
 import uuid
 import weakref
@@ -709,7 +711,7 @@ class _Transaction:
         prev = self._head_hash if self._head_rows else ledger._genesis()
         conf_genesis = ledger._confidential_genesis() if confidential and not conf_id else None
         row_id = self._head_rows
-        created = float(time.time())
+        created = ledger._row_time()  # the run's start, never the charge's own (data-dependent) time
         run = ledger._run
         rows, conf_rows, totals_rows = [], [], []
         for charge, totals in zip(charges, spent):
@@ -795,7 +797,9 @@ class Ledger:
         self._writer = uuid.uuid4().hex[:16]
         self._in_transaction = False
         self._run: int | None = None
+        self._run_created: float | None = None  # the start time of ``_run``: the time on every row it writes
         self._created_here = False
+        self._new_file = False  # this object made the file (or the in-memory database): it may have no tables yet
         self._conf_created_here = False
 
     # -- constructors ----------------------------------------------------------------------------------
@@ -861,20 +865,27 @@ class Ledger:
         if read_only:
             if not path.is_file():
                 raise FileNotFoundError(f"no ledger at {str(path)!r}")
+            _refuse_empty_file(path)  # a 0-byte file is no ledger (SQLite would read it as an empty database)
             conn = _connect_read_only(path, timeout)
         else:
-            if path.exists() and path.stat().st_size > 0:
-                _check_ours(path, timeout)  # looked at read-only: a file that is not a ledger is never written
-            elif not path.exists():
+            # Only a path where nothing exists is created.  Anything already there must be one of our ledgers: it is
+            # looked at read-only first, and a file that is not a ledger (empty, a database with no tables, another
+            # application's, not SQLite, not a regular file) is refused and never written.
+            if path.is_symlink() and not path.exists():
+                raise LedgerError(f"ledger path {str(path)!r} is a symbolic link to a missing file: nothing created")
+            if not path.exists():
                 created = cls._create_atomically(path, timeout)
+                if not created and not path.exists():  # no hard links here: this call makes it in place
+                    created = _create_private(path)
+            if not created:
+                _check_ours(path, timeout, empty_ok=False)
             try:
-                created = _create_private(path) or created
                 conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
             except sqlite3.Error as exc:
                 raise LedgerError(f"cannot open a ledger at {str(path)!r}: {exc}") from None
         ledger = cls(conn, path=str(path), read_only=read_only, totals=totals, confidential=confidential,
                      synchronous=synchronous, timeout=timeout)
-        ledger._created_here = created
+        ledger._created_here = ledger._new_file = created
         try:
             if read_only:
                 ledger._check_layout(create=False)
@@ -900,14 +911,16 @@ class Ledger:
         """Build a new, empty ledger beside ``path`` under a temporary name and link it into place, so that
         ``path`` appears complete or not at all: a kill during the creation leaves no ledger (only a hidden
         ``.creating`` file, which nothing reads), never a half-made one.  When another process links its own
-        first, that one is kept.  On a file system without hard links the ledger is made in place, as before.
-        ``True`` when this call put the ledger at ``path``."""
+        first, that one is kept.  On a file system without hard links the ledger is made in place, as before;
+        any other failure (a full disk, a read-only folder) is a :class:`LedgerError` and leaves nothing at
+        ``path`` (issue 22, item 15).  ``True`` when this call put the ledger at ``path``."""
         temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.creating")
         try:
             _create_private(temporary)
             conn = sqlite3.connect(str(temporary), timeout=timeout, isolation_level=None)
             try:
                 ledger = cls(conn, path=str(temporary), read_only=False, timeout=timeout)
+                ledger._new_file = True
                 _set_wal(conn, str(temporary))
                 ledger._check_layout(create=True)
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -917,11 +930,15 @@ class Ledger:
                 os.link(temporary, path)
             except FileExistsError:
                 return False  # another process created the ledger first: it is used
-            except OSError:
-                return False  # no hard links here: the caller creates the ledger in place
+            except OSError as exc:
+                if exc.errno in _NO_HARD_LINKS:
+                    return False  # no hard links here: the caller creates the ledger in place
+                raise LedgerError(f"cannot create a ledger at {str(path)!r}: {exc.strerror or exc}") from None
             return True
-        except sqlite3.Error:
-            return False  # the caller creates it in place and reports the problem
+        except sqlite3.Error as exc:  # a full disk, a read-only folder: nothing is made, in place or otherwise
+            raise LedgerError(f"cannot create a ledger at {str(path)!r}: {exc}") from None
+        except OSError as exc:
+            raise LedgerError(f"cannot create a ledger at {str(path)!r}: {exc.strerror or exc}") from None
         finally:
             for leftover in (temporary, Path(f"{temporary}-wal"), Path(f"{temporary}-shm")):
                 with contextlib.suppress(FileNotFoundError):
@@ -935,10 +952,13 @@ class Ledger:
             raise ValueError(f"totals must be one of {TOTALS_MODES}, got {totals!r}")
         conn = sqlite3.connect(":memory:", isolation_level=None)
         ledger = cls(conn, path=None, read_only=False, totals=totals)
+        ledger._new_file = True
         ledger._check_layout(create=True)
         return ledger
 
     def _check_layout(self, *, create: bool) -> None:
+        """Check (and with ``create``, complete) the layout.  A database with no tables is expected only in a file
+        this object made (``_new_file``); any other is not a ledger and is refused."""
         conn = self._conn
         if create:  # an existing, complete ledger needs no write lock
             self._check_layout(create=False)
@@ -948,6 +968,9 @@ class Ledger:
             conn.execute("BEGIN IMMEDIATE" if create else "BEGIN")
             try:
                 tables = self._tables()
+                if not tables and not self._new_file:
+                    raise LedgerError(f"{self._path!r} is an SQLite database with no tables, not a pate-accountant "
+                                      "ledger; it was left unchanged")
                 if tables and "meta" not in tables:
                     raise LedgerError(f"{self._path!r} is an SQLite database but not a pate-accountant ledger")
                 if tables and self._meta().get(DISCARDED_KEY):
@@ -1305,8 +1328,17 @@ class Ledger:
             self._conn.execute(f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?)",
                                (run_id, prev, digest, first_row, text, created, self._writer))
             self._conn.execute("UPDATE head SET run_count = ?, run_last_hash = ? WHERE id = 1", (run_id, digest))
-        self._run = run_id
+        self._run, self._run_created = run_id, created
         return run_id
+
+    def _row_time(self) -> float:
+        """The time stored on the rows this object writes: the start of its run (:meth:`begin_run`), or without a
+        run the ledger's creation time.  A charge's own wall-clock time would depend on the data (prompt lengths;
+        under individual charging, how many teachers remain), so it is stored nowhere (docs/ledger.md)."""
+        if self._run_created is not None:
+            return self._run_created
+        created = self._meta_value("created")
+        return float(created) if isinstance(created, (int, float)) and not isinstance(created, bool) else 0.0
 
     @property
     def current_run(self) -> int | None:
@@ -1687,7 +1719,7 @@ class Ledger:
         conn = self._conn
         tables = self._tables()
         if not tables:
-            return VerificationResult(True, 0, (0.0, 0.0), None, "empty ledger (never initialised)")
+            return VerificationResult(False, 0, None, None, "not a pate-accountant ledger: the database has no tables")
         missing = {"meta", "charges", "head", "runs"} - tables
         if missing:
             return VerificationResult(False, 0, None, None, f"not a pate-accountant ledger: tables {sorted(missing)} missing")
@@ -1752,6 +1784,12 @@ class Ledger:
         genesis = _genesis_hash(meta)
         prev, expected = genesis, 1
         queries = hits = 0
+        # Rows carry their run's start time (or, without a run, the ledger's creation time); rows written by earlier
+        # versions carry their own commit time, which can depend on the data: counted and reported, not refused.
+        ledger_created = None
+        with contextlib.suppress(TypeError, ValueError):
+            ledger_created = json.loads(meta.get("created") or "null")
+        own_times = 0
         spent = (0.0, 0.0) if accountant is None or not full else tuple(float(x) for x in accountant.spent())
         for raw in conn.execute(f"SELECT {_ROW_COLUMNS} FROM charges ORDER BY id"):
             rows = expected - 1
@@ -1784,6 +1822,8 @@ class Ledger:
                 return result(False, exc.row, exc.message, rows, spent if full else None)
             queries += charge.count if charge.outcome is not None else 0
             hits += charge.count if charge.outcome == TARGET else 0
+            if raw[9] != (runs_by_id[row.run]["created"] if row.run is not None else ledger_created):
+                own_times += 1
             prev = row.hash
             if not full:  # shareable part only: check the event is one this accountant accounts for
                 try:
@@ -1854,10 +1894,15 @@ class Ledger:
             elif conf_head != ((conf_id, conf_prev) if conf_id else (0, None)):
                 return result(False, rows, f"the confidential file's head (row {conf_head[0]}) does not match its rows "
                                            f"(last row {conf_id}): confidential rows were dropped", rows, final)
+        if own_times:
+            notes.append(f"{own_times} row(s) carry their own commit time instead of their run's start (written by an "
+                         "earlier version: such times can depend on the data, see docs/ledger.md)")
         if not full:
             message = (f"shareable part verified: {rows} rows, {len(runs)} runs, hash chains and heads intact, every "
                        f"event accounted by {accountant.kind}; the confidential file {self._conf_path!r} was not "
                        "found, so the per-teacher charges and the spent budget were not checked")
+            if notes:
+                message += "; " + "; ".join(notes)
             return result(True, None, message, rows, None, queries, hits)
         what = "shareable and confidential parts" if confidential else "shareable part (no confidential part)"
         message = (f"verified: {rows} rows, {len(runs)} runs, {what}: hash chains and heads intact, totals agree, "
@@ -1887,6 +1932,12 @@ CHECKPOINT_WAIT_MS = 200
 #: Permission bits of a ledger file this package creates: read and write for its owner only.  SQLite gives its
 #: ``-wal`` and ``-shm`` files the database file's bits, so they are private too.
 PRIVATE_FILE_MODE = 0o600
+
+
+#: ``os.link`` errors that mean "this file system has no hard links" (the one case a new ledger is made in place).
+_NO_HARD_LINKS = frozenset(code for code in (getattr(errno, name, None) for name in
+                                             ("EPERM", "EOPNOTSUPP", "ENOTSUP", "ENOSYS", "EMLINK", "EXDEV"))
+                           if code is not None)
 
 
 def _create_private(path: Path) -> bool:
@@ -1942,11 +1993,17 @@ def _connect_read_only(path: Path, timeout: float, *, audit: bool = True) -> sql
 
 
 def _check_ours(path: Path, timeout: float, what: str = "pate-accountant ledger",
-                tables_needed=("meta", "charges", "head")) -> None:
+                tables_needed=("meta", "charges", "head"), *, empty_ok: bool = True) -> None:
     """Refuse, before anything is written, an existing non-empty file that is not a pate-accountant ledger
     (another application's SQLite database, or not SQLite at all): it is read through a read-only connection
-    and left byte for byte as it was.  A database with no tables yet (another process is creating the
-    ledger) passes: the creation itself checks again under the write lock."""
+    and left byte for byte as it was.  With ``empty_ok`` (the confidential file, which another process may be
+    creating in place) a database with no tables yet passes: the creation itself checks again under the write
+    lock.  Without it (the shareable file, which a creator links into place complete) a file that is not a
+    regular file, is empty (0 bytes) or is a database with no tables is refused too."""
+    if not empty_ok:
+        if not path.exists():
+            raise _Discarded()  # removed meanwhile (an empty ledger its creator discarded): open what is there now
+        _refuse_empty_file(path)
 
     def read_tables():
         conn = _connect_read_only(path, timeout, audit=False)
@@ -1963,8 +2020,25 @@ def _check_ours(path: Path, timeout: float, what: str = "pate-accountant ledger"
         raise LedgerError(f"{str(path)!r} is not a {what} (not an SQLite database); it was left unchanged") from None
 
     tables = _while_locked(read_tables, fail)
+    if not tables and not empty_ok:
+        raise LedgerError(f"{str(path)!r} is an SQLite database with no tables, not a {what}; it was left unchanged")
     if tables and not set(tables_needed) <= tables:
         raise LedgerError(f"{str(path)!r} is an SQLite database but not a {what}; it was left unchanged")
+
+
+def _refuse_empty_file(path: Path) -> None:
+    """Refuse a path that is not a regular file, or is an empty (0-byte) one: neither is a ledger.  Checked before
+    SQLite opens it (SQLite would read an empty file as an empty database, and a FIFO would block)."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise _Discarded() from None
+    if not stat.S_ISREG(info.st_mode):
+        raise LedgerError(f"{str(path)!r} is not a regular file, so not a pate-accountant ledger; it was left "
+                          "unchanged")
+    if info.st_size == 0:
+        raise LedgerError(f"{str(path)!r} is an empty file (0 bytes), not a pate-accountant ledger; it was left "
+                          "unchanged (only a path where nothing exists is made into a new ledger)")
 
 
 def _set_wal(conn: sqlite3.Connection, where) -> None:

@@ -371,3 +371,229 @@ def test_an_audit_without_the_key_says_the_checkpoints_were_not_checked(tmp_path
     assert main(["audit", str(path)]) == 0
     out = capsys.readouterr().out
     assert "signed      : not checked" in out and "--public-key" in out
+
+
+# -- issue 22, item 14: every field of the statement is checked against the ledger -----------------------------
+def _open_budget(path, budget, dataset="sample"):
+    """A ledger with its data set and accountant stored and no row yet (what a run's claim leaves)."""
+    with Ledger.open(path) as ledger:
+        ledger.set_dataset(dataset)
+        BasicCompositionAccountant(budget=budget, ledger=ledger)
+
+
+def test_a_checkpoint_at_zero_rows_pins_the_budget_the_forger_raises(tmp_path, capsys, keys):
+    """Attack transcript.  The operator signs a ledger at 0 rows with its budget (epsilon 10).  Someone who can
+    write the file raises the budget to 1000 (the metadata is not frozen before the first row, and no row hash
+    covers it yet) and spends epsilon 50.  The chain alone verifies; the signed checkpoint now fails, naming the
+    field (config) and the key (budget)."""
+    path = tmp_path / "l.sqlite"
+    _open_budget(path, (10.0, 1e-3))
+    _sign(path, keys["operator"][0])
+    capsys.readouterr()
+    conn = _raw(path)
+    _raise_budget(conn)  # budget [1000, 1e-3]
+    conn.close()
+    with Ledger.open(path) as ledger:
+        accountant = BasicCompositionAccountant(budget=(1000.0, 1e-3), ledger=ledger)
+        ledger.begin_run({"run": 1})
+        for _ in range(5):
+            accountant.record(Release("tok", EpsilonDeltaEvent(10.0, 1e-8)))
+    code, report, _ = _audit(capsys, path)
+    assert code == 0 and report["spent"]["epsilon"] == 50.0  # the keyless chain cannot tell
+    code, report, err = _audit(capsys, path, "--public-key", keys["operator"][1])
+    assert code == 1 and not report["ok"] and report["signed"]["first_bad"] == 1
+    message = report["signed"]["message"]
+    assert "signed checkpoint 1" in message and "its config is not the signed one" in message
+    assert "budget: the ledger has [1000.0, 0.001], the checkpoint [10.0, 0.001]" in message
+    assert "its config is not the signed one" in err and len(err.strip().splitlines()) == 1
+    assert main(["audit", str(path), "--public-key", str(keys["operator"][1])]) == 1
+    assert "signed      : FAILED" in capsys.readouterr().out
+
+
+def test_a_checkpoint_at_zero_rows_pins_the_data_set_name(tmp_path, capsys, keys):
+    path = tmp_path / "l.sqlite"
+    _open_budget(path, BUDGET, dataset="dolly")
+    _sign(path, keys["operator"][0])
+    capsys.readouterr()
+    conn = _raw(path)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'dataset'", ('"another-data-set"',))
+    conn.close()
+    code, report, _ = _audit(capsys, path, "--public-key", keys["operator"][1])
+    assert code == 1 and "its dataset is not the signed one" in report["signed"]["message"]
+    assert '"another-data-set"' in report["signed"]["message"]
+
+
+def test_a_data_set_or_accountant_not_yet_set_when_signed_may_be_set_later(tmp_path, capsys, keys):
+    """What the ledger allows stays allowed: a checkpoint of a ledger with no data set or accountant yet (null in
+    the statement) is extended by the ledger once both are set (each can be set once, before the first row)."""
+    path = tmp_path / "l.sqlite"
+    Ledger.open(path).close()
+    _sign(path, keys["operator"][0])
+    checkpoint = json.loads(capsys.readouterr().out)
+    assert checkpoint["dataset"] is None and checkpoint["config"] is None
+    _build(path)
+    code, report, _ = _audit(capsys, path, "--public-key", keys["operator"][1])
+    assert code == 0 and report["signed"]["ok"], report["signed"]["message"]
+
+
+def _resign(checkpoint, key_file, **changes):
+    """``checkpoint`` with ``changes``, signed again by the key in ``key_file`` (what only the key holder can do)."""
+    import pate_accountant.checkpoints as checkpoints_module
+
+    statement = {key: value for key, value in {**checkpoint, **changes}.items() if key != "signature"}
+    signature = load_private_key(key_file).sign(checkpoints_module._signed_bytes(statement))
+    return {**statement, "signature": signature.hex()}
+
+
+def test_every_field_of_the_statement_is_checked_against_the_ledger(tmp_path, keys):
+    """A validly signed statement that does not describe this ledger fails, naming its field: the signature alone
+    is not enough (each case is signed by the operator's own key)."""
+    path = tmp_path / "l.sqlite"
+    head = _build(path)
+    public = load_public_key(keys["operator"][1])
+    private = keys["operator"][0]
+    with Ledger.open(path, read_only=True) as ledger:
+        checkpoint = sign_checkpoint(ledger, load_private_key(private))
+        assert check_checkpoints(ledger, [checkpoint], public).ok
+        cases = {  # field: (the change, what the reason says)
+            "ledger_id": ({"ledger_id": "0" * 32}, "another ledger id"),
+            "dataset": ({"dataset": "other"}, "its dataset is not the signed one"),
+            "config": ({"config": {**ledger.config, "budget": [99.0, 0.1]}}, "its config is not the signed one"),
+            "rows": ({"rows": head["rows"] + 1}, f"fewer than the {head['rows'] + 1} recorded"),
+            "head_hash": ({"head_hash": "0" * 64}, f"row {head['rows']} does not have the recorded head hash"),
+            "runs": ({"runs": head["runs"] + 1}, f"fewer than the {head['runs'] + 1} recorded"),
+            "run_head_hash": ({"run_head_hash": "1" * 64}, f"run {head['runs']} does not have the recorded hash"),
+            "signed_at": ({"signed_at": ledger.created - 10 * 86400.0}, "its signed_at"),  # before the ledger
+            "software_version": ({"software_version": ""}, "its software_version is malformed"),
+            "rows (malformed)": ({"rows": "6"}, "its rows is malformed"),
+            "head_hash (malformed)": ({"rows": 0}, "its head_hash is malformed"),  # 0 rows with a head hash
+        }
+        for name, (change, reason) in cases.items():
+            result = check_checkpoints(ledger, [_resign(checkpoint, private, **change)], public)
+            assert not result.ok and result.first_bad == 1, name
+            assert reason in result.message, (name, result.message)
+
+
+def test_a_checkpoint_cannot_say_it_was_signed_before_the_run_it_covers_began(tmp_path, monkeypatch, keys):
+    import time
+
+    from test_ledger import _Clock
+
+    clock = _Clock()
+    clock.now = time.time() - 7200.0  # the ledger is made two hours ago ...
+    monkeypatch.setattr(ledger_module, "time", clock)
+    path = tmp_path / "l.sqlite"
+    with Ledger.open(path) as ledger:
+        ledger.set_dataset("sample")
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        ledger.begin_run({"run": 1})
+        accountant.record(Release("tok", EpsilonDeltaEvent(0.1, 1e-8)))
+        clock.now = time.time() - 60.0  # ... and its second run began a minute ago
+        ledger.begin_run({"run": 2})
+        accountant.record(Release("tok", EpsilonDeltaEvent(0.1, 1e-8)))
+    monkeypatch.undo()
+    public, private = load_public_key(keys["operator"][1]), keys["operator"][0]
+    with Ledger.open(path, read_only=True) as ledger:
+        checkpoint = sign_checkpoint(ledger, load_private_key(private))
+        assert check_checkpoints(ledger, [checkpoint], public).ok
+        an_hour_ago = _resign(checkpoint, private, signed_at=time.time() - 3600.0)
+        result = check_checkpoints(ledger, [an_hour_ago], public)
+        assert not result.ok and "its signed_at" in result.message and "before run 2 began" in result.message
+
+
+# -- issue 22, item 13: key and checkpoint files are read within limits ---------------------------------------
+@pytest.fixture
+def no_hang():
+    """Fail instead of blocking forever (a FIFO with no writer blocks an ordinary open)."""
+    import signal
+
+    def hung(*_):
+        pytest.fail("blocked on a file instead of refusing it")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _last_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    return err[-1]
+
+
+def test_a_device_a_fifo_or_a_huge_file_as_a_key_is_refused_in_one_line(tmp_path, capsys, keys, no_hang):
+    """Attack transcript: ``audit --public-key /dev/zero`` used to end in a MemoryError traceback and a FIFO hung
+    forever.  Now each is a usage error (exit 2) in one line naming the option and the file; a FIFO is refused
+    before it is opened, and at most a few kilobytes of a regular file are read."""
+    path = tmp_path / "l.sqlite"
+    _build(path)
+    _sign(path, keys["operator"][0])
+    capsys.readouterr()
+    fifo = tmp_path / "key.fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.pem"
+    with open(huge, "wb") as handle:  # a sparse 64 MiB file of zeros: never read in full
+        handle.truncate(1 << 26)
+    for key, words in (("/dev/zero", "a character device"), (str(fifo), "a named pipe (FIFO)"),
+                       (str(huge), "larger than 8192 bytes")):
+        assert main(["audit", str(path), "--public-key", key]) == 2
+        line = _last_error_line(capsys)
+        assert "--public-key" in line and key in line and words in line
+        assert main(["sign", str(path), "--key", key]) == 2
+        line = _last_error_line(capsys)
+        assert "--key" in line and key in line and words in line
+        with pytest.raises(CheckpointError, match="not a regular file|larger than"):
+            load_public_key(key)
+    assert len(read_checkpoints(default_checkpoints_path(path))) == 1  # nothing signed meanwhile
+
+
+def test_a_checkpoints_file_that_is_a_fifo_or_has_an_overlong_line_is_refused(tmp_path, capsys, keys, no_hang):
+    path = tmp_path / "l.sqlite"
+    _build(path)
+    _sign(path, keys["operator"][0])
+    capsys.readouterr()
+    fifo = tmp_path / "checkpoints.fifo"
+    os.mkfifo(fifo)
+    code, report, err = _audit(capsys, path, "--public-key", keys["operator"][1], "--checkpoints", fifo)
+    assert code == 1 and "named pipe (FIFO), not a regular file" in report["signed"]["message"]
+    assert str(fifo) in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(CheckpointError, match="not a regular file"):
+        append_checkpoint(fifo, {"format": "x"})  # a writer is refused without blocking too
+    long_line = tmp_path / "long.jsonl"
+    [checkpoint] = read_checkpoints(default_checkpoints_path(path))
+    long_line.write_text(json.dumps(checkpoint) + "\n" + '{"pad": "' + "x" * 200_000 + '"}\n')
+    with pytest.raises(CheckpointError, match="line 2: longer than 65536 bytes"):
+        read_checkpoints(long_line)
+    code, report, _ = _audit(capsys, path, "--public-key", keys["operator"][1], "--checkpoints", long_line)
+    assert code == 1 and "line 2: longer than" in report["signed"]["message"]
+    no_newline = tmp_path / "zeros.jsonl"
+    with open(no_newline, "wb") as handle:  # 64 MiB with no line end: refused after the first 64 KiB
+        handle.truncate(1 << 26)
+    with pytest.raises(CheckpointError, match="line 1: longer than"):
+        read_checkpoints(no_newline)
+
+
+# -- issue 22, item 15: keygen and sign refuse in one line ------------------------------------------------------
+def test_keygen_with_one_file_for_both_keys_is_refused_and_leaves_nothing(tmp_path, capsys):
+    key = tmp_path / "k"
+    assert main(["keygen", str(key), "--public-key", str(key)]) == 2
+    line = _last_error_line(capsys)
+    assert "public key file" in line and str(key) in line and "is the private key file" in line
+    assert list(tmp_path.iterdir()) == []  # no private key left behind
+    os.symlink(tmp_path / "k", tmp_path / "alias.pub")  # the same file under another name
+    assert main(["keygen", str(key), "--public-key", str(tmp_path / "alias.pub")]) == 2
+    assert "alias.pub" in _last_error_line(capsys) and not key.exists()
+    assert main(["keygen", str(key)]) == 0 and key.exists() and (tmp_path / "k.pub").exists()
+
+
+def test_sign_refuses_a_missing_confidential_file_as_audit_does(tmp_path, capsys, keys):
+    path = tmp_path / "l.sqlite"
+    _build(path)
+    missing = tmp_path / "nofile"
+    assert main(["audit", str(path), "--confidential", str(missing)]) == 2
+    audit_line = _last_error_line(capsys)
+    assert main(["sign", str(path), "--key", str(keys["operator"][0]), "--confidential", str(missing)]) == 2
+    line = _last_error_line(capsys)
+    assert "--confidential" in line and str(missing) in line and "no file" in line and "no file" in audit_line
+    assert not os.path.exists(default_checkpoints_path(path))  # nothing signed

@@ -1186,3 +1186,133 @@ def test_a_ledger_of_an_older_schema_is_refused(path):
     for read_only in (False, True):
         with pytest.raises(LedgerError, match="schema version 1 is not supported"):
             Ledger.open(path, read_only=read_only)
+
+
+# -- issue 22, item 16: only a path where nothing exists becomes a ledger ------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["zero-byte", "no-tables", "fifo"])
+def test_an_empty_file_a_table_less_database_or_a_fifo_is_refused_and_left_unchanged(tmp_path, capsys, kind):
+    """A 0-byte file, an SQLite database without tables and a FIFO are no ledgers: ``Ledger.open`` refuses each
+    (writable and read-only) in one line naming the file, before writing anything (the folder holds the same
+    files with the same bytes after), and ``audit`` exits 3 (cannot be checked), never 0.  A FIFO is refused
+    before it is opened (an open would block)."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    path = folder / "ledger.sqlite"
+    if kind == "zero-byte":
+        path.write_bytes(b"")
+    elif kind == "no-tables":
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA user_version = 7")  # writes the header: a valid database with no table
+        conn.commit()
+        conn.close()
+        assert path.stat().st_size > 0
+    else:
+        os.mkfifo(path)
+    before = _files(folder)
+    names = sorted(p.name for p in folder.iterdir())
+    previous = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("blocked on the file instead of refusing it"))
+    signal.alarm(20)
+    try:
+        for read_only in (False, True):
+            with pytest.raises((LedgerError, FileNotFoundError)) as caught:
+                Ledger.open(path, read_only=read_only)
+            message = str(caught.value)
+            assert str(path) in message and "\n" not in message
+            assert sorted(p.name for p in folder.iterdir()) == names and _files(folder) == before
+        if kind != "fifo":  # audit refuses a path that is no regular file as missing (exit 2), before opening it
+            code, out, err = _audit(capsys, path)
+            assert code == 3 and "CANNOT CHECK" in out
+            [line] = err.strip().splitlines()
+            assert "cannot check" in line and str(path) in line
+            assert ("empty file (0 bytes)" if kind == "zero-byte" else "no tables") in line
+            code, out, _ = _audit(capsys, path, "--json")
+            assert code == 3 and json.loads(out)["verdict"] == "cannot check"
+        else:
+            code, _, err = _audit(capsys, path)
+            assert code == 2 and "no ledger file" in err
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert sorted(p.name for p in folder.iterdir()) == names and _files(folder) == before
+
+
+def test_a_missing_path_is_still_created_and_a_new_ledger_still_opens(tmp_path):
+    path = tmp_path / "new.sqlite"
+    with Ledger.open(path) as ledger:
+        assert ledger.created_here
+    with Ledger.open(path) as ledger:  # the empty ledger it made is a ledger: opened, not refused
+        assert not ledger.created_here and ledger.row_count == 0
+    with Ledger.open(path, read_only=True) as ledger:
+        assert ledger.verify().ok
+    dangling = tmp_path / "dangling.sqlite"
+    dangling.symlink_to(tmp_path / "nowhere.sqlite")
+    with pytest.raises(LedgerError, match="symbolic link to a missing file"):
+        Ledger.open(dangling)
+    assert not (tmp_path / "nowhere.sqlite").exists()
+
+
+# -- issue 22, item 6: the shareable file's times do not depend on the data ----------------------------------
+
+
+class _Clock:
+    """``time`` for the ledger module with a wall clock that moves one second at every reading (as if each step
+    took a data-dependent while); everything else is the real module."""
+
+    def __init__(self):
+        self.now = 1_700_000_000.0
+
+    def time(self):
+        self.now += 1.0
+        return self.now
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+def test_row_times_are_their_runs_start_not_each_charges_own(path, monkeypatch, capsys):
+    """Every row stores its run's start time (without a run: the ledger's creation time), whatever the time of
+    the charge; the per-charge time is stored nowhere.  The chain and the audit are unchanged."""
+    clock = _Clock()
+    monkeypatch.setattr(ledger_module, "time", clock)
+    with Ledger.open(path) as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        accountant.compose(EpsilonDeltaEvent(0.01, 1e-8))  # before any run
+        for _ in range(2):
+            ledger.begin_run({"seeded": False})
+            for size in (1, 3, 2):  # transactions of different sizes, each much later than the last
+                clock.now += 100.0 * size
+                accountant.record_many(_releases(size, epsilon=0.01))
+        created, runs = ledger.created, ledger.runs
+    conn = sqlite3.connect(path)
+    times = conn.execute("SELECT run, created FROM charges ORDER BY id").fetchall()
+    conn.close()
+    starts = {run["id"]: run["created"] for run in runs}
+    assert len(times) == 13 and len(set(starts.values())) == 2
+    assert times[0] == (None, created)
+    assert all(stored == starts[run] for run, stored in times[1:])
+    code, out, _ = _audit(capsys, path)
+    assert code == 0 and "own commit time" not in out
+
+
+def test_a_ledger_whose_rows_carry_their_own_times_still_audits(path, monkeypatch, capsys):
+    """A ledger written before row times were rounded (each row its commit time; simulated by the old rule)
+    still verifies and audits with exit 0, the same layout and hashes; the verdict counts those rows."""
+    monkeypatch.setattr(Ledger, "_row_time", lambda self: float(time.time()))
+    with Ledger.open(path) as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        ledger.begin_run({"seeded": False})
+        for _ in range(3):
+            time.sleep(0.002)
+            accountant.compose(EpsilonDeltaEvent(0.01, 1e-8))
+    monkeypatch.undo()
+    result = _verify(path)
+    assert result.ok and result.rows == 3, result.message
+    assert "3 row(s) carry their own commit time" in result.message
+    with Ledger.open(path) as ledger:  # a writer of this version appends to it: its rows take the run's start
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        ledger.begin_run({"seeded": False})
+        accountant.compose(EpsilonDeltaEvent(0.01, 1e-8))
+    code, out, _ = _audit(capsys, path)
+    assert code == 0 and "3 row(s) carry their own commit time" in out

@@ -129,6 +129,22 @@ def test_the_run_charged_hits_and_non_hits(run):
     assert removed and max(counters) == LIMIT  # teachers reached the limit and were removed
 
 
+def test_shareable_row_times_are_the_runs_start_whatever_each_step_took(run):
+    """Issue 22, item 6: a step's wall-clock time depends on prompt lengths and, under individual charging, on how
+    many teachers remain.  Every shareable row stores its run's start instead, so the times in the file say when
+    the run began and nothing about its steps; no per-step time is kept in either file."""
+    conn = sqlite3.connect(run["path"])
+    (started,) = conn.execute("SELECT created FROM runs WHERE id = 1").fetchone()
+    times = {created for (created,) in conn.execute("SELECT created FROM charges")}
+    conn.close()
+    assert len(run["recorded"]) > 5 and times == {started}
+    conf = sqlite3.connect(confidential_path(run["path"]))
+    columns = {c[1] for (table,) in conf.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+               for c in conf.execute(f"PRAGMA table_info({table})")}
+    conf.close()
+    assert not any("time" in c or "created" in c for c in columns)
+
+
 def test_shareable_file_holds_no_teacher_sets_counts_or_data_dependent_totals(run):
     path = run["path"]
     conn = sqlite3.connect(path)

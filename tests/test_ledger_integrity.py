@@ -221,8 +221,10 @@ def test_a_ledger_appears_complete_or_not_at_all(tmp_path, monkeypatch):
 
 
 def test_without_hard_links_the_ledger_is_made_in_place(tmp_path, monkeypatch):
-    def no_links(source, target):
-        raise OSError("hard links are not supported here")
+    import errno
+
+    def no_links(source, target):  # what a file system without hard links (FAT, some network shares) answers
+        raise OSError(errno.EPERM, "hard links are not supported here")
 
     monkeypatch.setattr(os, "link", no_links)
     path = tmp_path / "inplace.sqlite"
@@ -375,3 +377,33 @@ def test_a_ledger_that_cannot_be_removed_stays_usable(tmp_path, monkeypatch):
         accountant.record(Release("tok", EpsilonDeltaEvent(0.1, 1e-8)))
     with Ledger.open(path, read_only=True) as reopened:
         assert reopened.verify().ok and reopened.row_count == 1 and reopened.dataset == "sample"
+
+
+@pytest.mark.parametrize("failure", ["disk-full-while-building", "disk-full-at-the-link", "read-only-folder"])
+def test_a_new_ledger_on_a_full_disk_is_made_whole_or_not_at_all(tmp_path, monkeypatch, failure):
+    """Issue 22, item 15: a ledger whose creation fails (a full disk while its tables are written, or when it is
+    linked into place; a folder that refuses the link) is not made in place instead: one ``LedgerError`` naming
+    the path, nothing at the path, no temporary file left beside it.  Only a file system without hard links makes
+    a ledger in place (``test_without_hard_links_the_ledger_is_made_in_place`` above covers that)."""
+    import errno
+
+    import pate_accountant.ledger as ledger_module
+
+    path = tmp_path / "new.sqlite"
+    if failure == "disk-full-while-building":
+        def full(conn, where):
+            raise sqlite3.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(ledger_module, "_set_wal", full)
+        message = "database or disk is full"
+    else:
+        code = errno.ENOSPC if failure == "disk-full-at-the-link" else errno.EACCES
+
+        def link(src, dst):
+            raise OSError(code, os.strerror(code), str(dst))
+
+        monkeypatch.setattr(ledger_module.os, "link", link)
+        message = os.strerror(code)
+    with pytest.raises(ledger_module.LedgerError, match=f"cannot create a ledger at .*new.sqlite.*{message}"):
+        Ledger.open(str(path))
+    assert list(tmp_path.iterdir()) == []

@@ -23,8 +23,10 @@ DESCRIPTION = (
     "it verifies; 1, naming the offending row, when a row was edited, dropped or reordered, when the "
     "totals disagree, when the budget was exceeded, when the ledger does not extend the pinned head, or "
     "(with --public-key) when a signed checkpoint is missing, forged or not extended; "
-    "3 when the file cannot be checked at all (unreadable, not a ledger, an interrupted write); 2 when "
-    "PATH is missing. The audit never writes to the ledger nor creates files beside it."
+    "3 when the file cannot be checked at all (unreadable, not a ledger: an empty file or an SQLite database "
+    "with no tables included, an interrupted write); 2 when PATH is missing or a key file is unusable (not a "
+    "regular file, larger than a key, not a PEM key). The audit never writes to the ledger nor creates files "
+    "beside it."
 )
 #: Exit status when the file cannot be checked at all (distinct from 1, "it does not verify").
 CANNOT_CHECK = 3
@@ -86,10 +88,11 @@ def _check_signed(ledger, checkpoints: str, public_key):
 
     try:
         found = read_checkpoints(checkpoints)
-    except CheckpointError as exc:
+    except CheckpointError as exc:  # missing; or refused unread (not a regular file, an overlong line, not JSON)
         rows = ledger.head_record["rows"]
-        return CheckpointsResult(False, f"no signed checkpoint to check the ledger against: {exc}", 0,
-                                 key_id(public_key), 0, rows)
+        what = "no signed checkpoint to check the ledger against" if not os.path.lexists(checkpoints) else \
+            "the signed checkpoints cannot be read"
+        return CheckpointsResult(False, f"{what}: {exc}", 0, key_id(public_key), 0, rows)
     return check_checkpoints(ledger, found, public_key)
 
 

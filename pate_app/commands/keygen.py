@@ -12,7 +12,8 @@ DESCRIPTION = (
     "the ledger's head; an auditor holding the public key checks the ledger against every checkpoint with "
     "`audit --public-key`. Whoever holds the private key can sign any history: keep it away from the machine "
     "that writes the ledger if you can (docs/ledger.md). Needs the signing extra (the cryptography package). "
-    "Existing files are never overwritten."
+    "Existing files are never overwritten, KEY and --public-key must be two files, and a failure leaves neither "
+    "file behind (exit status 2, one line naming the file)."
 )
 
 

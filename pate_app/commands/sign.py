@@ -18,8 +18,9 @@ DESCRIPTION = (
     "appending the checkpoint to LEDGER.checkpoints.jsonl (or --checkpoints). `audit --public-key` later checks "
     "that the ledger still extends every checkpoint. A run can do the same at its end with --signing-key. The "
     "checkpoint holds only what the shareable ledger holds, so it may be published. Exit status 0 when signed; "
-    "1 when the ledger does not verify (nothing is signed); 2 for a usage error or an unusable key; 3 when the "
-    "file cannot be checked."
+    "1 when the ledger does not verify (nothing is signed); 2 for a usage error (a missing --confidential file "
+    "included), an unusable key or a checkpoints file that cannot be appended to; 3 when the file cannot be "
+    "checked (not a ledger: an empty file included)."
 )
 
 
@@ -49,6 +50,8 @@ def main(args: argparse.Namespace) -> int:
 
     if not os.path.isfile(args.path):
         args.parser.error(f"argument LEDGER: no ledger file at {args.path!r}")
+    if args.confidential is not None and not os.path.isfile(args.confidential):  # as `audit` refuses it
+        args.parser.error(f"argument --confidential: no file at {args.confidential!r}")
     try:
         checkpoints = checkpoints_file(args.path, args.checkpoints)
     except CheckpointError as exc:
@@ -71,7 +74,11 @@ def main(args: argparse.Namespace) -> int:
     except (LedgerError, sqlite3.Error, OSError, ValueError) as exc:
         print(f"pate-accountant sign: cannot check {args.path!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return CANNOT_CHECK
-    append_checkpoint(checkpoints, checkpoint)
+    try:
+        append_checkpoint(checkpoints, checkpoint)
+    except CheckpointError as exc:  # replaced by a FIFO or a device, a full disk, ... since the check above
+        print(f"pate-accountant sign: argument --checkpoints: not signed: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(checkpoint, indent=2, sort_keys=True))
         return 0
