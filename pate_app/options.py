@@ -18,6 +18,7 @@ from pate_app.grammar import Parser, add_option
 
 __all__ = [
     "BUDGET_DELTA_HELP",
+    "DEFAULT_RAY_TIMEOUT",
     "BUDGET_EPSILON_HELP",
     "Parser",
     "STEP_DELTA_HELP",
@@ -140,3 +141,7 @@ def add_verbose_option(p) -> None:
     p.add_argument("--verbose", action="store_true",
                    help="show each warning that a library (torch, transformers, Ray) raises during the run once, "
                         "as one line on stderr (default: they go to the pate_app.library_warnings logger only)")
+
+
+#: Seconds a cluster ``--ray-address`` has to accept a connection, by default (``generate --ray-timeout``).
+DEFAULT_RAY_TIMEOUT = 10.0

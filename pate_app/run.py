@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import ipaddress
 import re
+import socket
 import sqlite3
 import sys
 import time
@@ -57,9 +59,11 @@ from pate_accountant.checkpoints import (
     load_private_key,
     sign_checkpoint,
 )
-from pate_accountant.errors import PateAccountantError
+from pate_accountant.errors import PateAccountantError, UnsupportedEventError
 from pate_accountant.ledger import Ledger, describe_mechanism
+from pate_accountant.ledger_home import LedgerHome, dataset_fingerprint
 from pate_app.library_output import quiet_libraries
+from pate_app.options import DEFAULT_RAY_TIMEOUT
 
 __all__ = [
     "RunInputError",
@@ -68,7 +72,6 @@ __all__ = [
     "check_inputs",
     "check_reachable",
     "check_workers",
-    "default_demo_ledger",
     "demo_model_path",
     "private_run",
 ]
@@ -206,7 +209,16 @@ def _just_created(ledger: Ledger) -> bool:
 
 
 def _check_affords(acct, mechanism, where: str, dataset: str, budget) -> None:
-    if not acct.can_afford(mechanism.event):
+    try:
+        affordable = acct.can_afford(mechanism.event)
+    except UnsupportedEventError:  # a ledger kept under the other neighbouring relation (issue 22, item 4)
+        kept = acct.neighboring_relation
+        stated = getattr(mechanism.event, "relation", None)
+        raise RunInputError(
+            f"{where} is kept under the {kept} relation, but this run's mechanism is stated under {stated} "
+            f"(--relation {stated}): one ledger composes one relation; run with --relation {kept} or give "
+            "another ledger") from None
+    if not affordable:
         spent = acct.spent()
         raise RunInputError(
             f"{where}: the budget of data set {dataset!r} (epsilon {budget[0]:g}, delta {budget[1]:g}) cannot pay "
@@ -251,18 +263,61 @@ def _discard(ledger: Ledger) -> None:
             ledger.close()
 
 
-#: What ``--ray-address`` takes besides ``local`` and ``auto``: ``HOST:PORT`` or ``ray://HOST:PORT``.
-_RAY_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}")
+#: A host name of ``--ray-address``: DNS labels, or an IPv4 address (an IPv6 address goes in brackets).
+_HOST = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}"
+                   r"[A-Za-z0-9])?)*")
+_ADDRESS = re.compile(r"(?P<scheme>ray://)?(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:/\[\]]+)):(?P<port>[0-9]+)")
 
 
 def _ray_installed() -> bool:
     return importlib.util.find_spec("ray") is not None
 
 
-def check_workers(workers: int, num_teachers: int, ray_address: str | None) -> None:
+def parse_ray_address(address) -> tuple[str, int] | None:
+    """``(host, port)`` of a ``--ray-address`` ``HOST:PORT`` or ``ray://HOST:PORT``; ``None`` for ``local`` and
+    ``auto``.  A :class:`RunInputError` naming ``--ray-address`` for anything else (a port outside 1..65535, a
+    host that is no DNS name or IP address)."""
+    if address in ("local", "auto"):
+        return None
+    form = "--ray-address must be 'local', 'auto', HOST:PORT or ray://HOST:PORT"
+    match = _ADDRESS.fullmatch(address) if isinstance(address, str) else None
+    if match is None:
+        raise RunInputError(f"{form}, got {address!r}")
+    port = int(match["port"])
+    if not 1 <= port <= 65535:
+        raise RunInputError(f"--ray-address {address}: the port must lie in 1..65535, got {port}")
+    if match["ipv6"] is not None:
+        try:
+            ipaddress.IPv6Address(match["ipv6"])
+        except ValueError:
+            raise RunInputError(f"--ray-address {address}: {match['ipv6']!r} is not an IPv6 address") from None
+        return match["ipv6"], port
+    if not _HOST.fullmatch(match["host"]):
+        raise RunInputError(f"{form}, got {address!r} (the host must be a DNS name or an IP address)")
+    return match["host"], port
+
+
+def probe_ray_address(address: str, timeout: float) -> None:
+    """Open (and close) a TCP connection to the host and port of ``--ray-address`` within ``timeout`` seconds, so
+    that an address nobody answers on is refused at once, before the ledger is claimed, instead of Ray retrying
+    for many minutes; ``local`` and ``auto`` are not probed."""
+    where = parse_ray_address(address)
+    if where is None:
+        return
+    try:
+        with socket.create_connection(where, timeout=timeout):
+            pass
+    except (OSError, ValueError) as exc:
+        reason = "no answer" if isinstance(exc, TimeoutError) else (getattr(exc, "strerror", None) or str(exc))
+        raise RunInputError(f"--ray-address {address}: cannot reach {where[0]}:{where[1]} within --ray-timeout "
+                            f"{timeout:g} s ({reason})") from None
+
+
+def check_workers(workers: int, num_teachers: int, ray_address: str | None,
+                  ray_timeout: float = DEFAULT_RAY_TIMEOUT) -> None:
     """Refuse, before anything is written: ``--workers`` that is not a positive integer or exceeds
-    ``--teachers`` (every shard needs a teacher), a malformed ``--ray-address``, or ``--ray-address`` without
-    Ray installed."""
+    ``--teachers`` (every shard needs a teacher), a malformed ``--ray-address``, ``--ray-address`` without
+    Ray installed, or a cluster address that does not answer within ``ray_timeout`` seconds."""
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise RunInputError(f"--workers must be a positive integer, got {workers!r}")
@@ -271,12 +326,13 @@ def check_workers(workers: int, num_teachers: int, ray_address: str | None) -> N
                             "one teacher")
     if ray_address is None:
         return
-    if not isinstance(ray_address, str) or not (ray_address in ("local", "auto")
-                                                 or _RAY_ADDRESS.fullmatch(ray_address)):
-        raise RunInputError(f"--ray-address must be 'local', 'auto', HOST:PORT or ray://HOST:PORT, got {ray_address!r}")
+    if isinstance(ray_timeout, bool) or not isinstance(ray_timeout, (int, float)) or not 0 < ray_timeout <= 600:
+        raise RunInputError(f"--ray-timeout must be a number of seconds in (0, 600], got {ray_timeout!r}")
+    parse_ray_address(ray_address)
     if not _ray_installed():
         raise RunInputError(f"--ray-address {ray_address}: Ray is not installed; install the distributed extra: "
                             "pip install 'pate-accountant[distributed]'")
+    probe_ray_address(ray_address, float(ray_timeout))
 
 
 def _backends(stack: contextlib.ExitStack, model, threads, workers: int, ray_address: str | None):
@@ -297,13 +353,20 @@ def _backends(stack: contextlib.ExitStack, model, threads, workers: int, ray_add
         stack.callback(backend.close)
         return backend, TransformersBackend(base.model, base.tokenizer, threads=threads)
     spec = TransformersSpec.for_model(model, threads=threads)  # ValueError: bad path, before Ray starts
+    executor = RayExecutor(ray_address)
+    try:  # what fails here is the address, not the model (issue 22, item 12)
+        executor.connect()
+    except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise RunInputError(f"--ray-address {ray_address}: cannot connect to the Ray cluster: {reason}") from None
+    stack.callback(executor.close)  # closed last: it started Ray, if one was started
     try:
-        backend = ShardedBackend(spec, workers, executor=RayExecutor(ray_address))
-        stack.callback(backend.close)  # closed last: its executor started Ray, if one did
+        backend = ShardedBackend(spec, workers, executor=executor)
+        stack.callback(backend.close)
         public = ShardedBackend(spec, 1, executor=RayExecutor(ray_address))
         stack.callback(public.close)
-    except (ConnectionError, TimeoutError) as exc:
-        raise RunInputError(f"--ray-address {ray_address}: cannot reach the Ray cluster: {exc}") from None
+    except (ConnectionError, TimeoutError) as exc:  # no room on the cluster, actors that never started
+        raise RunInputError(f"--ray-address {ray_address}: the Ray cluster did not start the workers: {exc}") from None
     return backend, public
 
 
@@ -351,7 +414,7 @@ def private_run(
     model,
     records,
     num_teachers: int,
-    ledger_path,
+    ledger_path=None,
     mechanism: str = "dp-argmax",
     accountant: str = "basic",
     step_epsilon: float = 2.0,
@@ -367,6 +430,7 @@ def private_run(
     threads: int | None = None,
     workers: int = 1,
     ray_address: str | None = None,
+    ray_timeout: float = DEFAULT_RAY_TIMEOUT,
     progress: bool = False,
     command: str = "generate",
     model_label: str | None = None,
@@ -374,17 +438,25 @@ def private_run(
     dataset: str | None = None,
     signing_key=None,
     checkpoints=None,
+    ledger_home=None,
+    public_records: bool = False,
 ) -> dict:
     """Run private generation end to end and return a JSON-able result (module docstring).
 
     ``model``: a local model folder, ``.gguf`` file or folder holding one; ``records``: Dolly-format dicts;
-    ``ledger_path``: the data set's ledger (created if missing, appended to if it exists);
+    ``ledger_path``: the data set's ledger (created if missing, appended to if it exists); ``None``: the one
+    the ledger home ``ledger_home`` (a :class:`~pate_accountant.ledger_home.LedgerHome` or its folder; default
+    the user's) keeps for these records, found by their fingerprint.  A ``ledger_path`` other than the one the
+    home has registered for the same records is refused (one budget per data set, docs/ledger.md), except for
+    ``public_records`` (the bundled sample: public and invented, so a second budget harms nobody; without
+    ``ledger_path`` its runs still share the home's one ledger);
     ``dataset``: the data set's name (default ``data_label``, else ``"records"``), stored in the ledger;
     ``(step_epsilon, step_delta)``: the mechanism's per-step parameters; ``(epsilon, delta)``: the data
     set's total budget (an existing ledger must have the same accountant and budget).  ``seed``: for
     reproducible tests only (see the module docstring).  ``workers``: teacher shards
     (:class:`~ensembles.backends.sharded.ShardedBackend`; 1, the default, is one unsharded backend), in this
-    process, or as Ray actors on the cluster at ``ray_address`` (``"local"`` starts one here); docs/distributed.md.
+    process, or as Ray actors on the cluster at ``ray_address`` (``"local"`` starts one here; any other address
+    must answer within ``ray_timeout`` seconds, checked before the ledger is claimed); docs/distributed.md.
     Raises :class:`RunInputError` (or ``ValueError`` from the backend for an unknown model path) before anything
     is written.
 
@@ -411,21 +483,32 @@ def private_run(
     mech = build_mechanism(mechanism, step_epsilon, step_delta, relation)
     check_inputs(records, num_teachers, mech, accountant, budget)
     check_reachable(mech, num_teachers)
-    check_workers(workers, num_teachers, ray_address)
-    ledger_path = Path(ledger_path)
+    check_workers(workers, num_teachers, ray_address, ray_timeout)
+    register = ledger_path is None or not public_records
+    home, fingerprint, ledger_path = _dataset_ledger(ledger_home, records, dataset, ledger_path, check=register)
     if not ledger_path.parent.is_dir():
         raise RunInputError(f"ledger folder {str(ledger_path.parent)!r} does not exist")
     key, checkpoints = _signing(signing_key, checkpoints, ledger_path)
     if ledger_path.exists():
         _check_existing_ledger(ledger_path, dataset, accountant, budget, mech)  # read-only, for clear messages
     ledger, acct = _claim_ledger(ledger_path, dataset, accountant, budget, mech)  # before the model loads
+    try:  # the index learns the data set's ledger once it is claimed; of two runs racing, the first one wins
+        if register:
+            home.register(fingerprint, dataset, ledger_path)
+    except (PateAccountantError, OSError, sqlite3.Error) as exc:
+        _discard(ledger)
+        raise RunInputError(f"--ledger {str(ledger_path)!r}: {exc}") from None
     existing = not ledger.created_here
     try:
         with contextlib.ExitStack() as stack:  # stops the shards' workers, whatever happens
             if progress:
                 print("pate-accountant: loading the model ...", file=sys.stderr, flush=True)
             with quiet_libraries(drop_stderr=True):
-                backend, public = _backends(stack, model, threads, workers, ray_address)
+                try:
+                    backend, public = _backends(stack, model, threads, workers, ray_address)
+                except OSError as exc:  # unreadable weights, a broken config file: a usage error, no traceback
+                    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                    raise RunInputError(f"--model: cannot load the model: {reason}") from None
 
             rng = np.random.default_rng(seed)
             parts = partition_records(records, num_teachers, rng)
@@ -446,6 +529,7 @@ def private_run(
                 "seeded": seed is not None,
                 "software_version": __version__,
                 "dataset": dataset,
+                "dataset_fingerprint": fingerprint,
                 "model": model_label if model_label is not None else str(model),
                 "data": data_label if data_label is not None else "records",
                 "num_teachers": num_teachers,
@@ -467,14 +551,17 @@ def private_run(
             # can_afford catches up on runs that charged the ledger while the model loaded
             _check_affords(acct, mech, f"--ledger {str(ledger_path)!r}", dataset, budget)
             spent_before = tuple(float(x) for x in acct.spent())
-            run_id = ledger.begin_run(metadata)
+            try:
+                run_id = ledger.begin_run(metadata)
+            except sqlite3.Error as exc:  # a read-only file or folder, a full disk: nothing is charged yet
+                raise RunInputError(f"--ledger {str(ledger_path)!r}: cannot write to it: {exc}") from None
             generator = PrivateGenerator(
                 backend, mech, acct, histograms="coordinated", fallback="public", public_backend=public,
                 public_prompt=public_prompt, max_tokens=max_tokens, stop_strings=("\n",), top_p=top_p,
                 temperature=temperature,
             )
             bar = RunProgress(num_records, progress)
-            out_records = []
+            out_records, storage_error = [], None
             try:
                 for _ in range(num_records):
                     bar.record_starts()
@@ -493,17 +580,32 @@ def private_run(
                     bar.record_ends()
                     if result.stop_reason == "budget":
                         break
+            except sqlite3.Error as exc:
+                # The ledger could not take a charge (a full disk, a file made read-only meanwhile): the failed
+                # charge released nothing (the accountant raised before its mechanism's output left), so the run
+                # stops here, keeping the finished records; the ledger holds every charge made before.
+                storage_error = (f"the ledger {str(ledger_path)!r} could not be written ({exc}): the run stopped "
+                                 f"after {len(out_records)} finished record(s)")
             finally:
                 bar.close()
             spent = tuple(float(x) for x in acct.spent())
             heads = ledger.head_record  # rows, head hash, runs and run head hash, read together
             run_rows = sum(1 for row in ledger.rows() if row.run == run_id)
             verdict = ledger.verify()
-            checkpoint = None if key is None or not verdict.ok else _sign(ledger, key, verdict, checkpoints)
+            checkpoint, checkpoint_error = None, None
+            if key is not None and verdict.ok:
+                try:
+                    checkpoint = _sign(ledger, key, verdict, checkpoints)
+                except (OSError, PateAccountantError) as exc:  # the budget is spent: report, never lose the run
+                    checkpoint_error = (f"the signed checkpoint was not written to {str(checkpoints)!r}: "
+                                        f"{getattr(exc, 'strerror', None) or exc}")
     except BaseException:
         _discard(ledger)  # a ledger this run created and nobody used is removed; any other is closed
         raise
-    ledger.close()
+    try:
+        ledger.close()
+    except sqlite3.Error:  # closing checkpoints the write-ahead log; on a full disk its rows stay in the log,
+        pass  # where the next open of the ledger finds them
 
     return {
         "command": command,
@@ -517,7 +619,8 @@ def private_run(
         "fallback_tokens": sum(r["fallback_tokens"] for r in out_records),
         "ledger": {"path": str(ledger_path), "rows": heads["rows"], "head_hash": heads["head_hash"], "run": run_id,
                    "runs": heads["runs"], "run_head_hash": heads["run_head_hash"], "run_rows": run_rows,
-                   "appended": existing, "dataset": dataset, "checkpoint": checkpoint},
+                   "appended": existing, "dataset": dataset, "checkpoint": checkpoint,
+                   "checkpoint_error": checkpoint_error, "write_error": storage_error},
         "audit": {
             "ok": bool(verdict.ok),
             "message": verdict.message,
@@ -529,6 +632,26 @@ def private_run(
         "parameters": metadata,
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
+
+
+def _dataset_ledger(ledger_home, records, dataset: str, ledger_path, *, check: bool = True):
+    """``(home, fingerprint, ledger path)`` of a run over ``records``: the fingerprint of the records, and the
+    ledger that keeps their budget: ``ledger_path`` when given and the home knows no other ledger for them (else,
+    with ``check``, a :class:`RunInputError` naming that ledger), else the ledger the home has registered for
+    them, else a new one in the home.  Nothing is registered here (after the claim:
+    :meth:`LedgerHome.register`)."""
+    home = ledger_home if isinstance(ledger_home, LedgerHome) else LedgerHome(ledger_home)
+    where = "--ledger" if ledger_path is None else f"--ledger {str(ledger_path)!r}"
+    try:
+        fingerprint = dataset_fingerprint(records)
+        registered = home.check(fingerprint, ledger_path) if check else None
+        if ledger_path is None:
+            home.prepare()
+    except (PateAccountantError, OSError, sqlite3.Error) as exc:
+        raise RunInputError(f"{where}: {exc}") from None
+    if ledger_path is None:
+        ledger_path = registered if registered is not None else home.default_path(dataset, fingerprint)
+    return home, fingerprint, Path(ledger_path)
 
 
 def _signing(signing_key, checkpoints, ledger_path: Path):
@@ -556,12 +679,6 @@ def _sign(ledger: Ledger, key, verdict, checkpoints: Path) -> dict:
     append_checkpoint(checkpoints, checkpoint)
     return {"file": str(checkpoints), "key_id": checkpoint["key_id"], "rows": checkpoint["rows"],
             "head_hash": checkpoint["head_hash"]}
-
-
-def default_demo_ledger(folder=".") -> Path:
-    """``./pate-demo.sqlite``: the bundled sample's ledger.  Every demo run over the sample appends to it (a
-    ledger belongs to a data set), so repeated demos share, and eventually use up, one budget."""
-    return Path(folder) / "pate-demo.sqlite"
 
 
 def demo_model_path(announce: bool = True) -> Path:

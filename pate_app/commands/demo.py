@@ -28,8 +28,8 @@ DESCRIPTION = (
 def add_arguments(p) -> None:
     """``--ledger``, ``--dataset``, the budget, and the run options shared with ``generate``."""
     p.add_argument("--ledger", metavar="PATH", default=None,
-                   help="the bundled sample's ledger (default ./pate-demo.sqlite); an existing one of the same "
-                        "data set is appended to, so repeated demos share one budget")
+                   help="the bundled sample's ledger (default: the one the ledger home keeps for the sample, found "
+                        "by its fingerprint, so demos run from any folder share one budget; docs/ledger.md)")
     p.add_argument("--dataset", metavar="NAME", default="bundled-sample",
                    help="name of the data set the ledger belongs to (default bundled-sample)")
     add_budget_options(p, default=True)
@@ -39,14 +39,17 @@ def add_arguments(p) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run the demo; 0 when its ledger audits."""
     from ensembles.data import bundled_sample
-    from pate_app.run import default_demo_ledger, demo_model_path
+    from pate_app.run import demo_model_path
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    ledger = default_demo_ledger() if args.ledger is None else args.ledger
+    ledger = args.ledger  # None: the sample's ledger in the ledger home
     try:
         model = demo_model_path(announce=not (args.json or args.no_progress))
     except ValueError as exc:
         args.parser.error(str(exc))
+    except OSError as exc:  # a cache folder that cannot be written (a read-only home)
+        args.parser.error(f"cannot convert the embedded model into its cache folder: {exc.strerror or exc} "
+                          f"({exc.filename or ''}; set PATE_ACCOUNTANT_CACHE to a writable folder)")
     return run_and_report(args, command="demo", model=model, records=bundled_sample(), ledger=ledger,
                           model_label="SmolLM2-135M-Instruct (embedded)", data_label="bundled sample",
-                          dataset=args.dataset)
+                          dataset=args.dataset, public_records=True)

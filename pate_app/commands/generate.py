@@ -15,15 +15,15 @@ from pate_app.commands.run_options import (
     add_run_options,
     run_and_report,
 )
-from pate_app.options import positive_int
+from pate_app.options import DEFAULT_RAY_TIMEOUT, positive_float, positive_int
 
 NAME = "generate"
 HELP = "generate synthetic records privately from a Dolly-format JSONL file on a local model"
 DESCRIPTION = (
     "Partition the records of --data between --teachers in-context teachers of the model --model (the "
     "embedded SmolLM2 unless a local path is given), generate --records synthetic instructions privately, "
-    "charge the data set's ledger --ledger (created, or appended to when it exists: a ledger keeps one data "
-    "set's budget across runs) and audit it (docs/demo.md). --budget-epsilon/--budget-delta are the data set's "
+    "charge the data set's ledger (--ledger, or the one the ledger home keeps for these records; created, or "
+    "appended to when it exists: a ledger keeps one data set's budget across runs) and audit it (docs/demo.md). --budget-epsilon/--budget-delta are the data set's "
     "total budget; --step-epsilon/--step-delta the mechanism's parameters for one step. `plan` prints the "
     "generate command that runs a plan (docs/tutorial.md)."
 )
@@ -39,9 +39,11 @@ def add_arguments(p) -> None:
     p.add_argument("--data", metavar="FILE", required=True,
                    help=f"Dolly-format JSON lines (records with a context are skipped), or '{BUNDLED}' for the "
                         "sample shipped with the package (required)")
-    p.add_argument("--ledger", metavar="FILE", required=True,
+    p.add_argument("--ledger", metavar="FILE", default=None,
                    help="the data set's ledger: created if missing; an existing one must belong to the same data "
-                        "set, accountant and budget, and the run is appended to it (required)")
+                        "set, accountant and budget, and the run is appended to it (default: the ledger the ledger "
+                        "home keeps for these records, found by their fingerprint; a FILE other than that one is "
+                        "refused; docs/ledger.md)")
     add_budget_options(p, default=False)
     p.add_argument("--model", metavar="PATH", default=EMBEDDED,
                    help=f"local model folder, .gguf file, or folder with one; '{EMBEDDED}' is the SmolLM2-135M-"
@@ -62,6 +64,9 @@ def add_arguments(p) -> None:
     p.add_argument("--ray-address", metavar="ADDRESS", default=None,
                    help="run the shards as Ray actors on the cluster at ADDRESS (HOST:PORT, ray://HOST:PORT or auto; "
                         "'local' starts a local cluster); needs the distributed extra")
+    p.add_argument("--ray-timeout", metavar="SECONDS", type=positive_float, default=DEFAULT_RAY_TIMEOUT,
+                   help="seconds a HOST:PORT or ray://HOST:PORT --ray-address has to accept a connection, checked "
+                        f"before the ledger is claimed (default {DEFAULT_RAY_TIMEOUT:g}; at most 600)")
 
 
 def model_label(model: str) -> str:
@@ -86,6 +91,8 @@ def main(args: argparse.Namespace) -> int:
             records = load_dolly_jsonl(args.data)
         except (FileNotFoundError, ValueError) as exc:
             args.parser.error(f"argument --data: {exc}")
+        except OSError as exc:  # unreadable: no permission, a folder, an I/O error
+            args.parser.error(f"argument --data: cannot read {args.data!r}: {exc.strerror or exc}")
         data_label = dataset = os.path.basename(args.data)
     if args.dataset is not None:
         dataset = args.dataset
@@ -94,7 +101,12 @@ def main(args: argparse.Namespace) -> int:
             model = demo_model_path(announce=not (args.json or args.no_progress))
         except ValueError as exc:
             args.parser.error(f"argument --model: {exc}")
+        except OSError as exc:  # a cache folder that cannot be written (a read-only home)
+            args.parser.error(f"argument --model: cannot convert the embedded model into its cache folder: "
+                              f"{exc.strerror or exc} ({exc.filename or ''}; set PATE_ACCOUNTANT_CACHE to a writable "
+                              "folder)")
     else:
         model = args.model
     return run_and_report(args, command="generate", model=model, records=records, ledger=args.ledger,
-                          model_label=model_label(args.model), data_label=data_label, dataset=dataset)
+                          model_label=model_label(args.model), data_label=data_label, dataset=dataset,
+                          public_records=args.data == BUNDLED)

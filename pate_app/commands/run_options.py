@@ -6,6 +6,7 @@ import shlex
 
 from pate_app.options import (
     BUDGET_DELTA_HELP,
+    DEFAULT_RAY_TIMEOUT,
     BUDGET_EPSILON_HELP,
     STEP_DELTA_HELP,
     STEP_EPSILON_HELP,
@@ -89,9 +90,10 @@ def pin_command(ledger: dict) -> str:
 
 
 def run_and_report(args, *, command: str, model, records, ledger, model_label: str, data_label: str,
-                   dataset: str) -> int:
+                   dataset: str, public_records: bool = False) -> int:
     """One private run (:func:`pate_app.run.private_run`) from the parsed options, printed (or ``--json``);
-    0 when the ledger audits, 1 otherwise.  Bad input is a usage error (exit 2) before anything is written."""
+    0 when the ledger audits (and took every charge, and a requested signed checkpoint was written), 1
+    otherwise.  Bad input is a usage error (exit 2) before anything is written."""
     from pate_app.library_output import quiet_libraries
     from pate_app.run import RunInputError, private_run
 
@@ -106,17 +108,20 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
                 max_tokens=args.max_tokens,
                 seed=args.seed, temperature=args.temperature, top_p=args.top_p, threads=args.threads,
                 workers=getattr(args, "workers", 1), ray_address=getattr(args, "ray_address", None),
+                ray_timeout=getattr(args, "ray_timeout", DEFAULT_RAY_TIMEOUT),
                 progress=not args.no_progress and not args.json, command=command,
                 model_label=model_label, data_label=data_label, dataset=dataset, signing_key=args.signing_key,
-                checkpoints=args.checkpoints,
+                checkpoints=args.checkpoints, public_records=public_records,
             )
     except RunInputError as exc:
         args.parser.error(str(exc))
     except ValueError as exc:  # the backend: unknown model path, no tokenizer, ...
         args.parser.error(f"argument --model: {exc}" if command == "generate" else str(exc))
+    led = result["ledger"]
+    ok = result["audit"]["ok"] and led["checkpoint_error"] is None and led["write_error"] is None
     if args.json:
         print_json(result)
-        return 0 if result["audit"]["ok"] else 1
+        return 0 if ok else 1
     p = result["parameters"]
     print(f"{command}: {p['num_teachers']} teachers, data set {p['dataset']!r} ({p['data']}), "
           f"model {p['model']}, {p['mechanism_name']} (step epsilon {args.step_epsilon:g}, delta "
@@ -129,7 +134,6 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
     print(f"spent       : epsilon {s['epsilon']:.6g}, delta {s['delta']:.3g} of the data set's budget epsilon "
           f"{b['epsilon']:g}, delta {b['delta']:g} ({result['charged_runs']} charged runs in this run; epsilon "
           f"{before['epsilon']:.6g} was spent before it)")
-    led = result["ledger"]
     print(f"ledger      : {led['path']} ({led['rows']} rows; run {led['run']} of {led['runs']}"
           f"{', appended' if led['appended'] else ', new'})")
     print(f"head        : {led['head_hash']} ({led['rows']} rows; runs head {led['run_head_hash']}, {led['runs']} runs)")
@@ -139,7 +143,12 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
         c = led["checkpoint"]
         print(f"signed      : checkpoint of the first {c['rows']} rows by key {c['key_id']}, appended to {c['file']} "
               f"(`pate-accountant audit {led['path']} --public-key PUBLIC_KEY` checks the ledger against it)")
+    if led["write_error"] is not None:
+        print(f"stopped     : {led['write_error']}")
+    if led["checkpoint_error"] is not None:
+        print(f"signed      : NOT WRITTEN: {led['checkpoint_error']} (the run is charged and its ledger audits; "
+              f"`pate-accountant sign {led['path']} --key KEY` signs its head later)")
     audit = result["audit"]
     print(f"audit       : {'OK' if audit['ok'] else 'FAILED'}: {audit['message']}")
     print(f"wall time   : {result['wall_seconds']:.1f} s")
-    return 0 if audit["ok"] else 1
+    return 0 if ok else 1
