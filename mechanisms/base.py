@@ -374,6 +374,13 @@ class Mechanism(abc.ABC):
     def _run(self, histogram, source: RandomBits) -> Release:
         return Release(self.output_distribution(histogram).sample(source), self.event)
 
+    def batch_fail(self, batch) -> np.ndarray | None:
+        """The fail probability of every histogram of a batch, computed from the fail side itself (so it keeps
+        its relative precision when it is tiny), or ``None`` when the mechanism states none and a batch's fail
+        is the rest of each histogram's mass, ``1 - sum``.  :class:`~mechanisms.boundary_wrapper.BoundaryWrapper`
+        reads it: near a certain token, ``1 - sum`` keeps only the digits of ``1e-16 / fail``."""
+        return None
+
     def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`output_distribution` of every histogram of a batch: ``(histogram, token, probability)`` of
         each token with positive probability, sorted by histogram (the rest of each histogram's mass is

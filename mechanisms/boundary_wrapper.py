@@ -365,6 +365,8 @@ class BoundaryWrapper(Mechanism):
             sample = np.asarray(sample, dtype=np.int64)
             tokens = np.asarray(tokens, dtype=np.int64)
             probs = np.asarray(probs, dtype=np.float64)
+            stated = getattr(self.inner, "batch_fail", None)
+            fail = stated(batch) if callable(stated) else None  # from the fail side, where the inner states it
         else:
             parts = [self.inner.output_distribution(h) for h in batch]
             sample = np.repeat(np.arange(len(parts)), [d.tokens.size for d in parts]).astype(np.int64)

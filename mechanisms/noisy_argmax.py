@@ -523,6 +523,14 @@ class DPArgMax(_CountNoise):
         info = {"noisy_count": noisy} if self.relation == REPLACE_ONE else {}
         return Release(int(token), self.event, info=info)
 
+    def batch_fail(self, batch) -> np.ndarray:
+        """Vectorised fail of :meth:`output_distribution`, from the other tail of the noise (full precision
+        when a token is nearly certain); 1 for a histogram with no token."""
+        batch = as_batch(batch)
+        top_count, top_token = batch.top()
+        fail = np.asarray(self._table.le(self._noise_needed(top_count, batch.num_teachers) - 1), dtype=np.float64)
+        return np.where(top_token >= 0, fail, 1.0)
+
     def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Vectorised :meth:`output_distribution`: ``(histogram, token, probability)`` for every histogram
         that can yield, sorted by histogram (the rest of each histogram's mass is fail)."""

@@ -355,6 +355,15 @@ class DPWeightedSampling(Mechanism):
         probs, fail = self._distribution_arrays(hist.counts, table)
         return OutcomeDistribution(hist.tokens.copy(), probs, fail)
 
+    def batch_fail(self, batch) -> np.ndarray:
+        """Vectorised fail of :meth:`output_distribution`, ``prod_j (1 - pi*(c_j))`` per histogram (a sum of
+        ``log1p`` terms: full precision when a token is nearly certain to be included); 1 with no token."""
+        batch = as_batch(batch)
+        table = self.inclusion_probabilities(batch.num_teachers)
+        with np.errstate(divide="ignore"):  # pi* = 1: that factor is 0, its log -inf, the product 0
+            logs = np.log1p(-np.asarray(table[batch.counts], dtype=np.float64))
+        return np.exp(np.bincount(batch.sample, weights=logs, minlength=batch.num_histograms))
+
     def batch_distributions(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`output_distribution` for every histogram of a batch: ``(histogram, token, probability)``
         for every token with a positive count, sorted by histogram (the rest of each histogram's mass is

@@ -412,6 +412,34 @@ def test_batch_target_keeps_full_precision_at_a_tiny_yield(inner, counts):
     assert fail == pytest.approx(dist.fail, rel=1e-15, abs=0.0)
 
 
+@pytest.mark.parametrize("counts", [[272, 128], [274, 126]])
+def test_batch_target_keeps_full_precision_near_a_certain_token(counts):
+    """The other side of the same cancellation: a token of probability about 1 - 1e-12, so ``1 - pi`` is about
+    the fail of 1e-12 (plus tiny other tokens); ``1 - sum`` of the batch laws would keep four digits of it.  The
+    inner states its batch fail from the fail side (``batch_fail``), and the two paths agree."""
+    inner = DPArgMax(1.0, 1e-20)  # L = 46: fail 3.7e-12 and 5.1e-13 at these counts
+    wrapped = BoundaryWrapper(inner)
+    hist = as_histogram(np.array(counts))
+    dist = wrapped.output_distribution(hist)
+    assert 1e-13 < dist.inner.fail < 1e-11 and dist.target < 1e-9
+    fail = inner.batch_fail([hist, hist])
+    assert fail[0] == pytest.approx(dist.inner.fail, rel=1e-12, abs=0.0)
+    _, _, _, target = wrapped.batch_distributions([hist, np.array([400, 0]), hist])
+    assert target[0] == pytest.approx(dist.target, rel=1e-12, abs=0.0) and target[2] == target[0]
+
+
+def test_weighted_sampling_states_its_batch_fail_from_the_fail_side():
+    """``DPWeightedSampling.batch_fail``, the product of ``1 - pi*`` over each histogram's tokens by ``log1p``,
+    equals the fail of its exact law, down to a product of 1e-16 (ten tokens near certain inclusion)."""
+    from mechanisms import DPWeightedSampling
+
+    inner = DPWeightedSampling(1.0, 1e-20)
+    hists = [np.array([390, 10]), np.array([40] * 10), np.array([200, 200])]
+    fail = inner.batch_fail(hists)
+    for h, f in zip(hists, fail):
+        assert f == pytest.approx(inner.output_distribution(as_histogram(h)).fail, rel=1e-12, abs=0.0)
+
+
 def test_single_and_batch_paths_share_one_outside_mass(monkeypatch):
     import mechanisms.boundary_wrapper as module
 
