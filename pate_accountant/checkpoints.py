@@ -248,13 +248,17 @@ def _signed_bytes(statement: dict) -> bytes:
     return f"{CHECKPOINT_FORMAT} v{CHECKPOINT_VERSION}\n".encode() + canonical_json(statement).encode("utf-8")
 
 
-def sign_checkpoint(ledger, private_key, *, verification=None) -> dict:
+def sign_checkpoint(ledger, private_key, *, verification=None, at_run_start: bool = False) -> dict:
     """A signed checkpoint of ``ledger``'s current head (a dict: the statement plus ``signature``, hex).
 
     The ledger must verify: ``verification`` is a :class:`~pate_accountant.ledger.VerificationResult` the caller
     has just computed (a run's own end-of-run audit), else :meth:`Ledger.verify` runs here.  A ledger that does
     not verify, or whose head moved past the verification, is refused: a signature vouches for a verified
-    history only."""
+    history only.
+
+    ``signed_at`` is now, or with ``at_run_start`` the start of the last run the statement covers (the ledger's
+    creation when it covers none): a run that signs its own end passes it, so that the shareable checkpoint does
+    not tell how long the run took, which depends on the data (issue 22, item 6)."""
     if verification is None:
         verification = ledger.verify()
     if not verification.ok:
@@ -263,6 +267,10 @@ def sign_checkpoint(ledger, private_key, *, verification=None) -> dict:
     if head["rows"] != verification.rows or head["head_hash"] != verification.head_hash:
         raise CheckpointError("the ledger has grown since it was verified: verify it again before signing")
     public = private_key.public_key()
+    signed_at = float(time.time())
+    if at_run_start:
+        started = ledger.runs[head["runs"] - 1]["created"] if head["runs"] else ledger.created
+        signed_at = float(started) if isinstance(started, (int, float)) else signed_at
     statement = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
@@ -270,7 +278,7 @@ def sign_checkpoint(ledger, private_key, *, verification=None) -> dict:
         "dataset": ledger.dataset,
         "config": ledger.config,
         **head,
-        "signed_at": float(time.time()),
+        "signed_at": signed_at,
         "software_version": __version__,
         "key_id": key_id(public),
     }

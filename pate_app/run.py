@@ -672,10 +672,10 @@ def _signing(signing_key, checkpoints, ledger_path: Path):
 
 def _sign(ledger: Ledger, key, verdict, checkpoints: Path) -> dict:
     """Sign the ledger's verified head and append the checkpoint; what the result reports of it."""
-    try:
-        checkpoint = sign_checkpoint(ledger, key, verification=verdict)
+    try:  # stamped with the start of the last run it covers: the run's duration depends on the data
+        checkpoint = sign_checkpoint(ledger, key, verification=verdict, at_run_start=True)
     except PateAccountantError:  # another run charged since the audit: audit the ledger again, then sign
-        checkpoint = sign_checkpoint(ledger, key)
+        checkpoint = sign_checkpoint(ledger, key, at_run_start=True)
     append_checkpoint(checkpoints, checkpoint)
     return {"file": str(checkpoints), "key_id": checkpoint["key_id"], "rows": checkpoint["rows"],
             "head_hash": checkpoint["head_hash"]}

@@ -702,6 +702,11 @@ def test_cli_generate_signs_a_checkpoint_that_the_audit_checks(model_dir, tmp_pa
         heads.append(checkpoint["head_hash"])
     lines = (tmp_path / "signed.sqlite.checkpoints.jsonl").read_text().splitlines()
     assert [json.loads(line)["head_hash"] for line in lines] == heads
+    # Issue 22, item 6: a run's checkpoint is stamped with the run's start, so the shareable file does not tell
+    # how long the run took (which depends on the data).
+    with Ledger.open(str(ledger), read_only=True) as opened:
+        starts = [run["created"] for run in opened.runs]
+    assert [json.loads(line)["signed_at"] for line in lines] == starts
     assert main(["audit", str(ledger), "--public-key", f"{key}.pub"]) == 0
     assert "2 signed checkpoint(s)" in capsys.readouterr().out
     assert main(_generate_argv(model_dir, data, ledger, "--signing-key", str(key))) == 0  # text output
