@@ -188,10 +188,13 @@ def test_plan_says_when_its_run_cannot_release_or_pay(capsys):
     assert any("exact L" in note and "optimistic" in note for note in answer["assumptions"])
     assert main(["plan", "for-tokens", "--tokens", "1000", "--budget-delta", "1e-5", "--step-delta", "1e-9"]) == 0
     assert "WARNING: the threshold is above n" in capsys.readouterr().out
-    # Budget delta 1e-6 and the default step delta 1e-6: the run cannot pay for one query.
+    # Budget delta 1e-6 and a step delta of 1e-6 chosen by the user: the run cannot pay for one query (a usage
+    # error naming the option); the default step delta pays for the plan's queries (issue 23, item 4).
+    assert main(["plan", "hits", "--eps0", "0.01", "--step-delta", "1e-6", "--json"]) == 2
+    assert "argument --step-delta: delta0 must be < delta" in capsys.readouterr().err
     assert main(["plan", "hits", "--eps0", "0.01", "--json"]) == 0
     run = json.loads(capsys.readouterr().out)["run"]
-    assert run["refused"] and "delta" in run["refused"] and run["hits"] is None
+    assert run["refused"] is None and run["hits"] >= 1 and run["step_delta"] < 1e-6
 
 
 def test_plan_help_limits_are_the_planners():

@@ -591,7 +591,7 @@ def test_cli_delta0_is_the_wrapped_inner_delta(capsys):
     assert main(["plan", "hits", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "delta of one run of the boundary-wrapped inner mechanism, delta_A" in text
-    assert "default: the aggregator delta" in text and "--q" not in text and "--composition" not in text
+    assert "Default: the largest value on the 1-2-5 grid" in text and "--q" not in text and "--composition" not in text
 
 
 def test_cli_text_output(capsys):
@@ -671,28 +671,37 @@ def test_plan_headline_hits_are_the_printed_runs(capsys, argv):
     assert f"{label} {run['hits']}" in out and f"its budget affords {run['hits']} target hits" in out
 
 
-def test_a_run_that_cannot_pay_for_one_query_is_never_headlined_as_affordable(capsys):
-    # The default step delta is the aggregator delta, 1e-6: at the default budget delta 1e-6 no query fits.
-    for argv in (["hits", "--eps0", "0.02"], ["yields", "--eps0", "0.01"],
-                 ["hits", "--eps0", "0.01", "--budget-delta", "3e-6"]):  # w = 2e-6 > the reserve 1.5e-6
+def test_the_default_step_delta_pays_for_the_plans_queries(capsys):
+    """Issue 23, item 4: without --step-delta a plan's run gets the largest per-query delta (1-2-5 grid, at most the
+    aggregator delta) that pays for four times the private draws its hits take in expectation, instead of a fixed
+    value that paid for none (1e-6 at budget delta 1e-6) or capped the run (1e-10: 2,500 queries)."""
+    from pate_accountant import planning
+
+    for argv in (["hits", "--eps0", "0.02"], ["yields", "--eps0", "0.01"], ["hits", "--eps0", "3"],
+                 ["hits", "--eps0", "0.01", "--budget-delta", "3e-6"], ["for-tokens", "--tokens", "1000"]):
         d = run_json(capsys, *argv)
-        assert d["run"]["refused"] and d["run"]["hits"] is None
-        assert d["hits"] is None and d["max_queries"] == 0 and d["refused"] == d["run"]["refused"]
-        assert d.get("yields", None) is None and d["delta0"] == d["run"]["step_delta"] == 1e-6
-        assert _accountants_hits(d["run"]) == 0
-        assert main(["plan", *argv]) == 0
-        out = capsys.readouterr().out
-        assert "target hits          : none: the run below cannot pay for one query" in out
-        assert "WARNING: that run cannot pay for one query" in out
-    # The step delta the user chose that pays for no query is a usage error naming it and its value.
+        run = d["run"]
+        assert run["refused"] is None and run["hits"] == d["hits"] and d["max_queries"] == run["max_queries"] >= 1
+        assert _accountants_hits(run) == d["hits"]
+        needed = max(1, math.ceil(planning.QUERY_MARGIN * planning.target_hits(
+            run["budget"]["epsilon"], run["budget"]["delta"], run["target_level"], q=run["q"],
+            delta0=planning.MIN_STEP_DELTA).private_draws))
+        assert run["max_queries"] >= needed
+        larger = {5: 1.0, 2: 5.0, 1: 2.0}  # the next value up the 1-2-5 grid pays for fewer queries
+        mantissa, exponent = (int(x) for x in f"{run['step_delta']:.0e}".split("e"))
+        up = larger[mantissa] * 10.0 ** (exponent + (1 if mantissa == 5 else 0))
+        if up <= planning.DEFAULT_AGGREGATOR_DELTA:
+            w = 1.0 - (1.0 - up) ** 2
+            assert math.floor(0.5 * run["budget"]["delta"] / w) < needed
+    assert run_json(capsys, "hits", "--eps0", "0.02")["run"]["step_delta"] == 2e-10  # 18 hits, 129 draws: 516 queries
+    # A step delta the user chose that pays for no query is a usage error naming it and its value.
     assert main(["plan", "hits", "--eps0", "0.01", "--step-delta", "1e-6"]) == 2
     assert "argument --step-delta: delta0 must be < delta" in capsys.readouterr().err
-    # Plans that search with the step delta say that it was the default.
-    for argv in (["for-tokens", "--tokens", "1000"],
-                 ["compare", "--queries", "10", "--target-rate", "0.1", "--eps0", "0.1", "--teachers", "50"]):
-        assert main(["plan", *argv]) == 2
-        err = capsys.readouterr().err
-        assert "argument --step-delta: delta0 must be < delta" in err and "defaults to the aggregator delta" in err
+    assert main(["plan", "compare", "--queries", "10", "--target-rate", "0.1", "--eps0", "0.1", "--teachers", "50",
+                 "--step-delta", "1e-6"]) == 2
+    assert "argument --step-delta" in capsys.readouterr().err
+    d = run_json(capsys, "compare", "--queries", "10", "--target-rate", "0.1", "--eps0", "0.1", "--teachers", "50")
+    assert d["run"]["max_queries"] >= 10  # compare's default pays for the queries it compares
     # A pure run (step delta 0) does not exist: the printed run's DPArgMax needs a delta.
     assert main(["plan", "hits", "--eps0", "0.01", "--step-delta", "0"]) == 2
     assert "argument --step-delta: must be a number in [1e-300, 1)" in capsys.readouterr().err

@@ -110,12 +110,12 @@ def add_arguments(plan) -> None:
         if tct:
             add_option(p, "--step-delta", "--delta0", metavar="D", type=step_delta_type, default=None,
                        help="delta of one run of the boundary-wrapped inner mechanism, delta_A, in [1e-300, 1): the "
-                       "--step-delta of the printed run and the delta0 of its plan (default: the aggregator delta, "
-                       "1e-6, or --aggregator-delta where the subcommand has it). Every query, hit or not, pays "
+                       "--step-delta of the printed run and the delta0 of its plan. Every query, hit or not, pays "
                        "w = 1-(1-delta_A)^2 in delta; half of --budget-delta is reserved for them, so the budget also "
-                       "limits the queries (max_queries; docs/tct_and_individual.md, section 1), and at the default "
-                       "budget delta 1e-6 the default step delta pays for none (choose 1e-10 or smaller). Plain "
-                       "composition reads it as each query's delta")
+                       "limits the queries (max_queries; docs/tct_and_individual.md, section 1). Default: the largest "
+                       "value on the 1-2-5 grid, at most the aggregator delta (1e-6, or --aggregator-delta), that pays "
+                       "for four times the queries the plan's hits take in expectation (compare: the queries it "
+                       "compares; docs/planning.md). Plain composition reads it as each query's delta")
             p.add_argument("--q", action=_Removed, why=REMOVED_Q)
             p.add_argument("--composition", action=_Removed, why=REMOVED_COMPOSITION)
         p.add_argument("--json", action="store_true", help="print only the JSON result")
@@ -213,17 +213,33 @@ def _plan_call(args, function, *, options: dict | None = None, **kwargs):
         if option is not None:
             message = f"argument {option}: {message}"
         if option == "--step-delta" and getattr(args, "step_delta", None) is None:
-            message += f" (--step-delta defaults to the aggregator delta; {_STEP_DELTA_HINT})"
+            message += (" (--step-delta defaults to the largest that pays for four times the plan's expected "
+                        f"queries; {_STEP_DELTA_HINT})")
         args.parser.error(message)
 
 
 _STEP_DELTA_HINT = "give a smaller --step-delta, e.g. 1e-10, or a larger --budget-delta"
 
 
-def _step_delta(args, aggregator_delta: float) -> float:
-    """The printed run's step delta (``delta_A``, the plan's ``delta0``): ``--step-delta``, else the aggregator
-    delta (the ``delta0`` of ``C_delta``, which sets the noise bound ``L``)."""
-    return args.step_delta if args.step_delta is not None else aggregator_delta
+def _step_delta(args, aggregator_delta: float, eps0: float, budget_epsilon: float | None = None,
+                queries: int | None = None) -> float:
+    """The printed run's step delta (``delta_A``, the plan's ``delta0``): ``--step-delta``, else the largest one (at
+    most the aggregator delta, the ``delta0`` of ``C_delta``) whose query reserve pays for ``queries``, by default
+    four times the private draws the run's hits take in expectation
+    (:func:`pate_accountant.planning.step_delta_for_queries`; issue 23, item 4)."""
+    if args.step_delta is not None:
+        return args.step_delta
+    from pate_accountant import planning
+    from pate_accountant.tct import boundary_wrapper_q
+
+    composition, share = run_accountant_composition()
+    if queries is None:
+        step_epsilon = _round_down(eps0 / 2.0)
+        queries = _plan_call(args, planning.expected_queries, epsilon=budget_epsilon, delta=args.budget_delta,
+                             eps0=2.0 * step_epsilon, q=boundary_wrapper_q(step_epsilon), composition=composition,
+                             query_delta_share=share)
+    return _plan_call(args, planning.step_delta_for_queries, delta=args.budget_delta, queries=queries,
+                      query_delta_share=share, ceiling=aggregator_delta)
 
 
 def _plan_print(args, command: str, result, lines, run: dict | None = None, assumptions=(),
@@ -257,32 +273,13 @@ def _plan_print(args, command: str, result, lines, run: dict | None = None, assu
 
 
 def _charged_run(args, eps0: float, num_teachers: int, budget_epsilon: float, step_delta: float):
-    """:func:`run_plan` through :func:`_plan_call`: a bad option is a usage error; a run that cannot pay for one
-    query is not (its ``refused`` says why), unless the user chose that ``--step-delta``."""
+    """:func:`run_plan` through :func:`_plan_call`: a bad option is a usage error, and so is a run that cannot pay
+    for one query (only a ``--step-delta`` the user chose can do that: the default pays for the plan's queries)."""
     run, charged = _plan_call(args, run_plan, eps0=eps0, num_teachers=num_teachers, budget_epsilon=budget_epsilon,
                               budget_delta=args.budget_delta, step_delta=step_delta)
-    if charged is None and args.step_delta is not None:
+    if charged is None:
         args.parser.error(f"argument --step-delta: {run['refused']} ({_STEP_DELTA_HINT})")
     return run, charged
-
-
-def _refused_headline(run: dict, budget_epsilon: float, budget_delta: float, **more) -> dict:
-    """The headline of a plan whose printed run cannot pay for one query: no hits, and why."""
-    return {
-        "epsilon": budget_epsilon, "delta": budget_delta, "eps0": run["target_level"], "q": run["q"],
-        "delta0": run["step_delta"], "composition": run["composition"], **more, "hits": None, "max_queries": 0,
-        "refused": run["refused"],
-        "assumptions": [
-            f"the printed run cannot pay for one query: {run['refused']}. Its step delta is the aggregator delta "
-            f"{_number(run['step_delta'])} because --step-delta was not given; every query pays w = 1-(1-delta_A)^2 "
-            f"from the half of --budget-delta reserved for them (docs/tct_and_individual.md, section 1): "
-            f"{_STEP_DELTA_HINT}."
-        ],
-    }
-
-
-def _refused_line() -> str:
-    return f"target hits          : none: the run below cannot pay for one query ({_STEP_DELTA_HINT})"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -529,10 +526,8 @@ def _run_plan_hits(args: argparse.Namespace) -> int:
     _plan_no_top_plot(args)
     aggregator_delta = planning.DEFAULT_AGGREGATOR_DELTA
     n = _teachers(args, aggregator_delta)
-    run, r = _charged_run(args, args.eps0, n, args.budget_epsilon, _step_delta(args, aggregator_delta))
-    if r is None:
-        return _plan_print(args, "hits", _refused_headline(run, args.budget_epsilon, args.budget_delta),
-                           [_budget_line(args, run), _refused_line()], run)
+    run, r = _charged_run(args, args.eps0, n, args.budget_epsilon,
+                          _step_delta(args, aggregator_delta, args.eps0, args.budget_epsilon))
     plain = ", ".join(f"{m} {k}" for m, k in r.plain_queries.items())
     return _plan_print(args, "hits", r, [
         _budget_line(args, run),
@@ -548,11 +543,8 @@ def _run_plan_yields(args: argparse.Namespace) -> int:
     from pate_accountant import planning
     _plan_no_top_plot(args)
     n = _teachers(args, args.aggregator_delta)
-    run, hits = _charged_run(args, args.eps0, n, args.budget_epsilon, _step_delta(args, args.aggregator_delta))
-    if hits is None:
-        return _plan_print(args, "yields", _refused_headline(run, args.budget_epsilon, args.budget_delta,
-                                                             num_teachers=n, yields=None),
-                           [_budget_line(args, run), _refused_line()], run)
+    run, hits = _charged_run(args, args.eps0, n, args.budget_epsilon,
+                             _step_delta(args, args.aggregator_delta, args.eps0, args.budget_epsilon))
     r = _plan_call(args, planning.yields_for_hits, options={"delta0": "--aggregator-delta"}, plan=hits,
                    num_teachers=n, aggregator_delta=args.aggregator_delta)
     return _plan_print(args, "yields", r, [
@@ -573,25 +565,27 @@ def _run_plan_for_tokens(args: argparse.Namespace) -> int:
     from pate_accountant import planning
     from pate_accountant.tct import boundary_wrapper_q
     _plan_no_top_plot(args)
-    step_delta = _step_delta(args, args.aggregator_delta)
     composition, share = run_accountant_composition()
+    # The hits a budget buys do not depend on the per-query delta (its reserve is a share of its own): search
+    # with the given one, or the smallest on offer, then choose the printed run's from the plan's queries.
+    search_delta = args.step_delta if args.step_delta is not None else planning.MIN_STEP_DELTA
 
     def search(q: float):
         return _plan_call(args, planning.plan_for_tokens, options={"q": "--budget-epsilon"}, tokens=args.tokens,
-                          epsilon=args.budget_epsilon, delta=args.budget_delta, q=q, delta0=step_delta,
+                          epsilon=args.budget_epsilon, delta=args.budget_delta, q=q, delta0=search_delta,
                           composition=composition, aggregator_delta=args.aggregator_delta, query_delta_share=share)
 
     r = search(1.0 / 3.0)
     run_q = boundary_wrapper_q(_round_down(r.eps0 / 2.0))
     if run_q < r.q:  # above eps0 about 0.62 the run's q is below 1/3: plan with it (a smaller eps0, a larger q)
         r = search(run_q)
+    step_delta = _step_delta(args, args.aggregator_delta, r.eps0, r.epsilon)
     run, hits = _charged_run(args, r.eps0, r.num_teachers, r.epsilon, step_delta)
-    if hits is None:  # the search pays for the same queries: not reached
-        args.parser.error(f"argument --step-delta: {run['refused']} ({_STEP_DELTA_HINT})")
     # The headline's hits are the printed run's, at its target level (eps0 rounded down to six digits).
     r = dataclasses.replace(
         r, q=hits.q, hits=hits.hits, epsilon_spent=hits.epsilon_spent, epsilon_next_hit=hits.epsilon_next_hit,
         max_queries=hits.max_queries, expected_yields=hits.hits * hits.eps0 * r.num_teachers / 2.0,
+        delta0=hits.delta0, per_query_delta=hits.per_query_delta, reserved_delta=hits.reserved_delta,
     )
     return _plan_print(args, "for-tokens", r, [
         f"wanted {r.tokens} yields within (epsilon {r.epsilon:g}, delta {r.delta:g}), q {r.q:.4g}, "
@@ -612,7 +606,7 @@ def _run_plan_compare(args: argparse.Namespace) -> int:
     _plan_no_top_plot(args)
     _plan_call(args, planning.teachers_for, options={"delta0": "--aggregator-delta"}, eps0=args.eps0,
                delta0=args.aggregator_delta)
-    step_delta = _step_delta(args, args.aggregator_delta)
+    step_delta = _step_delta(args, args.aggregator_delta, args.eps0, queries=args.queries)
     composition, share = run_accountant_composition()
     r = _plan_call(args, planning.compare_accounting, num_queries=args.queries, eps0=args.eps0, delta=args.budget_delta,
                    num_teachers=args.teachers, target_rate=args.target_rate, charged_per_hit=args.charged_per_hit,
