@@ -84,6 +84,7 @@ __all__ = [
     "RationalLaw",
     "SystemRandomBits",
     "bernoulli_exp_law",
+    "discrete_gaussian_law",
     "discrete_laplace_cut_law",
     "exp_bounds",
     "geometric_block_law",
@@ -675,6 +676,50 @@ def discrete_laplace_cut_law(gamma, cuts) -> IntervalLaw:
         return upper, lo, hi
 
     return IntervalLaw(len(cuts) + 1, bounds)
+
+
+def discrete_gaussian_law(sigma, bound: int) -> IntervalLaw:
+    """The discrete Gaussian ``N_Z(0, sigma^2)`` truncated to ``{-bound, ..., bound}``, as a :class:`FiniteLaw`
+    on the indices ``x + bound``: ``P[X = x] ~ w_x = e^{-x^2 / (2 sigma^2)}`` (Canonne, Kamath and Steinke,
+    "The Discrete Gaussian for Differential Privacy", 2020, Definition 1, conditioned on ``|X| <= bound``:
+    the law dp-accounting's ``DiscreteGaussianPrivacyLoss(sigma, truncation_bound=bound)`` analyses).
+
+    ``sigma`` is read as the exact rational its float stores.  Boundaries, as for the truncated geometric law:
+    with ``G_m = sum_{y=m}^{bound} w_y`` and ``Z = 1 + 2 G_1``, ``F_x = G_{-x} / Z`` for ``x < 0`` and
+    ``1 - G_{x+1} / Z`` for ``x >= 0``.  The weights are bounded in fixed point from ``r = e^{-1/(2 sigma^2)}``
+    by the exact recurrence ``w_{y+1} = w_y r^{2y+1}`` with outward rounding at every product.  No boundary
+    is a dyadic rational (Lindemann-Weierstrass: a rational ``F_x`` would be a non-trivial rational relation
+    between ``e^{-y^2/(2 sigma^2)}`` for distinct ``y^2``), so every floor the sampler needs is resolvable."""
+    sigma = _fraction("sigma", sigma, positive=True)
+    bound = _count("bound", bound, 1)
+    gamma = 1 / (2 * sigma * sigma)
+
+    def bounds(precision):
+        one = 1 << precision
+        r_lo, r_hi = _rate(gamma, precision)
+        r2_lo, r2_hi = (r_lo * r_lo) >> precision, -((-(r_hi * r_hi)) >> precision)
+        w_lo, w_hi = [one], [one]
+        step_lo, step_hi = r_lo, r_hi  # r^{2y+1} for y = 0
+        for _ in range(bound):
+            w_lo.append((w_lo[-1] * step_lo) >> precision)
+            w_hi.append(-((-(w_hi[-1] * step_hi)) >> precision))
+            step_lo = (step_lo * r2_lo) >> precision
+            step_hi = min(one, -((-(step_hi * r2_hi)) >> precision))
+        g_lo, g_hi = [0] * (bound + 2), [0] * (bound + 2)  # G_m for m = 0 .. bound + 1 (G_{bound+1} = 0)
+        for m in range(bound, 0, -1):
+            g_lo[m] = g_lo[m + 1] + w_lo[m]
+            g_hi[m] = g_hi[m + 1] + w_hi[m]
+        z_lo, z_hi = one + 2 * g_lo[1], one + 2 * g_hi[1]
+        upper, lo, hi = [], [], []
+        for x in range(-bound, bound):
+            m = -x if x < 0 else x + 1
+            a, b = _divide(g_lo[m], g_hi[m], z_lo, z_hi, precision)
+            upper.append(x >= 0)
+            lo.append(a)
+            hi.append(b)
+        return upper, lo, hi
+
+    return IntervalLaw(2 * bound + 1, bounds)
 
 
 _GEOMETRIC_CACHE: dict = {}

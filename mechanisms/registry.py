@@ -56,6 +56,7 @@ class MechanismEntry:
     runs: bool
     summary: str
     examples: Callable | None = None
+    min_delta: float | None = None
 
 
 _ENTRIES: dict[str, MechanismEntry] = {}
@@ -65,12 +66,14 @@ ALIASES = {"weighted-sampling": "dp-weighted-sampling", "boundary-wrapper": "bou
 
 
 def register_mechanism(name: str, *, build: Callable | None = None, audit: Callable | None = None,
-                       runs: bool = False, summary: str = "", examples: Callable | None = None) -> MechanismEntry:
+                       runs: bool = False, summary: str = "", examples: Callable | None = None,
+                       min_delta: float | None = None) -> MechanismEntry:
     """Register a mechanism under ``name`` (lower-case words joined by ``-``).  ``runs=True`` needs a
     ``build``.  ``examples(relation)`` returns a few small instances for the contract checks (noise large
     enough that histograms of a handful of teachers reach every branch) and raises ``ValueError`` naming a
     relation the mechanism refuses; without it they are built from ``build`` (:data:`EXAMPLE_BUDGETS`).
-    A name that is taken by another entry is a ``ValueError``."""
+    ``min_delta``: the smallest per-step delta ``build`` takes, when it is above the general floor
+    ``MIN_DELTA`` (docs/ranges.md).  A name that is taken by another entry is a ``ValueError``."""
     if not isinstance(name, str) or not name or name != name.strip().lower() or " " in name:
         raise ValueError(f"a mechanism name must be lower-case words joined by '-', got {name!r}")
     if name in ALIASES:
@@ -79,7 +82,7 @@ def register_mechanism(name: str, *, build: Callable | None = None, audit: Calla
         raise TypeError("build, audit and examples must be callables or None")
     if runs and build is None:
         raise ValueError(f"mechanism {name!r}: runs=True needs a build(epsilon, delta, relation)")
-    entry = MechanismEntry(name, build, audit, bool(runs), summary, examples)
+    entry = MechanismEntry(name, build, audit, bool(runs), summary, examples, min_delta)
     old = _ENTRIES.get(name)
     if old is not None and old != entry:
         raise ValueError(f"mechanism name {name!r} is already registered")
@@ -195,6 +198,19 @@ def _register_builtins() -> None:
         examples=lambda r: [_m.BetweenThresholds(e, lo, hi, relation=r).on_token(0)
                             for e, lo, hi in ((1.0, 1, 3), (0.5, 0, 4), (2.0, 2, 3))],
         summary="BetweenThresholds on one count: below / between / above (thresholds needed: not a run mechanism)")
+    # GNMax: sigma 1 to 2 over three or four tokens, so that six teachers move the law (noise of a few votes).
+    register_mechanism(
+        "gaussian-argmax", build=lambda e, d, r: _m.GaussianNoisyArgMax.calibrated(e, d, relation=r), runs=True,
+        min_delta=1e-14,  # mechanisms.gaussian.MIN_GAUSSIAN_DELTA: the floor of dp-accounting's curve
+        examples=lambda r: [_m.GaussianNoisyArgMax(1.0, vocab_size=3, relation=r),
+                            _m.GaussianNoisyArgMax(2.0, vocab_size=4, relation=r, epsilon=0.5)],
+        summary="GNMax: exact discrete Gaussian noise on every count of the vocabulary, the argmax (PLD-charged)")
+    register_mechanism(
+        "gaussian-threshold-argmax",
+        examples=lambda r: [_m.GaussianThresholdArgMax(1.0, vocab_size=3, relation=r, threshold=3),
+                            _m.GaussianThresholdArgMax(1.5, vocab_size=3, relation=r, threshold=5, epsilon=2.0)],
+        summary="GNMax released only when the noisy top count clears a threshold, else fail (one noise draw; "
+                "the threshold is needed: not a run mechanism)")
     register_mechanism(
         "threshold-argmax", examples=lambda r: [_m.ThresholdArgMax(2), _m.ThresholdArgMax(4)],
         summary="TArgMax_T: the most-voted token with at least T votes (threshold privacy, not DP)")

@@ -62,6 +62,25 @@ class NoisyArgMaxEvent(EpsilonDeltaEvent):
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
+class DiscreteGaussianArgMaxEvent(EpsilonDeltaEvent):
+    """Gaussian NoisyArgMax (GNMax, Papernot et al. 2018) with truncated discrete Gaussian noise
+    ``N_Z(0, sigma^2)`` on ``{-truncation_bound, ..., truncation_bound}`` added to every count of the
+    vocabulary, one draw per count.  Under ``relation`` one teacher shifts ``shifts`` counts by one (2 under
+    replace-one, 1 under add-remove-one): the PLD accountant charges the composition of ``shifts``
+    one-dimensional discrete-Gaussian mechanisms of sensitivity one (dp-accounting's
+    ``from_discrete_gaussian_mechanism``); every other accountant charges the stated ``(epsilon, delta)``,
+    which that same curve certifies (docs/mechanisms/gaussian.md)."""
+
+    sigma: float = attr.ib(default=1.0, converter=float, validator=_positive_real)
+    truncation_bound: int = attr.ib(default=1, validator=attrs_validator(check_int, minimum=1))
+
+    @property
+    def shifts(self) -> int:
+        """How many counts one neighbouring step moves by one."""
+        return 2 if self.relation == REPLACE_ONE else 1
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
 class WeightedSamplingEvent(EpsilonDeltaEvent):
     """Sparsity-preserving DP weighted sampling (LWS / ``DPWeightedSampling``):
     ``(epsilon, delta)``-DP in total under ``relation``."""

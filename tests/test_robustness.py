@@ -167,15 +167,24 @@ def test_every_buildable_mechanism_refuses_a_delta_out_of_range(name, delta):
 @pytest.mark.parametrize("name", BUILDABLE)
 def test_the_extremes_of_the_range_still_build_and_run(name):
     rng = np.random.default_rng(0)
+    floor = registry.mechanism_entry(name).min_delta or MIN_DELTA  # a mechanism's own floor, where it has one
     with deadline():
-        for epsilon, delta in ((MAX_STEP_EPSILON, MIN_DELTA), (MAX_STEP_EPSILON, 0.3), (1e-3, 1e-6)):
+        for epsilon, delta in ((MAX_STEP_EPSILON, floor), (MAX_STEP_EPSILON, 0.3), (1e-3, 1e-6)):
             mechanism = registry.build_mechanism(name, epsilon, delta)
             release = mechanism(_hist(), rng=rng)
             assert release.event is not None
 
 
+def test_a_step_delta_below_a_mechanisms_own_floor_is_refused_in_one_line():
+    from mechanisms.gaussian import MIN_GAUSSIAN_DELTA
+
+    assert registry.mechanism_entry("gaussian-argmax").min_delta == MIN_GAUSSIAN_DELTA
+    with deadline(), pytest.raises(ValueError, match=r"^delta must be at least 1e-14 for a GNMax step .*got 1e-30$"):
+        registry.build_mechanism("gaussian-argmax", 1.0, 1e-30)
+
+
 def _hist():
-    return CountHistogram([0, 1], [40, 3], num_teachers=50)
+    return CountHistogram([0, 1], [40, 3], num_teachers=50, vocab_size=8)  # GNMax noises the whole vocabulary
 
 
 @pytest.mark.parametrize("epsilon", [1e6, 1e308])

@@ -287,7 +287,8 @@ def test_every_mechanism_name_builds_and_target_charging_takes_the_wrapped_ones(
     from mechanisms import BoundaryWrapper, registry
 
     names = registry.run_mechanism_names()
-    assert names == ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling", "boundary-dp-weighted-sampling")
+    assert names == ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling", "boundary-dp-weighted-sampling",
+                     "gaussian-argmax")
     for name in names:
         mech = build_mechanism(name, 2.0, 1e-6)
         assert isinstance(mech, BoundaryWrapper) == name.startswith("boundary-")

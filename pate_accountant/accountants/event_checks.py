@@ -49,6 +49,8 @@ replace-one only (the accountants that take them refuse add/remove-one, as dp-ac
 
 from __future__ import annotations
 
+import functools
+
 import dp_accounting
 from dp_accounting import dp_event
 
@@ -58,6 +60,7 @@ from pate_accountant.events import (
     REPLACE_ONE,
     BetweenThresholdsEvent,
     BoundaryWrapperEvent,
+    DiscreteGaussianArgMaxEvent,
     EpsilonDeltaEvent,
     ThresholdPrivacyEvent,
 )
@@ -117,6 +120,48 @@ def check_event(event) -> None:
     _check(event, 0)
 
 
+#: dp-accounting's discretisation of the privacy loss of a discrete-Gaussian GNMax step (the PLD accountant's
+#: default), for the curve its events are checked against and calibrated on.
+GAUSSIAN_VALUE_DISCRETIZATION = 1e-4
+
+
+@functools.lru_cache(maxsize=256)
+def _discrete_gaussian_pld(sigma: float, truncation_bound: int, shifts: int):
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    one = pld_lib.from_discrete_gaussian_mechanism(sigma, sensitivity=1, truncation_bound=truncation_bound,
+                                                   value_discretization_interval=GAUSSIAN_VALUE_DISCRETIZATION)
+    out = one
+    for _ in range(shifts - 1):  # compose (dp-accounting's self_compose overflows in its tail bounds here)
+        out = out.compose(one)
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def discrete_gaussian_delta(sigma: float, truncation_bound: int, shifts: int, epsilon: float) -> float:
+    """The delta at ``epsilon`` of one GNMax step whose truncated discrete Gaussian noise (``sigma``, values in
+    ``{-truncation_bound, ..., truncation_bound}``) moves ``shifts`` counts by one: dp-accounting's pessimistic
+    PLD of ``shifts`` one-dimensional discrete-Gaussian mechanisms of sensitivity one (an upper bound on the
+    true hockey-stick divergence; docs/mechanisms/gaussian.md).  The one home of this curve: the mechanism is
+    calibrated on it and every ``DiscreteGaussianArgMaxEvent`` is checked against it."""
+    pld = _discrete_gaussian_pld(float(sigma), int(truncation_bound), int(shifts))
+    return float(min(1.0, pld.get_delta_for_epsilon(float(epsilon))))
+
+
+def _check_gaussian_claim(event) -> None:
+    """Issue 22, item 1, for GNMax: a hand-built event may state no more privacy than its own noise gives (the
+    non-PLD accountants charge the stated ``(epsilon, delta)``)."""
+    _real(event, "sigma", minimum=0.0, min_open=True)
+    _int(event, "truncation_bound", minimum=1)
+    curve = discrete_gaussian_delta(event.sigma, event.truncation_bound, event.shifts, event.epsilon)
+    if curve > event.delta * (1.0 + 1e-9):
+        raise ValueError(
+            f"{type(event).__name__} states (epsilon {event.epsilon!r}, delta {event.delta!r}), but its noise sigma "
+            f"{event.sigma!r} (truncated at {event.truncation_bound}) gives delta {curve:.4g} at that epsilon "
+            f"under {event.relation}: it claims more privacy than its mechanism has"
+        )
+
+
 def _check(event, depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise ValueError(f"events nest more than {_MAX_DEPTH} levels deep")
@@ -127,6 +172,8 @@ def _check(event, depth: int) -> None:
         _real(event, "epsilon", minimum=0.0)
         _real(event, "delta", minimum=0.0, maximum=1.0, max_open=True)
         _check_stated(event)
+        if isinstance(event, DiscreteGaussianArgMaxEvent):
+            _check_gaussian_claim(event)
     elif isinstance(event, BetweenThresholdsEvent):
         _real(event, "epsilon", minimum=0.0, min_open=True)
         _real(event, "q", minimum=0.0, maximum=1.0, min_open=True, max_open=True)

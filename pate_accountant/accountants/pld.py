@@ -10,6 +10,10 @@ constructors (pessimistic estimates at ``value_discretization_interval``):
 * ``BetweenThresholdsEvent(eps)``: ``from_discrete_laplace_mechanism(parameter=eps, sensitivity=1)``, exact
   for its two-sided geometric noise ``P[Z = z] ~ e^{-eps |z|}`` (dp-accounting's convention too) on a count of
   sensitivity one;
+* ``DiscreteGaussianArgMaxEvent(sigma, truncation_bound)`` (GNMax): ``from_discrete_gaussian_mechanism(sigma,
+  sensitivity=1, truncation_bound=...)``, composed ``event.shifts`` times (2 under replace-one: one count up,
+  one down; 1 under add-remove-one): exact for the truncated discrete Gaussian noise the mechanism draws
+  (docs/mechanisms/gaussian.md);
 * ``LaplaceDpEvent(b)``: ``from_laplace_mechanism(b)``; ``DiscreteLaplaceDpEvent(a, s)``:
   ``from_discrete_laplace_mechanism(a, s)``;
 * ``GaussianDpEvent(sigma)``: ``from_gaussian_mechanism(sigma)``, composed ``count`` times (dp-accounting
@@ -76,6 +80,7 @@ from pate_accountant.events import (
     REPLACE_ONE,
     BetweenThresholdsEvent,
     BoundaryWrapperEvent,
+    DiscreteGaussianArgMaxEvent,
     EpsilonDeltaEvent,
     ThresholdPrivacyEvent,
 )
@@ -331,7 +336,7 @@ _EMPTY = _Composed(_IDENTITY)
 # Events -> groups
 # ---------------------------------------------------------------------------------------------------------
 # A group key names one single-step PLD: ("eps-delta", eps, delta), ("discrete-laplace", a, s),
-# ("laplace", b, q), ("gaussian", sigma, q), ("randomized-response", p, m).
+# ("laplace", b, q), ("gaussian", sigma, q), ("randomized-response", p, m), ("discrete-gaussian", sigma, bound).
 
 
 def _event_groups(event, relation: str) -> dict:
@@ -352,6 +357,8 @@ def _collect(event, n: int, out: dict, relation: str, top) -> None:
 
     if isinstance(event, BetweenThresholdsEvent):
         _add(out, ("discrete-laplace", event.epsilon, 1), n)
+    elif isinstance(event, DiscreteGaussianArgMaxEvent):
+        _add(out, ("discrete-gaussian", float(event.sigma), int(event.truncation_bound)), n * event.shifts)
     elif isinstance(event, (EpsilonDeltaEvent, BoundaryWrapperEvent)):
         for eps, delta, m in epsilon_delta_terms(event):
             if eps > 0.0 or delta > 0.0:
@@ -423,6 +430,10 @@ def _single(key, interval: float, relation: str) -> tuple[_Pmf, _Pmf | None]:
         pld = pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(key[1], key[2]), value_discretization_interval=interval)
     elif kind == "discrete-laplace":
         pld = pld_lib.from_discrete_laplace_mechanism(key[1], sensitivity=key[2], value_discretization_interval=interval)
+    elif kind == "discrete-gaussian":
+        pld = pld_lib.from_discrete_gaussian_mechanism(
+            key[1], sensitivity=1, truncation_bound=key[2], value_discretization_interval=interval
+        )
     elif kind == "laplace":
         pld = pld_lib.from_laplace_mechanism(key[1], value_discretization_interval=interval, sampling_prob=key[2])
     elif kind == "gaussian":

@@ -1,0 +1,321 @@
+"""Gaussian NoisyArgMax (GNMax) with exact discrete Gaussian noise, and its thresholded form.
+
+Papernot, Song, Mironov, Raghunathan, Talwar and Erlingsson, "Scalable Private Learning with PATE" (ICLR
+2018), Section 4.1: the GNMax aggregator adds Gaussian noise ``N(0, sigma^2)`` to every vote count and
+releases the argmax.  Here the counts are integers, so the noise is the discrete Gaussian of Canonne, Kamath
+and Steinke ("The Discrete Gaussian for Differential Privacy", NeurIPS 2020), truncated to
+``{-T, ..., T}`` with ``T = ceil(11.6 sigma)`` (the truncation dp-accounting uses by default: the mass cut
+off is below ``1e-30``).  The mechanism and its accounting are about that truncated law exactly.
+
+* :class:`GaussianNoisyArgMax`: ``c~_j = c_j + X_j`` for **every** token ``j`` of the vocabulary (the
+  tokens without a vote included), ``X_j`` independent; the release is ``argmax_j c~_j`` (ties broken
+  uniformly at random).  It never fails.
+* :class:`GaussianThresholdArgMax`: the same single noise draw; the argmax is released only when its noisy
+  count is at least ``threshold``, else the run fails (``None``), so a run's fallback works as for
+  ``DPArgMax``.  This is *not* the two-draw Confident-GNMax of Papernot et al. 2018 (Section 4.2, which
+  checks the threshold with a second, independent noise draw): one draw, one charge.
+
+Privacy (docs/mechanisms/gaussian.md).  Both releases are post-processing of the noisy histogram
+``(c~_j)_{j < V}``.  One teacher moves one vote (replace-one): two counts change by ``+1`` and ``-1`` (one, if
+the vote moves to or from the tail); a teacher joins or leaves (add-remove-one): one count changes by one.
+The noisy histogram is a product of independent coordinates, so the privacy loss of a neighbouring pair is
+the sum of the losses of the changed coordinates, each the loss of the one-dimensional truncated discrete
+Gaussian mechanism of sensitivity one (a shift by ``-1`` is the mirror of a shift by ``+1``; the law is
+symmetric).  The event :class:`~pate_accountant.events.DiscreteGaussianArgMaxEvent` says so, and the PLD
+accountant charges that composition from dp-accounting's ``from_discrete_gaussian_mechanism``; its stated
+``(epsilon, delta)`` (what other accountants charge) is read off the same curve, pessimistically.
+
+Sampling (:func:`mechanisms.randomness.discrete_gaussian_law`): the truncated law is finite, so each noise
+value is one exact inverse-CDF draw (one 64-bit word compared with exact thresholds, deeper bits only on a
+tie of probability ``2^-64``), vectorised over the whole vocabulary: a 128,000-token vocabulary costs a few
+milliseconds (docs/performance.md).  Ties at the maximum are broken by an exact uniform integer.  Bits come
+from the operating system's CSPRNG when ``rng`` is ``None``.
+
+Exact law (:meth:`output_distribution`): tokens are grouped by count (the zero-vote tokens form one group),
+and a key of count ``c`` wins at value ``v`` with probability
+``b_c(v) int_0^1 prod_{other keys h} (a_h(v) + b_h(v) x) dx`` (``a_h = P[c_h + X <= v - 1]``,
+``b_h = P[c_h + X = v]``; the integral is the uniform tie-break), computed by Gauss-Legendre quadrature
+with enough nodes to be exact for the polynomial.  Its cost grows with the vocabulary size, so the exact
+law is offered for at most :data:`MAX_LAW_KEYS` tokens (the tests and the auditor enumerate small
+vocabularies); the sampler has no such limit.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import attr
+import numpy as np
+
+from mechanisms.base import FAIL_VALUE, BatchRelease, Mechanism, OutcomeDistribution
+from mechanisms.histogram import as_histogram
+from mechanisms.randomness import discrete_gaussian_law, uniform_below
+from pate_accountant.accountants.event_checks import discrete_gaussian_delta
+from pate_accountant.bisection import switch_point
+from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, DiscreteGaussianArgMaxEvent
+from pate_accountant.release import Release
+from pate_accountant.validation import check_delta, check_epsilon
+
+__all__ = ["MIN_GAUSSIAN_DELTA", "GaussianNoisyArgMax", "GaussianThresholdArgMax", "calibrate_sigma",
+           "gaussian_delta"]
+
+#: Truncation of the noise in units of sigma (dp-accounting's default; the mass beyond is below 1e-30).
+TRUNCATION_SIGMAS = 11.6
+#: The smallest step delta a GNMax step can be calibrated for.  dp-accounting's pessimistic curve of the
+#: truncated discrete Gaussian does not go below about 5e-16 at any sigma (its cut tails, the edge's infinite
+#: loss and float sums: ``gaussian_delta(50, 1.0)`` is 4.9e-16), so a smaller delta cannot be certified
+#: (docs/ranges.md, docs/mechanisms/gaussian.md).
+MIN_GAUSSIAN_DELTA = 1e-14
+#: The range of sigma (docs/ranges.md): below, delta is near 1 at any useful epsilon; above, the noise
+#: table (2 T + 1 thresholds) and dp-accounting's PLD grow past a few megabytes.
+MIN_SIGMA, MAX_SIGMA = 0.1, 1e4
+#: The exact law is computed for vocabularies of at most this many tokens.
+MAX_LAW_KEYS = 4096
+#: Noise values drawn per chunk of a batch run.
+_CHUNK = 1 << 21
+
+
+# --- validation -----------------------------------------------------------------------------------
+def _sigma(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"sigma must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not (math.isfinite(value) and MIN_SIGMA <= value <= MAX_SIGMA):
+        raise ValueError(f"sigma must be in [{MIN_SIGMA}, {MAX_SIGMA}], got {value!r}")
+    return value
+
+
+def _relation(value) -> str:
+    if not isinstance(value, str) or value not in NEIGHBOURING_RELATIONS:
+        raise ValueError(f"relation must be one of {NEIGHBOURING_RELATIONS}, got {value!r}")
+    return value
+
+
+def _vocab_size(value):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"vocab_size must be an integer or None, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"vocab_size must be >= 1, got {value!r}")
+    return int(value)
+
+
+def _threshold(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"threshold must be an integer, got {type(value).__name__}")
+    return int(value)
+
+
+def truncation_bound(sigma: float) -> int:
+    """``T = ceil(11.6 sigma)``: the noise lives on ``{-T, ..., T}``."""
+    return max(1, math.ceil(TRUNCATION_SIGMAS * sigma))
+
+
+# --- accounting -------------------------------------------------------------------------------------
+def gaussian_delta(sigma: float, epsilon: float, relation: str = REPLACE_ONE) -> float:
+    """The delta at ``epsilon`` of one run with noise ``sigma`` under ``relation``: dp-accounting's
+    pessimistic PLD of ``shifts`` (2 under replace-one, 1 under add-remove-one) truncated discrete Gaussian
+    mechanisms of sensitivity one (an upper bound on the true hockey-stick divergence), from the accounting
+    layer's one home of the curve (:func:`pate_accountant.accountants.event_checks.discrete_gaussian_delta`),
+    which every accountant checks this mechanism's events against."""
+    shifts = 2 if _relation(relation) == REPLACE_ONE else 1
+    sigma = _sigma(sigma)
+    return discrete_gaussian_delta(sigma, truncation_bound(sigma), shifts, float(epsilon))
+
+
+def calibrate_sigma(epsilon: float, delta: float, relation: str = REPLACE_ONE) -> float:
+    """The smallest sigma (to a relative ``1e-3``, rounded up) with ``gaussian_delta(sigma, epsilon) <= delta``,
+    by bisection on dp-accounting's curve (:func:`pate_accountant.bisection.switch_point`)."""
+    epsilon, delta = check_epsilon("epsilon", epsilon), check_delta("delta", delta)
+    if delta < MIN_GAUSSIAN_DELTA:
+        raise ValueError(f"delta must be at least {MIN_GAUSSIAN_DELTA:g} for a GNMax step (dp-accounting's curve "
+                         f"of its noise certifies no delta below about 5e-16 at any sigma), got {delta!r}")
+    relation = _relation(relation)
+    shifts = 2 if relation == REPLACE_ONE else 1
+    guess = math.sqrt(2 * math.log(1.25 / delta) * shifts) / epsilon
+
+    def passes(sigma: float) -> bool:
+        return MIN_SIGMA <= sigma and gaussian_delta(min(sigma, MAX_SIGMA), epsilon, relation) <= delta
+
+    lower = min(MIN_SIGMA, guess / 2)
+    _, upper = switch_point(passes, lower, max(guess, 2 * lower), rel_tol=1e-3, limit=MAX_SIGMA)
+    if not math.isfinite(upper) or upper > MAX_SIGMA:
+        raise ValueError(f"epsilon {epsilon!r}, delta {delta!r}: no sigma up to {MAX_SIGMA} is private enough")
+    return max(MIN_SIGMA, upper)
+
+
+# --- the mechanisms ---------------------------------------------------------------------------------
+@attr.s(frozen=True, slots=True)
+class GaussianNoisyArgMax(Mechanism):
+    """GNMax (Papernot et al. 2018, Section 4.1) with exact truncated discrete Gaussian noise (Canonne,
+    Kamath and Steinke 2020) on every count of a vocabulary of ``vocab_size`` tokens.
+
+    ``GaussianNoisyArgMax(sigma, vocab_size=None, relation="replace-one", epsilon=1.0)``: ``vocab_size``
+    ``None`` takes the vocabulary from each histogram (it must state one; the vocabulary is the model's,
+    not the data's); ``epsilon`` is the level at which the event states its ``(epsilon, delta)`` for the
+    accountants that need one number (:func:`gaussian_delta`).  :meth:`calibrated` builds it from a per-step
+    ``(epsilon, delta)``.
+    """
+
+    sigma: float = attr.ib(converter=_sigma)
+    vocab_size: int | None = attr.ib(default=None, kw_only=True, converter=_vocab_size)
+    relation: str = attr.ib(default=REPLACE_ONE, kw_only=True, converter=_relation)
+    epsilon: float = attr.ib(default=1.0, kw_only=True, converter=lambda v: check_epsilon("epsilon", v))
+    _law = attr.ib(init=False, repr=False, eq=False)
+    _event = attr.ib(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self):
+        bound = truncation_bound(self.sigma)
+        delta = gaussian_delta(self.sigma, self.epsilon, self.relation)
+        if not delta < 1.0:
+            raise ValueError(f"sigma {self.sigma!r} gives delta 1 at epsilon {self.epsilon!r}: choose more noise")
+        event = DiscreteGaussianArgMaxEvent(self.epsilon, delta, self.relation, sigma=self.sigma,
+                                            truncation_bound=bound)
+        object.__setattr__(self, "_law", discrete_gaussian_law(self.sigma, bound))
+        object.__setattr__(self, "_event", event)
+
+    @classmethod
+    def calibrated(cls, epsilon: float, delta: float, relation: str = REPLACE_ONE, **kwargs):
+        """The instance whose one run is ``(epsilon, delta')``-DP under ``relation`` with ``delta' <= delta``."""
+        return cls(calibrate_sigma(epsilon, delta, relation), relation=relation, epsilon=epsilon, **kwargs)
+
+    @property
+    def truncation_bound(self) -> int:
+        return self._event.truncation_bound
+
+    @property
+    def delta(self) -> float:
+        return self._event.delta
+
+    @property
+    def event(self) -> DiscreteGaussianArgMaxEvent:
+        return self._event
+
+    @property
+    def _threshold(self):
+        return None
+
+    # -- running ------------------------------------------------------------------------------------------
+    def _vocab(self, vocab_size, tokens) -> int:
+        size = self.vocab_size if self.vocab_size is not None else vocab_size
+        if size is None:
+            raise ValueError(
+                "vocab_size must be given (to the mechanism or the histogram): GNMax noises every token, got None")
+        if tokens.size and int(tokens.max()) >= size:
+            raise ValueError(f"token id {int(tokens.max())} is outside the vocabulary of size {size}")
+        return size
+
+    def _run(self, hist, source) -> Release:
+        size = self._vocab(hist.vocab_size, hist.tokens)
+        noisy = self._law.sample(source, size) - self.truncation_bound
+        noisy[hist.tokens] += hist.counts
+        best = int(noisy.max())
+        if self._threshold is not None and best < self._threshold:
+            return Release(None, self.event)
+        winners = np.flatnonzero(noisy == best)
+        winner = winners[source.below(winners.size)] if winners.size > 1 else winners[0]
+        return Release(int(winner), self.event)
+
+    def _run_batch(self, batch, source) -> BatchRelease:
+        size = self._vocab(None, batch.tokens)
+        out = np.full(batch.num_histograms, FAIL_VALUE, dtype=np.int64)
+        rows = max(1, _CHUNK // size)
+        for h0 in range(0, batch.num_histograms, rows):
+            h1 = min(batch.num_histograms, h0 + rows)
+            noisy = (self._law.sample(source, (h1 - h0) * size) - self.truncation_bound).reshape(h1 - h0, size)
+            lo, hi = batch.starts[h0], batch.starts[h1]
+            noisy[batch.sample[lo:hi] - h0, batch.tokens[lo:hi]] += batch.counts[lo:hi]
+            best = noisy.max(axis=1)
+            tied = noisy == best[:, None]
+            num_tied = tied.sum(axis=1)
+            pick = np.zeros(h1 - h0, dtype=np.int64)
+            many = np.flatnonzero(num_tied > 1)
+            if many.size:
+                pick[many] = uniform_below(num_tied[many], source)
+            # the (pick + 1)-th tied position of each row
+            winner = np.argmax(np.cumsum(tied, axis=1) > pick[:, None], axis=1)
+            released = np.ones(h1 - h0, dtype=bool) if self._threshold is None else best >= self._threshold
+            out[h0:h1] = np.where(released, winner, FAIL_VALUE)
+        return BatchRelease(out, self.event)
+
+    # -- the exact law ------------------------------------------------------------------------------------
+    def _noise_tables(self):
+        bound = self.truncation_bound
+        x = np.arange(-bound, bound + 1)
+        log_w = -(x.astype(np.float64) ** 2) / (2.0 * self.sigma**2)
+        pmf = np.exp(log_w - np.logaddexp.reduce(log_w))
+        le = np.cumsum(pmf)  # P[X <= x]; the upper half from the lower tail by symmetry
+        le[bound:] = 1.0 - np.concatenate([le[:bound][::-1], [0.0]])
+        return pmf, le
+
+    def output_distribution(self, histogram, num_teachers: int | None = None) -> OutcomeDistribution:
+        """The exact law of one run: the probability that each token is the (released) argmax, and the fail
+        probability (0 without a threshold).  Float64; for at most :data:`MAX_LAW_KEYS` tokens."""
+        hist = as_histogram(histogram, num_teachers)
+        size = self._vocab(hist.vocab_size, hist.tokens)
+        if size > MAX_LAW_KEYS:
+            raise ValueError(f"vocab_size must be at most {MAX_LAW_KEYS} for the exact law, got {size}")
+        bound = self.truncation_bound
+        pmf, le = self._noise_tables()
+        dense = hist.to_dense(size)
+        groups, multiplicity = np.unique(dense, return_counts=True)
+
+        def at(table, noise, outside_low, outside_high):
+            idx = noise + bound
+            return np.where(idx < 0, outside_low, np.where(idx > 2 * bound, outside_high,
+                                                            table[np.clip(idx, 0, 2 * bound)]))
+
+        top = int(groups[-1])
+        low = top - bound if self._threshold is None else max(top - bound, self._threshold)
+        values = np.arange(low, top + bound + 1)
+        fail = 0.0
+        if self._threshold is not None:  # every noisy count below the threshold
+            below = at(le, self._threshold - 1 - groups, 0.0, 1.0)
+            fail = float(np.prod(below ** multiplicity))
+        if values.size == 0:
+            return OutcomeDistribution(np.arange(size), np.zeros(size), fail)
+        noise = values[:, None] - groups[None, :]
+        b = at(pmf, noise, 0.0, 0.0)  # P[c + X = v]
+        a = at(le, noise - 1, 0.0, 1.0)  # P[c + X <= v - 1]
+        degree = int(multiplicity.sum()) - 1
+        nodes, weights = _gauss_legendre(degree // 2 + 1)
+        factor = a[:, :, None] + b[:, :, None] * nodes  # (values, groups, nodes)
+        with np.errstate(divide="ignore"):
+            log_factor = np.log(factor)
+        total = (log_factor * multiplicity[None, :, None]).sum(axis=1)  # (values, nodes)
+        win = np.zeros(groups.size)
+        with np.errstate(invalid="ignore"):
+            for g in range(groups.size):
+                # one key of group g wins at v; the others (its group less one, every other group) are below
+                # or tie.  Where a_g + b_g x = 0, b_g = 0 and the key cannot win at v: the term is 0.
+                rest = np.exp(total - log_factor[:, g, :]) @ weights
+                win[g] = float(np.where(b[:, g] > 0, b[:, g] * rest, 0.0).sum())
+        probs = win[np.searchsorted(groups, dense)]
+        return OutcomeDistribution(np.arange(size), probs, fail)
+
+
+@functools.lru_cache(maxsize=64)
+def _gauss_legendre(num_nodes: int):
+    """Gauss-Legendre nodes and weights on ``[0, 1]``: exact for polynomials of degree ``< 2 num_nodes``."""
+    from scipy.special import roots_legendre
+
+    nodes, weights = roots_legendre(num_nodes)
+    return (nodes + 1.0) / 2.0, weights / 2.0
+
+
+@attr.s(frozen=True, slots=True)
+class GaussianThresholdArgMax(GaussianNoisyArgMax):
+    """GNMax released only above a threshold: one noise draw on every count (as :class:`GaussianNoisyArgMax`),
+    and the argmax is released only when its noisy count is at least ``threshold``, else the run fails.
+    Post-processing of the same noisy histogram, so it is charged exactly as :class:`GaussianNoisyArgMax`
+    (one draw; not the two-draw Confident-GNMax of Papernot et al. 2018, Section 4.2).
+
+    ``threshold`` is an absolute vote count: a function of ``n`` would leak ``n`` under add-remove-one."""
+
+    threshold: int = attr.ib(default=1, kw_only=True, converter=_threshold)
+
+    @property
+    def _threshold(self):
+        return self.threshold
