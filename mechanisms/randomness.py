@@ -584,6 +584,25 @@ def _rate(gamma: Fraction, precision: int) -> tuple[int, int]:
     return min(lo, one - 1), min(hi, one)
 
 
+def _symmetric_boundaries(w_lo: list, w_hi: list, k: int, precision: int):
+    """The boundaries of a law on ``{-k, ..., k}`` with ``P[x] ~ w_|x|`` (``w_0 = 1``), from lower and upper
+    fixed-point bounds of the weights: with ``S_m = sum_{j=m}^{k} w_j`` and ``D = 1 + 2 S_1``,
+    ``F_x = S_{-x} / D`` for ``x < 0`` and ``1 - S_{x+1} / D`` for ``x >= 0`` (each an interval, outward)."""
+    s_lo, s_hi = [0] * (k + 2), [0] * (k + 2)  # S_m for m = 0 .. k + 1 (S_{k+1} = 0)
+    for m in range(k, 0, -1):
+        s_lo[m] = s_lo[m + 1] + w_lo[m]
+        s_hi[m] = s_hi[m + 1] + w_hi[m]
+    d_lo, d_hi = (1 << precision) + 2 * s_lo[1], (1 << precision) + 2 * s_hi[1]
+    upper, lo, hi = [], [], []
+    for x in range(-k, k):
+        m = -x if x < 0 else x + 1
+        a, b = _divide(s_lo[m], s_hi[m], d_lo, d_hi, precision)
+        upper.append(x >= 0)
+        lo.append(a)
+        hi.append(b)
+    return upper, lo, hi
+
+
 def truncated_geometric_law(gamma, k: int) -> IntervalLaw:
     """``TG(gamma, k)`` as a :class:`FiniteLaw` on the indices ``x + k`` (``x`` in ``{-k, ..., k}``).
 
@@ -599,19 +618,7 @@ def truncated_geometric_law(gamma, k: int) -> IntervalLaw:
         for _ in range(k):
             pw_lo.append((pw_lo[-1] * r_lo) >> precision)
             pw_hi.append(-((-(pw_hi[-1] * r_hi)) >> precision))
-        s_lo, s_hi = [0] * (k + 2), [0] * (k + 2)  # S_m for m = 0 .. k + 1 (S_{k+1} = 0)
-        for m in range(k, 0, -1):
-            s_lo[m] = s_lo[m + 1] + pw_lo[m]
-            s_hi[m] = s_hi[m + 1] + pw_hi[m]
-        d_lo, d_hi = (1 << precision) + 2 * s_lo[1], (1 << precision) + 2 * s_hi[1]
-        upper, lo, hi = [], [], []
-        for x in range(-k, k):
-            m = -x if x < 0 else x + 1
-            a, b = _divide(s_lo[m], s_hi[m], d_lo, d_hi, precision)
-            upper.append(x >= 0)
-            lo.append(a)
-            hi.append(b)
-        return upper, lo, hi
+        return _symmetric_boundaries(pw_lo, pw_hi, k, precision)
 
     return IntervalLaw(2 * k + 1, bounds)
 
@@ -705,19 +712,7 @@ def discrete_gaussian_law(sigma, bound: int) -> IntervalLaw:
             w_hi.append(-((-(w_hi[-1] * step_hi)) >> precision))
             step_lo = (step_lo * r2_lo) >> precision
             step_hi = min(one, -((-(step_hi * r2_hi)) >> precision))
-        g_lo, g_hi = [0] * (bound + 2), [0] * (bound + 2)  # G_m for m = 0 .. bound + 1 (G_{bound+1} = 0)
-        for m in range(bound, 0, -1):
-            g_lo[m] = g_lo[m + 1] + w_lo[m]
-            g_hi[m] = g_hi[m + 1] + w_hi[m]
-        z_lo, z_hi = one + 2 * g_lo[1], one + 2 * g_hi[1]
-        upper, lo, hi = [], [], []
-        for x in range(-bound, bound):
-            m = -x if x < 0 else x + 1
-            a, b = _divide(g_lo[m], g_hi[m], z_lo, z_hi, precision)
-            upper.append(x >= 0)
-            lo.append(a)
-            hi.append(b)
-        return upper, lo, hi
+        return _symmetric_boundaries(w_lo, w_hi, bound, precision)
 
     return IntervalLaw(2 * bound + 1, bounds)
 
