@@ -316,6 +316,17 @@ class GaussianThresholdArgMax(GaussianNoisyArgMax):
 
     threshold: int = attr.ib(default=1, kw_only=True, converter=_threshold)
 
+    @classmethod
+    def for_teachers(cls, epsilon: float, delta: float, num_teachers: int, relation: str = REPLACE_ONE, **kwargs):
+        """The calibrated instance for a run of ``num_teachers`` configured teachers, with the threshold a strict
+        majority of them, ``floor(n/2) + 1`` noisy votes: coordinated teachers clear it in their bursts of
+        agreement, and a weak plurality fails (the run falls back to the public model) instead of releasing a
+        token the noise may have picked among tens of thousands.  ``n`` is the run's public setting, fixed here;
+        the mechanism never reads it from a histogram."""
+        if isinstance(num_teachers, bool) or not isinstance(num_teachers, (int, np.integer)) or num_teachers < 1:
+            raise ValueError(f"num_teachers must be a positive integer, got {num_teachers!r}")
+        return cls.calibrated(epsilon, delta, relation, threshold=int(num_teachers) // 2 + 1, **kwargs)
+
     @property
     def _threshold(self):
         return self.threshold

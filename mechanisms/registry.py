@@ -57,6 +57,7 @@ class MechanismEntry:
     summary: str
     examples: Callable | None = None
     min_delta: float | None = None
+    needs_teachers: bool = False
 
 
 _ENTRIES: dict[str, MechanismEntry] = {}
@@ -67,13 +68,15 @@ ALIASES = {"weighted-sampling": "dp-weighted-sampling", "boundary-wrapper": "bou
 
 def register_mechanism(name: str, *, build: Callable | None = None, audit: Callable | None = None,
                        runs: bool = False, summary: str = "", examples: Callable | None = None,
-                       min_delta: float | None = None) -> MechanismEntry:
+                       min_delta: float | None = None, needs_teachers: bool = False) -> MechanismEntry:
     """Register a mechanism under ``name`` (lower-case words joined by ``-``).  ``runs=True`` needs a
     ``build``.  ``examples(relation)`` returns a few small instances for the contract checks (noise large
     enough that histograms of a handful of teachers reach every branch) and raises ``ValueError`` naming a
     relation the mechanism refuses; without it they are built from ``build`` (:data:`EXAMPLE_BUDGETS`).
     ``min_delta``: the smallest per-step delta ``build`` takes, when it is above the general floor
-    ``MIN_DELTA`` (docs/ranges.md).  A name that is taken by another entry is a ``ValueError``."""
+    ``MIN_DELTA`` (docs/ranges.md).  ``needs_teachers``: ``build`` takes a fourth argument, the configured number
+    of teachers ``n`` (a public setting of the run, fixed when the mechanism is built, never read from a
+    histogram).  A name that is taken by another entry is a ``ValueError``."""
     if not isinstance(name, str) or not name or name != name.strip().lower() or " " in name:
         raise ValueError(f"a mechanism name must be lower-case words joined by '-', got {name!r}")
     if name in ALIASES:
@@ -82,7 +85,7 @@ def register_mechanism(name: str, *, build: Callable | None = None, audit: Calla
         raise TypeError("build, audit and examples must be callables or None")
     if runs and build is None:
         raise ValueError(f"mechanism {name!r}: runs=True needs a build(epsilon, delta, relation)")
-    entry = MechanismEntry(name, build, audit, bool(runs), summary, examples, min_delta)
+    entry = MechanismEntry(name, build, audit, bool(runs), summary, examples, min_delta, bool(needs_teachers))
     old = _ENTRIES.get(name)
     if old is not None and old != entry:
         raise ValueError(f"mechanism name {name!r} is already registered")
@@ -111,11 +114,17 @@ def audit_names() -> tuple[str, ...]:
     return tuple(sorted(name for name, entry in _ENTRIES.items() if entry.audit is not None))
 
 
-def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "replace-one"):
-    """Build the per-step mechanism ``name`` with per-step ``(epsilon, delta)`` under ``relation``."""
+def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "replace-one",
+                    num_teachers: int | None = None):
+    """Build the per-step mechanism ``name`` with per-step ``(epsilon, delta)`` under ``relation``; an entry that
+    ``needs_teachers`` also gets ``num_teachers``, the run's configured number of teachers."""
     entry = mechanism_entry(name)
     if entry.build is None:
         raise ValueError(f"mechanism {name!r} cannot be built from a per-step (epsilon, delta) alone")
+    if entry.needs_teachers:
+        if num_teachers is None:
+            raise ValueError(f"mechanism {name!r} needs the number of teachers to be built (num_teachers)")
+        return entry.build(epsilon, delta, relation, num_teachers)
     return entry.build(epsilon, delta, relation)
 
 
@@ -207,10 +216,12 @@ def _register_builtins() -> None:
         summary="GNMax: exact discrete Gaussian noise on every count of the vocabulary, the argmax (PLD-charged)")
     register_mechanism(
         "gaussian-threshold-argmax",
+        build=lambda e, d, r, n: _m.GaussianThresholdArgMax.for_teachers(e, d, n, relation=r), runs=True,
+        needs_teachers=True, min_delta=1e-14,  # mechanisms.gaussian.MIN_GAUSSIAN_DELTA
         examples=lambda r: [_m.GaussianThresholdArgMax(1.0, vocab_size=3, relation=r, threshold=3),
                             _m.GaussianThresholdArgMax(1.5, vocab_size=3, relation=r, threshold=5, epsilon=2.0)],
-        summary="GNMax released only when the noisy top count clears a threshold, else fail (one noise draw; "
-                "the threshold is needed: not a run mechanism)")
+        summary="GNMax released only when the noisy top count clears a threshold, else fail (one noise draw; in "
+                "runs the threshold is a strict majority of the configured teachers)")
     register_mechanism(
         "threshold-argmax", examples=lambda r: [_m.ThresholdArgMax(2), _m.ThresholdArgMax(4)],
         summary="TArgMax_T: the most-voted token with at least T votes (threshold privacy, not DP)")

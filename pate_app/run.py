@@ -83,9 +83,11 @@ class RunInputError(ValueError):
     """A bad input found before anything was charged (the CLI turns it into exit status 2)."""
 
 
-def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "replace-one"):
+def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "replace-one",
+                    num_teachers: int | None = None):
     """The per-step mechanism registered as ``name`` (:mod:`mechanisms.registry`, one a run may use) with
-    per-step ``(epsilon, delta)`` under ``relation``."""
+    per-step ``(epsilon, delta)`` under ``relation`` (and the run's ``num_teachers``, for a mechanism whose
+    threshold is set from them)."""
 
     names = mechanisms_registry.run_mechanism_names()
     if name not in names:
@@ -93,7 +95,7 @@ def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "re
     if relation not in RELATIONS:
         raise RunInputError(f"relation must be one of {RELATIONS}, got {relation!r}")
     try:
-        return mechanisms_registry.build_mechanism(name, epsilon, delta, relation)
+        return mechanisms_registry.build_mechanism(name, epsilon, delta, relation, num_teachers=num_teachers)
     except (TypeError, ValueError) as exc:
         raise RunInputError(f"mechanism {name}: {exc}") from None
 
@@ -480,7 +482,7 @@ def private_run(
     if not isinstance(dataset, str) or not dataset.strip() or len(dataset) > 200 or not dataset.isprintable():
         raise RunInputError(f"--dataset must be a printable name of 1 to 200 characters, got {dataset!r}")
     budget = (float(epsilon), float(delta))
-    mech = build_mechanism(mechanism, step_epsilon, step_delta, relation)
+    mech = build_mechanism(mechanism, step_epsilon, step_delta, relation, num_teachers=num_teachers)
     check_inputs(records, num_teachers, mech, accountant, budget)
     check_reachable(mech, num_teachers)
     check_workers(workers, num_teachers, ray_address, ray_timeout)

@@ -154,14 +154,14 @@ BUILDABLE = [name for name in registry.mechanism_names() if registry.mechanism_e
 @pytest.mark.parametrize("epsilon", [1e6, 1e308, 50.000001, math.inf, math.nan])
 def test_every_buildable_mechanism_refuses_a_huge_epsilon(name, epsilon):
     with deadline(), pytest.raises(ValueError, match=r"^epsilon must (lie in \(0, 50\]|be finite)"):
-        registry.build_mechanism(name, epsilon, 1e-6)
+        registry.build_mechanism(name, epsilon, 1e-6, num_teachers=50)
 
 
 @pytest.mark.parametrize("name", BUILDABLE)
 @pytest.mark.parametrize("delta", [1e-320, 5e-324, 0.0, 1.0, 1.5])
 def test_every_buildable_mechanism_refuses_a_delta_out_of_range(name, delta):
     with deadline(), pytest.raises(ValueError, match=r"^delta must"):
-        registry.build_mechanism(name, 1.0, delta)
+        registry.build_mechanism(name, 1.0, delta, num_teachers=50)
 
 
 @pytest.mark.parametrize("name", BUILDABLE)
@@ -170,9 +170,20 @@ def test_the_extremes_of_the_range_still_build_and_run(name):
     floor = registry.mechanism_entry(name).min_delta or MIN_DELTA  # a mechanism's own floor, where it has one
     with deadline():
         for epsilon, delta in ((MAX_STEP_EPSILON, floor), (MAX_STEP_EPSILON, 0.3), (1e-3, 1e-6)):
-            mechanism = registry.build_mechanism(name, epsilon, delta)
+            mechanism = registry.build_mechanism(name, epsilon, delta, num_teachers=50)
             release = mechanism(_hist(), rng=rng)
             assert release.event is not None
+
+
+def test_a_mechanism_that_needs_the_teachers_says_so():
+    """``gaussian-threshold-argmax`` sets its threshold from the run's configured teachers (a strict majority):
+    built without them it is refused in one line; with them the threshold is floor(n/2) + 1."""
+    with pytest.raises(ValueError, match=r"^mechanism 'gaussian-threshold-argmax' needs the number of teachers"):
+        registry.build_mechanism("gaussian-threshold-argmax", 1.0, 1e-6)
+    assert registry.build_mechanism("gaussian-threshold-argmax", 1.0, 1e-6, num_teachers=64).threshold == 33
+    assert registry.build_mechanism("gaussian-threshold-argmax", 1.0, 1e-6, num_teachers=65).threshold == 33
+    with pytest.raises(ValueError, match=r"^num_teachers must be a positive integer, got 0$"):
+        registry.build_mechanism("gaussian-threshold-argmax", 1.0, 1e-6, num_teachers=0)
 
 
 def test_a_step_delta_below_a_mechanisms_own_floor_is_refused_in_one_line():

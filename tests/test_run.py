@@ -288,9 +288,9 @@ def test_every_mechanism_name_builds_and_target_charging_takes_the_wrapped_ones(
 
     names = registry.run_mechanism_names()
     assert names == ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling", "boundary-dp-weighted-sampling",
-                     "gaussian-argmax")
+                     "gaussian-argmax", "gaussian-threshold-argmax")
     for name in names:
-        mech = build_mechanism(name, 2.0, 1e-6)
+        mech = build_mechanism(name, 2.0, 1e-6, num_teachers=8)
         assert isinstance(mech, BoundaryWrapper) == name.startswith("boundary-")
         if name.startswith("boundary-"):
             assert build_accountant("target-charging", (1e4, 1e-3)).can_afford(mech.event)
@@ -518,6 +518,25 @@ def test_demos_from_two_folders_share_one_budget(model_dir, tmp_path, capsys, mo
                 *argv[1:], "--budget-epsilon", "96"]
     assert main(tutorial) == 0
     assert json.loads(capsys.readouterr().out)["ledger"]["runs"] == 1
+
+
+@pytest.mark.parametrize("mechanism", ["gaussian-argmax", "gaussian-threshold-argmax"])
+def test_gaussian_aggregators_run_and_are_charged_by_pld(model_dir, tmp_path, mechanism):
+    """Issue 23, item 1: GNMax, plain and thresholded at a strict majority of the configured teachers, runs in
+    generate under the PLD accountant; the thresholded form fails (public fallback) where the plain one always
+    releases; the ledger audits and records the mechanism's noise and threshold, never a vote."""
+    result = _run(model_dir, tmp_path / "gnmax.sqlite", mechanism=mechanism, accountant="pld", step_epsilon=2.0,
+                  step_delta=1e-6, relation="replace-one", epsilon=50.0, delta=1e-5, num_records=1, max_tokens=4)
+    assert result["audit"]["ok"] and 0 < result["spent"]["epsilon"] <= 50.0
+    described = result["parameters"]["mechanism"]
+    expected = "GaussianNoisyArgMax" if mechanism == "gaussian-argmax" else "GaussianThresholdArgMax"
+    assert described["class"].endswith(expected)
+    record = result["records"][0]
+    assert record["private_tokens"] + record["fallback_tokens"] == record["num_tokens"]
+    if mechanism == "gaussian-argmax":
+        assert record["fallback_tokens"] == 0  # the argmax of the noisy histogram is always released
+    else:
+        assert described["parameters"]["threshold"] == 6 // 2 + 1
 
 
 def test_spent_budget_refused_before_the_run(model_dir, tmp_path):
