@@ -19,6 +19,8 @@ than by one exact draw from its law, ``_run`` / ``_run_batch``.
 
 from __future__ import annotations
 
+import functools
+
 import abc
 import bisect
 
@@ -49,10 +51,25 @@ __all__ = [
     "claim_from_event",
     "claim_under",
     "claimed_relations_of",
+    "gauss_legendre_unit",
     "privacy_claim_of",
     "sample_batch_outcomes",
     "wrapped_claim",
 ]
+
+
+@functools.lru_cache(maxsize=64)
+def gauss_legendre_unit(num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes and weights on ``[0, 1]`` (read-only, cached): exact for polynomials of degree
+    ``< 2 num_nodes``.  The one quadrature of the exact laws (DPWeightedSampling's inclusion integrals, the
+    truncated-geometric NoisyArgMax and GNMax tie integrals)."""
+    from scipy.special import roots_legendre
+
+    nodes, weights = roots_legendre(num_nodes)
+    nodes, weights = (nodes + 1.0) / 2.0, weights / 2.0
+    nodes.setflags(write=False)
+    weights.setflags(write=False)
+    return nodes, weights
 
 
 @attr.s(frozen=True, slots=True, eq=False)

@@ -42,13 +42,12 @@ vocabularies); the sampler has no such limit.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import attr
 import numpy as np
 
-from mechanisms.base import FAIL_VALUE, BatchRelease, Mechanism, OutcomeDistribution
+from mechanisms.base import FAIL_VALUE, BatchRelease, Mechanism, OutcomeDistribution, gauss_legendre_unit
 from mechanisms.histogram import as_histogram
 from mechanisms.randomness import discrete_gaussian_law, uniform_below
 from pate_accountant.accountants.event_checks import discrete_gaussian_delta
@@ -280,7 +279,7 @@ class GaussianNoisyArgMax(Mechanism):
         b = at(pmf, noise, 0.0, 0.0)  # P[c + X = v]
         a = at(le, noise - 1, 0.0, 1.0)  # P[c + X <= v - 1]
         degree = int(multiplicity.sum()) - 1
-        nodes, weights = _gauss_legendre(degree // 2 + 1)
+        nodes, weights = gauss_legendre_unit(degree // 2 + 1)
         factor = a[:, :, None] + b[:, :, None] * nodes  # (values, groups, nodes)
         with np.errstate(divide="ignore"):
             log_factor = np.log(factor)
@@ -294,15 +293,6 @@ class GaussianNoisyArgMax(Mechanism):
                 win[g] = float(np.where(b[:, g] > 0, b[:, g] * rest, 0.0).sum())
         probs = win[np.searchsorted(groups, dense)]
         return OutcomeDistribution(np.arange(size), probs, fail)
-
-
-@functools.lru_cache(maxsize=64)
-def _gauss_legendre(num_nodes: int):
-    """Gauss-Legendre nodes and weights on ``[0, 1]``: exact for polynomials of degree ``< 2 num_nodes``."""
-    from scipy.special import roots_legendre
-
-    nodes, weights = roots_legendre(num_nodes)
-    return (nodes + 1.0) / 2.0, weights / 2.0
 
 
 @attr.s(frozen=True, slots=True)

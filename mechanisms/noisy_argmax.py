@@ -34,7 +34,6 @@ The output distributions (``output_distribution`` and friends) are float64 compu
 
 from __future__ import annotations
 
-import functools
 import math
 
 import attr
@@ -47,6 +46,7 @@ from mechanisms.base import (
     Mechanism,
     OutcomeDistribution,
     claim_under,
+    gauss_legendre_unit,
 )
 from mechanisms.geometric import (
     TruncatedGeometric,
@@ -126,18 +126,6 @@ class _Table:
         low, high = self.le(x), self.ge(x + 1)
         with np.errstate(divide="ignore"):
             return np.where(low < 0.5, np.log(low), np.log1p(-high))
-
-
-@functools.lru_cache(maxsize=64)
-def _gauss_legendre(num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gauss-Legendre nodes and weights on ``[0, 1]``: exact for polynomials of degree ``< 2 num_nodes``."""
-    from scipy.special import roots_legendre
-
-    nodes, weights = roots_legendre(num_nodes)
-    nodes, weights = (nodes + 1.0) / 2.0, weights / 2.0
-    nodes.setflags(write=False)
-    weights.setflags(write=False)
-    return nodes, weights
 
 
 def _nodes_needed(rate: float, degree: int, tolerance: float) -> int:
@@ -292,7 +280,7 @@ class TruncatedGeometricNoisyArgMax(_CountNoise):
         blocked = (always_above * multiplicity).sum(axis=1) > 0
         degree = int(((b > 0) * multiplicity).sum(axis=1).max()) - 1
         rate = float((b * multiplicity).sum(axis=1).max())
-        nodes, weights = _gauss_legendre(_nodes_needed(rate, degree, tolerance))
+        nodes, weights = gauss_legendre_unit(_nodes_needed(rate, degree, tolerance))
         bx = b[:, :, None] * nodes
         with np.errstate(divide="ignore", invalid="ignore"):
             # log(a + b x), from whichever side keeps relative precision.

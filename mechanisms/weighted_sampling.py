@@ -55,7 +55,7 @@ from fractions import Fraction
 import attr
 import numpy as np
 from scipy.signal import lfilter
-from scipy.special import gammaln, roots_legendre, xlog1py, xlogy
+from scipy.special import gammaln, xlog1py, xlogy
 
 from mechanisms.base import (
     FAIL_VALUE,
@@ -64,6 +64,7 @@ from mechanisms.base import (
     Mechanism,
     OutcomeDistribution,
     claim_under,
+    gauss_legendre_unit,
 )
 from mechanisms.geometric import (
     INCLUSION_BITS,
@@ -175,13 +176,6 @@ def uniform_survivor_probabilities(probabilities, multiplicities=None) -> tuple[
     return out, float(pmf[0])
 
 
-@functools.lru_cache(maxsize=32)
-def _gauss_legendre(num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gauss-Legendre nodes and weights on ``[0, 1]``: exact for polynomials of degree ``<= 2 num_nodes - 1``."""
-    nodes, weights = roots_legendre(num_nodes)
-    return (nodes + 1.0) / 2.0, weights / 2.0
-
-
 #: Largest (classes x nodes) block evaluated at once by the quadrature.
 _BLOCK = 1 << 21
 #: Histograms needing more nodes than this (more than twice as many tokens) use the dynamic program.
@@ -217,7 +211,7 @@ def _quadrature_probabilities(table: np.ndarray, counts: np.ndarray, sample: np.
     needed = np.maximum(1, (sizes + 1) // 2)
     bucket = np.left_shift(1, np.ceil(np.log2(needed)).astype(np.int64))
     for num_nodes in np.unique(bucket[(sizes > 0) & (bucket <= _MAX_NODES)]):
-        nodes, weights = _gauss_legendre(int(num_nodes))
+        nodes, weights = gauss_legendre_unit(int(num_nodes))
         in_bucket = (bucket == num_nodes) & (sizes > 0)
         hists = np.flatnonzero(in_bucket)
         selected = np.flatnonzero(np.repeat(in_bucket, c_sizes))  # their classes, sorted by histogram
