@@ -52,7 +52,12 @@ from mechanisms.histogram import as_histogram
 from mechanisms.randomness import discrete_gaussian_law, uniform_below
 from pate_accountant.accountants.event_checks import discrete_gaussian_delta
 from pate_accountant.bisection import switch_point
-from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, DiscreteGaussianArgMaxEvent
+from pate_accountant.events import (
+    NEIGHBOURING_RELATIONS,
+    REPLACE_ONE,
+    DiscreteGaussianArgMaxEvent,
+    histogram_shifts,
+)
 from pate_accountant.release import Release
 from pate_accountant.validation import check_delta, check_epsilon
 
@@ -119,7 +124,7 @@ def gaussian_delta(sigma: float, epsilon: float, relation: str = REPLACE_ONE) ->
     mechanisms of sensitivity one (an upper bound on the true hockey-stick divergence), from the accounting
     layer's one home of the curve (:func:`pate_accountant.accountants.event_checks.discrete_gaussian_delta`),
     which every accountant checks this mechanism's events against."""
-    shifts = 2 if _relation(relation) == REPLACE_ONE else 1
+    shifts = histogram_shifts(_relation(relation))
     sigma = _sigma(sigma)
     return discrete_gaussian_delta(sigma, truncation_bound(sigma), shifts, float(epsilon))
 
@@ -132,7 +137,7 @@ def calibrate_sigma(epsilon: float, delta: float, relation: str = REPLACE_ONE) -
         raise ValueError(f"delta must be at least {MIN_GAUSSIAN_DELTA:g} for a GNMax step (dp-accounting's curve "
                          f"of its noise certifies no delta below about 5e-16 at any sigma), got {delta!r}")
     relation = _relation(relation)
-    shifts = 2 if relation == REPLACE_ONE else 1
+    shifts = histogram_shifts(relation)
     guess = math.sqrt(2 * math.log(1.25 / delta) * shifts) / epsilon
 
     def passes(sigma: float) -> bool:

@@ -76,8 +76,14 @@ class DiscreteGaussianArgMaxEvent(EpsilonDeltaEvent):
 
     @property
     def shifts(self) -> int:
-        """How many counts one neighbouring step moves by one."""
-        return 2 if self.relation == REPLACE_ONE else 1
+        """How many counts one neighbouring step moves by one (:func:`histogram_shifts`)."""
+        return histogram_shifts(self.relation)
+
+
+def histogram_shifts(relation: str) -> int:
+    """How many counts of a vote histogram one neighbour moves by one: 2 under replace-one (one vote leaves a
+    token, another gains it), 1 under add-remove-one."""
+    return 2 if relation == REPLACE_ONE else 1
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
