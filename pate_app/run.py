@@ -359,8 +359,8 @@ def _backends(stack: contextlib.ExitStack, model, threads, workers: int, ray_add
     try:  # what fails here is the address, not the model (issue 22, item 12)
         executor.connect()
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise RunInputError(f"--ray-address {ray_address}: cannot connect to the Ray cluster: {reason}") from None
+        raise RunInputError(f"--ray-address {ray_address}: cannot connect to the Ray cluster: {_first_line(exc)}"
+                            ) from None
     stack.callback(executor.close)  # closed last: it started Ray, if one was started
     try:
         backend = ShardedBackend(spec, workers, executor=executor)
@@ -509,8 +509,7 @@ def private_run(
                 try:
                     backend, public = _backends(stack, model, threads, workers, ray_address)
                 except OSError as exc:  # unreadable weights, a broken config file: a usage error, no traceback
-                    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                    raise RunInputError(f"--model: cannot load the model: {reason}") from None
+                    raise RunInputError(f"--model: cannot load the model: {_first_line(exc)}") from None
 
             rng = np.random.default_rng(seed)
             parts = partition_records(records, num_teachers, rng)
@@ -634,6 +633,11 @@ def private_run(
         "parameters": metadata,
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of a library's error message (its name when it has none), for a one-line usage error."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _dataset_ledger(ledger_home, records, dataset: str, ledger_path, *, check: bool = True):
