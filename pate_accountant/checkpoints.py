@@ -237,7 +237,8 @@ def checkpoints_file(ledger_path, given=None) -> Path:
     if where.is_dir():
         raise CheckpointError(f"cannot append to {str(where)!r}: it is a folder")
     if where.exists() and not where.is_file():  # a device (/dev/full), a FIFO: it would fail or hang at the end
-        raise CheckpointError(f"cannot append to {str(where)!r}: it is not a regular file")
+        raise CheckpointError(f"cannot append to {str(where)!r}: it is {_file_kind(where.stat().st_mode)}, "
+                              "not a regular file")
     if not os.access(where if where.exists() else where.parent, os.W_OK):
         raise CheckpointError(f"cannot append to {str(where)!r}: no permission to write "
                               f"{'it' if where.exists() else 'into ' + repr(str(where.parent))}")
