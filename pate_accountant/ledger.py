@@ -136,7 +136,8 @@ CREATE TABLE IF NOT EXISTS charges (
     spent_delta   REAL,
     created       REAL NOT NULL,
     writer        TEXT NOT NULL,
-    run           INTEGER
+    run           INTEGER,
+    grp           INTEGER
 );
 CREATE TABLE IF NOT EXISTS runs (
     id        INTEGER PRIMARY KEY,
@@ -200,7 +201,9 @@ BEGIN SELECT RAISE(ABORT, 'confidential totals are append-only'); END;
 """
 
 _ROW_COLUMNS = ("id, prev_hash, hash, event, count, outcome, commitment, spent_epsilon, spent_delta, created, "
-                "writer, run")
+                "writer, run, grp")
+#: The same columns from a ledger written before groups existed (no ``grp`` column: every row ungrouped).
+_ROW_COLUMNS_BEFORE_GROUPS = _ROW_COLUMNS.replace("grp", "NULL")
 _RUN_COLUMNS = "id, prev_hash, hash, first_row, metadata, created, writer"
 _CONF_COLUMNS = "id, prev_hash, hash, share_row, share_hash, salt, charged_teachers"
 
@@ -244,11 +247,13 @@ class LedgerRow:
     hash: str
     commitment: str | None = None
     run: int | None = None
+    group: int | None = None
 
     def charge(self):
         from pate_accountant.accountants.base import Charge
 
-        return Charge(self.event, self.count, self.outcome, self.charged_teachers)
+        return Charge(self.event, self.count, self.outcome, self.charged_teachers,
+                      None if self.group is None else (self.run, self.group))
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
@@ -316,10 +321,12 @@ def _field(value) -> str:
 
 
 def _row_hash(prev_hash, row_id, event_text, count, outcome, commitment, spent_epsilon, spent_delta,
-              created, writer, run) -> str:
-    """``sha256(prev_hash | id | event | count | outcome | commitment | spent | created | writer | run)``."""
-    content = "|".join(map(_field, (prev_hash, row_id, event_text, count, outcome, commitment, spent_epsilon,
-                                    spent_delta, created, writer, run)))
+              created, writer, run, group=None) -> str:
+    """``sha256(prev_hash | id | event | count | outcome | commitment | spent | created | writer | run)``, with
+    ``| group`` appended for a row of one of a run's groups (so rows without a group hash as they always did)."""
+    fields = (prev_hash, row_id, event_text, count, outcome, commitment, spent_epsilon, spent_delta, created, writer,
+              run) + (() if group is None else (group,))
+    content = "|".join(map(_field, fields))
     return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
@@ -467,7 +474,7 @@ def _check_row(codec: _Codec, row, expected_id: int, prev_hash: str) -> _Checked
     from pate_accountant.accountants.base import Charge
 
     (row_id, stored_prev, stored_hash, event_text, count, outcome, commitment, spent_epsilon,
-     spent_delta, created, writer, run) = row
+     spent_delta, created, writer, run, group) = row
     if row_id != expected_id:
         if isinstance(row_id, int) and row_id > expected_id:
             missing = f"row {expected_id}" if row_id == expected_id + 1 else f"rows {expected_id}-{row_id - 1}"
@@ -479,7 +486,7 @@ def _check_row(codec: _Codec, row, expected_id: int, prev_hash: str) -> _Checked
         raise _RowError(row_id, f"row {row_id} does not follow {what} (prev_hash mismatch): "
                                 "rows were dropped, reordered or inserted, or the metadata was edited")
     recomputed = _row_hash(stored_prev, row_id, event_text, count, outcome, commitment, spent_epsilon,
-                           spent_delta, created, writer, run)
+                           spent_delta, created, writer, run, group)
     if recomputed != stored_hash:
         raise _RowError(row_id, f"row {row_id} was edited (its hash does not match its content)")
     try:
@@ -494,10 +501,12 @@ def _check_row(codec: _Codec, row, expected_id: int, prev_hash: str) -> _Checked
             raise TypeError("commitment must be a hex digest or NULL")
         if run is not None and (isinstance(run, bool) or not isinstance(run, int) or run < 1):
             raise TypeError(f"run must be a positive integer or NULL, got {run!r}")
+        if group is not None and (isinstance(group, bool) or not isinstance(group, int) or group < 0 or run is None):
+            raise TypeError(f"group must be NULL or a non-negative integer on a row of a run, got {group!r}")
         if not (spent_epsilon is None and spent_delta is None) and not (
                 isinstance(spent_epsilon, float) and isinstance(spent_delta, float)):
             raise TypeError("spent_epsilon and spent_delta must both be reals, or both NULL")
-        charge = Charge(event, count, outcome)
+        charge = Charge(event, count, outcome, group=None if group is None else (run, group))
     except Exception as exc:  # tampered data may fail in any way: report the row, never crash the audit
         raise _RowError(row_id, f"row {row_id} cannot be decoded: {type(exc).__name__}: {exc}") from None
     spent = None if spent_epsilon is None else (spent_epsilon, spent_delta)
@@ -682,6 +691,9 @@ class _Transaction:
             raise RuntimeError("the transaction is over: append inside its block")
         if not isinstance(charge, Charge):
             raise TypeError(f"append takes one Charge, got {type(charge).__name__}")
+        if charge.group is not None and charge.group[0] != self._ledger._run:
+            raise ValueError(f"a charge of group {charge.group[1]} of run {charge.group[0]} cannot be written by this "
+                             f"ledger object, whose run is {self._ledger._run}")
         self._charges.append(charge)
         self._totals.append(self._spent(charge) if self._ledger._totals == "row" else None)
 
@@ -716,6 +728,7 @@ class _Transaction:
         rows, conf_rows, totals_rows = [], [], []
         for charge, totals in zip(charges, spent):
             row_id += 1
+            group = None if charge.group is None else charge.group[1]
             event_text = ledger._codec.encode(charge.event)
             commitment = salt = teachers_text = None
             if confidential and charge.outcome in HIT_OUTCOMES:
@@ -724,9 +737,9 @@ class _Transaction:
                 commitment = _commitment(salt, row_id, teachers_text)
             stored = (None, None) if (totals is None or confidential) else totals
             digest = _row_hash(prev, row_id, event_text, charge.count, charge.outcome, commitment, stored[0],
-                               stored[1], created, ledger._writer, run)
+                               stored[1], created, ledger._writer, run, group)
             rows.append((row_id, prev, digest, event_text, charge.count, charge.outcome, commitment, stored[0],
-                         stored[1], created, ledger._writer, run))
+                         stored[1], created, ledger._writer, run, group))
             if commitment is not None:
                 conf_id += 1
                 link_prev = conf_prev if conf_prev is not None else conf_genesis
@@ -743,7 +756,7 @@ class _Transaction:
                              totals_rows)
             conf.execute("UPDATE head SET row_count = ?, last_hash = ? WHERE id = 1", (conf_id, conf_prev))
         conn = ledger._conn
-        conn.executemany(f"INSERT INTO charges ({_ROW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        conn.executemany(f"INSERT INTO charges ({_ROW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
         conn.execute("UPDATE head SET row_count = ?, last_hash = ? WHERE id = 1", (row_id, prev))
         self._new_mark = (row_id, prev, conf_id, conf_prev)
 
@@ -784,6 +797,7 @@ class Ledger:
         # row's hash no longer matches and verify names the row instead of failing with a decode error.
         connection.text_factory = _decode_text
         self._conn = connection
+        self._columns = None  # the row columns to select (_row_columns)
         self._path = path
         self._read_only = read_only
         self._conf: sqlite3.Connection | None = None
@@ -897,6 +911,7 @@ class Ledger:
                 _set_wal(conn, ledger._path)
                 conn.execute(f"PRAGMA synchronous={synchronous}")
                 ledger._check_layout(create=True)
+                ledger._add_group_column()
         except sqlite3.OperationalError as exc:  # a read-only file or folder, a full disk, ...
             conn.close()
             raise LedgerError(f"cannot write the ledger at {str(path)!r}: {exc} (open it with read_only=True "
@@ -996,6 +1011,33 @@ class Ledger:
                 raise
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged schema can fail either way
             raise LedgerError(f"{self._path or ':memory:'!r} is not a usable pate-accountant ledger: {exc}") from None
+
+    def _row_columns(self, conn=None) -> str:
+        """The row columns to select: a ledger written before groups existed has no ``grp`` column (opened for
+        writing it gets one, :meth:`_add_group_column`; read-only, its rows are read as ungrouped)."""
+        columns = self._columns
+        if columns is None:
+            names = {row[1] for row in (self._conn if conn is None else conn).execute("PRAGMA table_info(charges)")}
+            columns = _ROW_COLUMNS if "grp" in names or not names else _ROW_COLUMNS_BEFORE_GROUPS
+            if names:
+                self._columns = columns
+        return columns
+
+    def _add_group_column(self) -> None:
+        """Give a ledger written before groups existed the nullable ``grp`` column (no stored value changes, so
+        every hash stays valid); a no-op on any other ledger."""
+        conn = self._conn
+        if "grp" in {row[1] for row in conn.execute("PRAGMA table_info(charges)")}:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if "grp" not in {row[1] for row in conn.execute("PRAGMA table_info(charges)")}:
+                conn.execute("ALTER TABLE charges ADD COLUMN grp INTEGER")
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        self._columns = None
 
     def _tables(self, conn=None) -> set:
         conn = self._conn if conn is None else conn
@@ -1403,10 +1445,11 @@ class Ledger:
         if self._conf is not None:
             for share_row, text in self._conf.execute("SELECT share_row, charged_teachers FROM charges"):
                 teachers[share_row] = frozenset(json.loads(text))
-        for raw in self._conn.execute(f"SELECT {_ROW_COLUMNS} FROM charges ORDER BY id"):
-            (row_id, _prev, digest, event_text, count, outcome, commitment, eps, delta, created, writer, run) = raw
+        for raw in self._conn.execute(f"SELECT {self._row_columns()} FROM charges ORDER BY id"):
+            (row_id, _prev, digest, event_text, count, outcome, commitment, eps, delta, created, writer, run,
+             group) = raw
             yield LedgerRow(row_id, codec.decode(event_text), count, outcome, teachers.get(row_id, frozenset()),
-                            None if eps is None else (eps, delta), created, writer, digest, commitment, run)
+                            None if eps is None else (eps, delta), created, writer, digest, commitment, run, group)
 
     # -- transactions -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -1581,7 +1624,8 @@ class Ledger:
                     (conf_id, head_rows))
                 if not conf_id:
                     conf_prev = self._confidential_genesis()
-            cursor = self._conn.execute(f"SELECT {_ROW_COLUMNS} FROM charges WHERE id > ? ORDER BY id", (last_id,))
+            cursor = self._conn.execute(f"SELECT {self._row_columns()} FROM charges WHERE id > ? ORDER BY id",
+                                        (last_id,))
             batch: list = []
             while True:
                 raws = cursor.fetchmany(self._REPLAY_BATCH)
@@ -1773,6 +1817,7 @@ class Ledger:
 
         links = totals = None
         conf_id, conf_prev = 0, None
+        group_charges: dict = {}  # (run, group) -> that group's own charges, for each group's spend alone
         if confidential and full:
             conf = self._conf
             links = conf.execute(f"SELECT {_CONF_COLUMNS} FROM charges WHERE share_row <= ? ORDER BY id",
@@ -1791,7 +1836,7 @@ class Ledger:
             ledger_created = json.loads(meta.get("created") or "null")
         own_times = 0
         spent = (0.0, 0.0) if accountant is None or not full else tuple(float(x) for x in accountant.spent())
-        for raw in conn.execute(f"SELECT {_ROW_COLUMNS} FROM charges ORDER BY id"):
+        for raw in conn.execute(f"SELECT {self._row_columns(conn)} FROM charges ORDER BY id"):
             rows = expected - 1
             if accountant is None:
                 return result(False, expected, "the ledger has rows but no accountant config", rows)
@@ -1822,6 +1867,8 @@ class Ledger:
                 return result(False, exc.row, exc.message, rows, spent if full else None)
             queries += charge.count if charge.outcome is not None else 0
             hits += charge.count if charge.outcome == TARGET else 0
+            if charge.group is not None:
+                group_charges.setdefault((row.run, charge.group[1]), []).append(attr.evolve(charge, group=None))
             if raw[9] != (runs_by_id[row.run]["created"] if row.run is not None else ledger_created):
                 own_times += 1
             prev = row.hash
@@ -1904,12 +1951,24 @@ class Ledger:
             if notes:
                 message += "; " + "; ".join(notes)
             return result(True, None, message, rows, None, queries, hits)
+        _group_spends(runs_by_id, group_charges, config)
         what = "shareable and confidential parts" if confidential else "shareable part (no confidential part)"
         message = (f"verified: {rows} rows, {len(runs)} runs, {what}: hash chains and heads intact, totals agree, "
                    "within budget")
         if notes:
             message += "; " + "; ".join(notes)
         return result(True, None, message, rows, final, queries, hits)
+
+
+def _group_spends(runs_by_id: dict, group_charges: dict, config) -> None:
+    """Add to each run with groups ``"groups": [{"group", "rows", "spent"}]``: each group's own charges replayed
+    alone into a fresh accountant of the ledger's configuration (what that group's records would have spent in a
+    run of their own; the data set's spend takes the largest per event, docs/groups.md)."""
+    for (run_id, group), charges in sorted(group_charges.items()):
+        alone = accountant_from_config(config)
+        alone.replay(charges)
+        spent = [float(x) for x in alone.spent()]
+        runs_by_id[run_id].setdefault("groups", []).append({"group": group, "rows": len(charges), "spent": spent})
 
 
 def _link(row: _CheckedRow, row_id: int, links, conf_id: int, conf_prev: str):

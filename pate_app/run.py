@@ -69,10 +69,12 @@ __all__ = [
     "RunInputError",
     "build_accountant",
     "build_mechanism",
+    "check_groups",
     "check_inputs",
     "check_reachable",
     "check_workers",
     "demo_model_path",
+    "group_prompts",
     "private_run",
 ]
 
@@ -166,6 +168,33 @@ def check_reachable(mechanism, num_teachers: int) -> None:
             check_between_thresholds_reachable(inner, n)
         except ValueError as exc:
             raise RunInputError(str(exc)) from None
+
+
+def check_groups(groups, num_teachers: int, accountant_name: str) -> int:
+    """The teachers of each group for ``--groups`` (:func:`private_run`): ``num_teachers`` must split evenly, so
+    every group runs the same mechanism (the groups then share its envelope, docs/groups.md), and the
+    accountant must take the envelope of parallel groups (one that declares none would charge every group in
+    full: refused rather than silently costing ``groups`` times more)."""
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise RunInputError(f"--groups must be a positive integer, got {groups!r}")
+    if num_teachers % groups:
+        raise RunInputError(f"--teachers {num_teachers} does not split into --groups {groups} equal groups "
+                            f"(use a multiple of {groups}, e.g. {num_teachers - num_teachers % groups or groups})")
+    if (groups > 1 and accountant_name in accountants_registry.run_accountant_names()
+            and accountants_registry.accountant_class(accountant_name).parallel_composition is None):
+        raise RunInputError(f"--groups {groups}: the {accountant_name} accountant does not compose groups in parallel")
+    return num_teachers // groups
+
+
+def group_prompts(records, num_teachers: int, groups: int, rng: np.random.Generator) -> list[tuple[str, list[str]]]:
+    """``(shared_prefix, prompts)`` of each group's teachers: the records partitioned at random between
+    ``num_teachers`` teachers (:func:`~ensembles.data.partition_records`), the teachers taken in order into
+    ``groups`` equal groups.  The partition is a random permutation of the records' positions, so a record's
+    teacher and group depend on its position and the random draw only, never on the records' contents:
+    replacing one record changes one teacher's prompt, in one group (docs/groups.md)."""
+    parts = partition_records(records, num_teachers, rng)
+    size = num_teachers // groups
+    return [teacher_prompts(parts[g * size:(g + 1) * size]) for g in range(groups)]
 
 
 def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budget, mechanism) -> None:
@@ -442,6 +471,7 @@ def private_run(
     checkpoints=None,
     ledger_home=None,
     public_records: bool = False,
+    groups: int = 1,
 ) -> dict:
     """Run private generation end to end and return a JSON-able result (module docstring).
 
@@ -461,6 +491,12 @@ def private_run(
     must answer within ``ray_timeout`` seconds, checked before the ledger is claimed); docs/distributed.md.
     Raises :class:`RunInputError` (or ``ValueError`` from the backend for an unknown model path) before anything
     is written.
+
+    ``groups``: split the records at random into this many disjoint groups, each with ``num_teachers / groups``
+    teachers of its own and its own share of the ``num_records`` records (taken in turn); the data set's
+    accountant charges each group as a parallel group (:meth:`~pate_accountant.accountants.base.Accountant.
+    parallel_groups`: the run costs what its costliest group costs), docs/groups.md.  ``num_teachers`` must be
+    a multiple of it.
 
     ``signing_key``: an Ed25519 private key file (:mod:`pate_accountant.checkpoints`); when given, a run whose
     ledger verifies ends with a signed checkpoint of its head appended to ``checkpoints`` (default
@@ -482,9 +518,10 @@ def private_run(
     if not isinstance(dataset, str) or not dataset.strip() or len(dataset) > 200 or not dataset.isprintable():
         raise RunInputError(f"--dataset must be a printable name of 1 to 200 characters, got {dataset!r}")
     budget = (float(epsilon), float(delta))
-    mech = build_mechanism(mechanism, step_epsilon, step_delta, relation, num_teachers=num_teachers)
+    group_teachers = check_groups(groups, num_teachers, accountant)
+    mech = build_mechanism(mechanism, step_epsilon, step_delta, relation, num_teachers=group_teachers)
     check_inputs(records, num_teachers, mech, accountant, budget)
-    check_reachable(mech, num_teachers)
+    check_reachable(mech, group_teachers)
     check_workers(workers, num_teachers, ray_address, ray_timeout)
     register = ledger_path is None or not public_records
     home, fingerprint, ledger_path = _dataset_ledger(ledger_home, records, dataset, ledger_path, check=register)
@@ -512,11 +549,11 @@ def private_run(
                     raise RunInputError(f"--model: cannot load the model: {_first_line(exc)}") from None
 
             rng = np.random.default_rng(seed)
-            parts = partition_records(records, num_teachers, rng)
-            shared_prefix, prompts = teacher_prompts(parts)
+            ensembles = group_prompts(records, num_teachers, groups, rng)
             public_prompt = OPEN_SLOT  # the open slot only: no private record
             try:  # prompts that do not fit the context window: refused before the run begins
-                backend.check_prompts(prompts, shared_prefix)
+                for shared_prefix, prompts in ensembles:
+                    backend.check_prompts(prompts, shared_prefix)
             except ValueError as exc:
                 raise RunInputError(f"--teachers {num_teachers}: {exc} (use more teachers or shorter records)"
                                     ) from None
@@ -534,6 +571,8 @@ def private_run(
                 "model": model_label if model_label is not None else str(model),
                 "data": data_label if data_label is not None else "records",
                 "num_teachers": num_teachers,
+                "groups": groups,
+                "teachers_per_group": group_teachers,
                 "records_requested": num_records,
                 "max_tokens": max_tokens,
                 "histograms": "coordinated",
@@ -556,21 +595,27 @@ def private_run(
                 run_id = ledger.begin_run(metadata)
             except sqlite3.Error as exc:  # a read-only file or folder, a full disk: nothing is charged yet
                 raise RunInputError(f"--ledger {str(ledger_path)!r}: cannot write to it: {exc}") from None
-            generator = PrivateGenerator(
-                backend, mech, acct, histograms="coordinated", fallback="public", public_backend=public,
+            accountants = [acct] if groups == 1 else list(acct.parallel_groups(groups))
+            generators = [PrivateGenerator(
+                backend, mech, group_acct, histograms="coordinated", fallback="public", public_backend=public,
                 public_prompt=public_prompt, max_tokens=max_tokens, stop_strings=("\n",), top_p=top_p,
                 temperature=temperature,
-            )
+            ) for group_acct in accountants]
             bar = RunProgress(num_records, progress)
             out_records, storage_error = [], None
             try:
-                for _ in range(num_records):
+                active = list(range(groups))  # groups whose budget is not spent, taken in turn
+                while len(out_records) < num_records and active:
+                    g = active[len(out_records) % len(active)]
                     bar.record_starts()
-                    result = generator.generate(prompts, shared_prefix=shared_prefix, rng=rng,
-                                                mechanism_rng=rng if seed is not None else None, on_step=bar.step)
+                    shared_prefix, prompts = ensembles[g]
+                    result = generators[g].generate(prompts, shared_prefix=shared_prefix, rng=rng,
+                                                    mechanism_rng=rng if seed is not None else None,
+                                                    on_step=bar.step)
                     counts = result.outcome_counts()
                     out_records.append({
                         "text": result.text.strip(),
+                        **({"group": g} if groups > 1 else {}),
                         "stop_reason": result.stop_reason,
                         "num_tokens": len(result.token_ids),
                         "charged_runs": result.num_charged_runs,
@@ -580,7 +625,7 @@ def private_run(
                     })
                     bar.record_ends()
                     if result.stop_reason == "budget":
-                        break
+                        active.remove(g)
             except sqlite3.Error as exc:
                 # The ledger could not take a charge (a full disk, a file made read-only meanwhile): the failed
                 # charge released nothing (the accountant raised before its mechanism's output left), so the run

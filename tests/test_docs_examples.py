@@ -35,3 +35,20 @@ def test_the_ledger_example_refuses_before_running_and_audits(tmp_path, monkeypa
     assert main(["audit", "dolly.ledger"]) == 0
     audit = capsys.readouterr().out
     assert "rows        : 3" in audit and "spent       : epsilon 0.9, delta 3e-08" in audit
+
+
+def test_the_groups_example_spends_the_budget_once_per_group(capsys):
+    """docs/groups.md: each of three groups charges as many steps as one accountant alone could, and the
+    data set's spend stays within its budget."""
+    from pate_accountant.accountants import PldAccountant
+    from pate_accountant.events import EpsilonDeltaEvent
+
+    code = _python_block("docs/groups.md", "## From Python")
+    exec(compile(code, "docs/groups.md", "exec"), {})
+    alone = PldAccountant(budget=(4.0, 1e-6))
+    steps = 0
+    while alone.can_afford(EpsilonDeltaEvent(0.5, 1e-8)):
+        alone.compose(EpsilonDeltaEvent(0.5, 1e-8))
+        steps += 1
+    assert steps > 0
+    assert capsys.readouterr().out.split() == [str(steps), "True"]

@@ -152,7 +152,7 @@ def test_shareable_file_holds_no_teacher_sets_counts_or_data_dependent_totals(ru
     assert tables == SHAREABLE_TABLES
     columns = {table: [c[1] for c in conn.execute(f"PRAGMA table_info({table})")] for table in tables}
     assert columns["charges"] == ["id", "prev_hash", "hash", "event", "count", "outcome", "commitment",
-                                  "spent_epsilon", "spent_delta", "created", "writer", "run"]
+                                  "spent_epsilon", "spent_delta", "created", "writer", "run", "grp"]
     assert not any("teacher" in c for cols in columns.values() for c in cols)
     # Every charge row is a function of public things only: the (fixed) event, multiplicity one, the outcome
     # class (a DP output), the time, the writer, the run, and a salted commitment on hits.

@@ -869,3 +869,50 @@ def test_the_pin_a_run_prints_is_an_audit_command_that_catches_a_rewrite(model_d
     capsys.readouterr()
     assert main(argv[1:]) == 1
     assert "run 1 does not have the pinned hash" in capsys.readouterr().err
+
+
+def test_groups_each_spend_the_budget_and_the_run_costs_the_costliest(model_dir, tmp_path):
+    """Issue 23, item 3: with --groups 2 each group of 3 teachers spends the whole budget (3 steps of epsilon 8
+    for epsilon 24), in turn; the ledger holds each group's own charges, and the data set's spend is one
+    group's, not the sum."""
+    ledger = tmp_path / "groups.sqlite"
+    result = _run(model_dir, ledger, epsilon=24.0, num_records=4, max_tokens=6, groups=2)
+    assert result["audit"]["ok"] and result["spent"]["epsilon"] == pytest.approx(24.0)
+    assert [r["group"] for r in result["records"]] == [0, 1]
+    assert [r["stop_reason"] for r in result["records"]] == ["budget", "budget"]
+    assert [r["charged_runs"] for r in result["records"]] == [3, 3]
+    assert result["parameters"]["groups"] == 2 and result["parameters"]["teachers_per_group"] == 3
+    with Ledger.open(str(ledger), read_only=True) as opened:
+        assert [row.group for row in opened.rows()] == [0, 0, 0, 1, 1, 1]
+        assert opened.verify().ok
+    single = _run(model_dir, tmp_path / "single.sqlite", epsilon=24.0, num_records=4, max_tokens=6,
+                  ledger_home=tmp_path / "another-installation")
+    assert single["charged_runs"] == 3  # without groups the same budget pays for one group's steps only
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"groups": 4}, "does not split into --groups 4"),
+    ({"groups": 0}, "--groups must be a positive integer"),
+    ({"groups": 6}, "out of reach"),
+])
+def test_bad_groups_refused_before_the_ledger(model_dir, tmp_path, kwargs, message):
+    ledger = tmp_path / "never.sqlite"
+    with pytest.raises(RunInputError, match=message):
+        _run(model_dir, ledger, **kwargs)
+    assert not ledger.exists()
+
+
+def test_a_replaced_record_changes_one_group_only():
+    """The attack transcript of parallel composition: neighbouring data sets (one record replaced) give every
+    group but one the same teacher prompts, whatever the record; so only that group's answers can differ."""
+    import numpy as np
+
+    from pate_app.run import group_prompts
+
+    records = _records(24)
+    for j in range(len(records)):
+        other = list(records)
+        other[j] = {**records[j], "instruction": "an entirely different request", "response": "another answer"}
+        first = group_prompts(records, 12, 4, np.random.default_rng(5))
+        second = group_prompts(other, 12, 4, np.random.default_rng(5))
+        assert sum(a != b for a, b in zip(first, second)) == 1

@@ -92,6 +92,7 @@ class AdvancedCompositionAccountant(Accountant):
     """
 
     kind = "advanced"
+    parallel_composition = "event"  # docs/groups.md
 
     def __init__(self, *, budget=None, ledger=None, target_delta: float = 1e-6, neighboring_relation=None):
         self._target_delta = check_real("target_delta", target_delta, minimum=0.0, maximum=1.0, min_open=True, max_open=True)

@@ -72,6 +72,10 @@ class Charge:
     count: int = attr.ib(default=1)
     outcome: str | None = attr.ib(default=None, validator=_check_outcome)
     charged_teachers: frozenset = attr.ib(default=frozenset(), converter=frozenset)
+    #: ``(scope, index)`` for a charge of one of a run's disjoint groups of records (parallel composition,
+    #: :mod:`pate_accountant.accountants.parallel`): ``scope`` names the block of groups (a ledger's run id; a
+    #: negative number without a ledger), ``index`` the group; ``None`` for an ordinary charge.
+    group: tuple | None = attr.ib(default=None)
 
     @event.validator
     def _check_event(self, attribute, value):
@@ -82,6 +86,17 @@ class Charge:
     @count.validator
     def _check_count(self, attribute, value):
         check_int("count", value, minimum=1)
+
+    @group.validator
+    def _check_group(self, attribute, value):
+        if value is None:
+            return
+        if not isinstance(value, tuple) or len(value) != 2:
+            raise TypeError(f"group must be a (scope, index) pair of integers or None, got {value!r}")
+        check_int("group scope", value[0])
+        check_int("group index", value[1], minimum=0)
+        if value[0] == 0:
+            raise ValueError("group scope must be a non-zero integer (a run id, or negative without a ledger), got 0")
 
     @property
     def target_hit(self) -> bool:
@@ -156,8 +171,15 @@ class Accountant(abc.ABC):
     #: ledger keeps those sets in its confidential file only (individual charging sets this).
     confidential_charges: bool = False
 
+    #: How charges of disjoint groups of records combine (:mod:`pate_accountant.accountants.parallel`):
+    #: ``"event"``: the state is a multiset of events whose bound grows with it, whatever the order and the
+    #: outcomes, so a run's groups together are charged, event by event, the largest count any one group was
+    #: charged; ``"hits"`` (target charging): the same for target hits, while every other query is charged as
+    #: it comes; ``None``: every grouped charge is charged as it comes (no saving, always sound).
+    parallel_composition: str | None = None
+
     #: Attributes that are configuration or machinery, not state (left out of the default ``_get_state``).
-    _NOT_STATE = frozenset({"_ledger", "_budget", "_configured_relation", "_afforded"})
+    _NOT_STATE = frozenset({"_ledger", "_budget", "_configured_relation", "_afforded", "_parallel", "_scopes_given"})
 
     def __init__(self, *, budget=None, ledger=None, neighboring_relation=None):
         self._budget = _check_budget(budget)
@@ -165,7 +187,9 @@ class Accountant(abc.ABC):
         self._configured_relation = check_relation("neighboring_relation", neighboring_relation)
         self._current_relation = self._configured_relation
         self._ledger = None
-        self._afforded = None  # (event, count) that can_afford accepted, while nothing has changed since
+        self._afforded = None  # (event, count, group) that can_afford accepted, while nothing has changed since
+        self._parallel = ParallelCounts()  # what each group of each block of groups was charged (state)
+        self._scopes_given = set()  # blocks of groups handed out by this object (machinery)
         if ledger is not None:
             ledger.attach(self)  # replays the rows already in the ledger (through replay), then keeps us in step
             self._ledger = ledger
@@ -236,7 +260,7 @@ class Accountant(abc.ABC):
     def state(self) -> AccountantState:
         """The accountant's state now, as an immutable :class:`AccountantState` (everything it has charged;
         not its configuration, budget or ledger)."""
-        return AccountantState(type(self), self._get_state())
+        return AccountantState(type(self), self._full_state())
 
     def restore(self, state: AccountantState) -> None:
         """Put back a state taken by :meth:`state` (of this accountant, or one of the same class and config).
@@ -252,7 +276,7 @@ class Accountant(abc.ABC):
                 "an accountant attached to a ledger cannot be restored: its state is the replay of the ledger's "
                 "rows (attach a fresh accountant to the ledger instead)")
         self._afforded = None
-        self._set_state(state.data)
+        self._set_full_state(state.data)
 
     def replay(self, charges, *, enforce_budget: bool = False) -> None:
         """Apply ``charges`` (``Charge`` objects, in order) read from a ledger: all of them or none.
@@ -275,32 +299,18 @@ class Accountant(abc.ABC):
 
     def record(self, release: Release) -> None:
         """Charge what a mechanism run released (its event, outcome class and charged teachers)."""
-        if not isinstance(release, Release):
-            raise TypeError(f"release must be a Release, got {type(release).__name__}")
-        self._charge(Charge(release.event, 1, release.outcome, release.charged_teachers))
+        self._charge(_release_charge(release))
 
     def record_many(self, releases) -> None:
         """Charge several releases at once: all of them or none (one ledger transaction)."""
-        charges = []
-        for release in releases:
-            if not isinstance(release, Release):
-                raise TypeError(f"releases must hold Release objects, got {type(release).__name__}")
-            charges.append(Charge(release.event, 1, release.outcome, release.charged_teachers))
-        self._charge_many(charges)
+        self._charge_many([_release_charge(release, "releases") for release in releases])
 
     def can_afford(self, event, count: int = 1) -> bool:
         """Whether charging ``event`` (its worst case) ``count`` times now would stay within the budget.
 
         With a ledger it first catches up on what other writers sharing the ledger have spent (one read
         transaction)."""
-        if self._ledger is not None:
-            self._ledger.sync(self)
-        try:
-            self._maybe_compose(self._worst_case(event, count), False)
-        except BudgetExhaustedError:
-            return False
-        self._afforded = (event, count)  # register's pre-run check of this event needs no second look
-        return True
+        return self._can_afford(event, count, None)
 
     def get_epsilon(self, delta: float) -> float:
         """The epsilon spent so far, at total ``delta``."""
@@ -312,44 +322,117 @@ class Accountant(abc.ABC):
 
         The pre-run check catches up on the ledger (if any) and checks the mechanism's worst case; right
         after ``can_afford(mechanism.event)`` accepted it, with nothing charged since, it is not repeated."""
+        return self._register(mechanism, None)
+
+    def parallel_groups(self, num_groups: int):
+        """``num_groups`` accountants, one for each of a run's disjoint groups of records, that charge this one
+        (:class:`~pate_accountant.accountants.parallel.ParallelGroups`): parallel composition, docs/groups.md.
+
+        With a ledger the block of groups is the ledger's current run (:meth:`Ledger.begin_run` first), and a
+        run has at most one block."""
+        from pate_accountant.accountants.parallel import ParallelGroups  # the views subclass this class
+
+        num_groups = check_int("num_groups", num_groups, minimum=1)
+        if self._ledger is not None:
+            scope = self._ledger.current_run
+            if scope is None:
+                raise ValueError("parallel groups on a ledger need a run: call ledger.begin_run(metadata) first")
+        else:
+            used = self._scopes_given | self._parallel.scopes()
+            scope = min([0, *used]) - 1
+        if scope in self._scopes_given or scope in self._parallel.scopes():
+            raise ValueError(f"run {scope} already has its groups: a run splits its records once (begin a new run)")
+        self._scopes_given.add(scope)
+        return ParallelGroups(self, scope, num_groups)
+
+    # -- machinery ----------------------------------------------------------------------------------------
+    def _can_afford(self, event, count: int, group) -> bool:
+        if self._ledger is not None:
+            self._ledger.sync(self)
+        try:
+            self._step(_with_group(self._worst_case(event, count), group), False)
+        except BudgetExhaustedError:
+            return False
+        self._afforded = (event, count, group)  # register's pre-run check of this event needs no second look
+        return True
+
+    def _register(self, mechanism, group):
         event = getattr(mechanism, "event", None)
         if not isinstance(event, dp_accounting.DpEvent) or not callable(mechanism):
             raise TypeError(f"mechanism must be callable and announce a DpEvent as .event, got {type(mechanism).__name__}")
-        self._maybe_compose(self._worst_case(event), False)  # unsupported events are refused at registration
+        # unsupported events are refused at registration, and a budget that cannot pay for one run
+        self._maybe_compose(self._worst_case(event), False, enforce_budget=False)
+        self._step(_with_group(self._worst_case(event), group), False)
 
         def run(*args, **kwargs) -> Release:
-            self._check_before_run(mechanism.event)  # BudgetExhaustedError before running
+            self._check_before_run(mechanism.event, group)  # BudgetExhaustedError before running
             release = mechanism(*args, **kwargs)
-            self.record(release)
+            self._charge(_release_charge(release, group=group))
             return release
 
         run.mechanism = mechanism
         run.__name__ = f"accounted_{type(mechanism).__name__}"
         return run
 
-    # -- machinery ----------------------------------------------------------------------------------------
-    def _check_before_run(self, event) -> None:
+    def _check_before_run(self, event, group=None) -> None:
         afforded = self._afforded
-        if afforded is not None and afforded[1] == 1 and (afforded[0] is event or afforded[0] == event):
+        if (afforded is not None and afforded[1] == 1 and afforded[2] == group
+                and (afforded[0] is event or afforded[0] == event)):
             return  # can_afford(event) accepted it and nothing changed since
         if self._ledger is not None:
             self._ledger.sync(self)
-        self._maybe_compose(self._worst_case(event), False)
+        self._step(_with_group(self._worst_case(event), group), False)
+
+    def _parallel_key(self, charge: Charge):
+        """The key under which a grouped charge is paid once per block (the largest count any group reached),
+        or ``None``: charged as it comes (see :attr:`parallel_composition`)."""
+        mode = self.parallel_composition
+        if mode == "hits" and not (charge.outcome is None or charge.outcome == "target"):
+            return None
+        if mode not in ("event", "hits"):
+            return None
+        try:
+            hash(charge.event)
+        except TypeError:  # an event holding a list (a ComposedDpEvent): charged as it comes
+            return None
+        return charge.event
+
+    def _step(self, charge: Charge, do_compose: bool, *, enforce_budget: bool = True) -> None:
+        """``_maybe_compose`` for any charge: an ordinary one goes straight to the hook; a grouped one is
+        charged for what it adds to its block's envelope (:mod:`pate_accountant.accountants.parallel`)."""
+        if charge.group is None:
+            self._maybe_compose(charge, do_compose, enforce_budget=enforce_budget)
+            return
+        key = self._parallel_key(charge)
+        extra = charge.count if key is None else self._parallel.extra(charge.group, key, charge.count)
+        if extra:
+            self._maybe_compose(attr.evolve(charge, count=extra, group=None), do_compose,
+                                enforce_budget=enforce_budget)
+        if do_compose and key is not None:
+            self._parallel.add(charge.group, key, charge.count)
+
+    def _full_state(self):
+        return self._get_state(), self._parallel.copy()
+
+    def _set_full_state(self, data) -> None:
+        state, parallel = data
+        self._set_state(state)
+        self._parallel = parallel.copy()
 
     def _charge(self, charge: Charge) -> None:
         self._charge_many([charge])
 
     def _compose_all(self, charges, *, enforce_budget: bool = True) -> None:
         """Check and apply ``charges`` in order, all or none (in memory)."""
-        if len(charges) == 1:  # the hook itself leaves everything unchanged when it raises
+        if len(charges) == 1 and charges[0].group is None:  # the hook leaves everything unchanged when it raises
             self._maybe_compose(charges[0], True, enforce_budget=enforce_budget)
             return
-        before = self._get_state()
+        before = self._full_state()
         try:
             for charge in charges:
-                self._maybe_compose(charge, True, enforce_budget=enforce_budget)
+                self._step(charge, True, enforce_budget=enforce_budget)
         except BaseException:
-            self._set_state(before)
+            self._set_full_state(before)
             raise
 
     def _charge_many(self, charges) -> None:
@@ -363,15 +446,15 @@ class Accountant(abc.ABC):
             # (through replay), then each charge is checked and applied and its row appended; the ledger
             # stores spent() with the rows and commits when the block ends.
             with self._ledger.transaction(self) as transaction:
-                before = self._get_state()
+                before = self._full_state()
                 for charge in charges:
-                    self._maybe_compose(charge, True)
+                    self._step(charge, True)
                     transaction.append(charge)
         except BaseException:
             # Not committed (refused, failed, or interrupted before the ledger moved our position past the
             # rows): take the charges back.  Rows replayed from other writers stay: they were committed.
             if before is not None and not getattr(transaction, "committed", False):
-                self._set_state(before)
+                self._set_full_state(before)
             raise
 
     def _within_budget(self, epsilon: float, delta: float) -> bool:
@@ -395,6 +478,55 @@ class Accountant(abc.ABC):
         eps, delta = self.spent()
         budget = "" if self._budget is None else f", budget={self._budget}"
         return f"{type(self).__name__}(spent=({eps:.6g}, {delta:.3g}){budget})"
+
+
+def _release_charge(release, what: str = "release", group=None) -> Charge:
+    """The charge of one mechanism release (``what`` names the argument in the ``TypeError``)."""
+    if not isinstance(release, Release):
+        wanted = "a Release" if what == "release" else "Release objects"
+        raise TypeError(f"{what} must {'be' if what == 'release' else 'hold'} {wanted}, got {type(release).__name__}")
+    return Charge(release.event, 1, release.outcome, release.charged_teachers, group)
+
+
+def _with_group(charge: Charge, group) -> Charge:
+    return charge if group is None else attr.evolve(charge, group=group)
+
+
+class ParallelCounts:
+    """What each group of each block of disjoint groups was charged, by parallel key, and what the block has
+    paid for each key: the largest count of any of its groups (the envelope)."""
+
+    __slots__ = ("_groups", "_paid")
+
+    def __init__(self, groups=None, paid=None):
+        self._groups = dict(groups or {})  # (scope, index, key) -> count
+        self._paid = dict(paid or {})  # (scope, key) -> count
+
+    def extra(self, group, key, count: int) -> int:
+        """How many more times the block must pay for ``key`` if ``group`` is charged it ``count`` times."""
+        scope, index = group
+        have = self._groups.get((scope, index, key), 0) + count
+        return max(0, have - self._paid.get((scope, key), 0))
+
+    def add(self, group, key, count: int) -> None:
+        scope, index = group
+        have = self._groups.get((scope, index, key), 0) + count
+        self._groups[(scope, index, key)] = have
+        if have > self._paid.get((scope, key), 0):
+            self._paid[(scope, key)] = have
+
+    def scopes(self) -> set:
+        return {scope for scope, _ in self._paid}
+
+    def copy(self) -> ParallelCounts:
+        return ParallelCounts(self._groups, self._paid)
+
+    def __eq__(self, other):
+        if not isinstance(other, ParallelCounts):
+            return NotImplemented
+        return self._groups == other._groups and self._paid == other._paid
+
+    __hash__ = None
 
 
 def _is_finite(x: float) -> bool:

@@ -19,6 +19,7 @@ class BasicCompositionAccountant(Accountant):
     """
 
     kind = "basic"
+    parallel_composition = "event"  # docs/groups.md
 
     def __init__(self, *, budget=None, ledger=None, neighboring_relation=None):
         self._epsilon_total = 0.0

@@ -539,6 +539,7 @@ class PldAccountant(Accountant):
     """
 
     kind = "pld"
+    parallel_composition = "event"  # docs/groups.md
 
     def __init__(
         self,

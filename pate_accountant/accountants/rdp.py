@@ -152,6 +152,7 @@ class RdpAccountant(Accountant):
     """
 
     kind = "rdp"
+    parallel_composition = "event"  # docs/groups.md
 
     def __init__(
         self,

@@ -274,6 +274,7 @@ class TargetChargingAccountant(Accountant):
     """
 
     kind = "target-charging"
+    parallel_composition = "hits"  # docs/groups.md
 
     def __init__(
         self,

@@ -212,6 +212,11 @@ def main(args: argparse.Namespace) -> int:
             print(f"  run {run['id']} ({run['rows']} rows from row {run['first_row'] + 1}):")
             for line in metadata_lines(run["metadata"], "    "):
                 print(line)
+            groups = run.get("groups") or []
+            if groups:
+                print(f"    groups: {len(groups)} disjoint groups of records (parallel composition); each alone "
+                      "spent epsilon " + ", ".join(f"{g['spent'][0]:.6g}" for g in groups)
+                      + "; the data set pays each event's largest count over the groups (docs/groups.md)")
         if result.software_version is not None:
             print(f"created by  : pate-accountant {result.software_version}")
         if result.head_hash is not None:

@@ -51,6 +51,10 @@ def add_run_options(p) -> None:
                    help=f"number of teachers n; each gets at least one record (default {d['teachers']})")
     p.add_argument("--records", metavar="K", type=positive_int, default=d["records"],
                    help=f"synthetic records to generate (default {d['records']})")
+    p.add_argument("--groups", metavar="G", type=positive_int, default=1,
+                   help="split the records at random into G disjoint groups of N/G teachers each, generating in "
+                        "turn; the run costs what its costliest group costs (parallel composition, docs/groups.md; "
+                        "default 1)")
     p.add_argument("--max-tokens", metavar="T", type=positive_int, default=d["max_tokens"],
                    help=f"at most T tokens per record; a record also stops at a newline (default {d['max_tokens']})")
     p.add_argument("--step-epsilon", metavar="E", type=step_epsilon, default=d["step_epsilon"],
@@ -111,7 +115,7 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
                 ray_timeout=getattr(args, "ray_timeout", DEFAULT_RAY_TIMEOUT),
                 progress=not args.no_progress and not args.json, command=command,
                 model_label=model_label, data_label=data_label, dataset=dataset, signing_key=args.signing_key,
-                checkpoints=args.checkpoints, public_records=public_records,
+                checkpoints=args.checkpoints, public_records=public_records, groups=args.groups,
             )
     except RunInputError as exc:
         args.parser.error(str(exc))
@@ -123,11 +127,14 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
         print_json(result)
         return 0 if ok else 1
     p = result["parameters"]
-    print(f"{command}: {p['num_teachers']} teachers, data set {p['dataset']!r} ({p['data']}), "
+    teachers = (f"{p['num_teachers']} teachers" if p["groups"] == 1 else
+                f"{p['num_teachers']} teachers in {p['groups']} groups of {p['teachers_per_group']}")
+    print(f"{command}: {teachers}, data set {p['dataset']!r} ({p['data']}), "
           f"model {p['model']}, {p['mechanism_name']} (step epsilon {args.step_epsilon:g}, delta "
           f"{args.step_delta:g}), {p['accountant']} accountant, {'seeded' if p['seeded'] else 'OS entropy'}")
     for i, record in enumerate(result["records"], start=1):
-        print(f"  record {i}: {record['text']!r}")
+        group = f" (group {record['group']})" if "group" in record else ""
+        print(f"  record {i}{group}: {record['text']!r}")
         print(f"            {record['num_tokens']} tokens: {record['private_tokens']} private, "
               f"{record['fallback_tokens']} public fallbacks; stop: {record['stop_reason']}")
     s, b, before = result["spent"], result["budget"], result["spent_before"]
