@@ -341,3 +341,28 @@ def test_audit_reports_each_groups_spend_alone(tmp_path, capsys):
     assert main(["audit", str(path)]) == 0
     out = capsys.readouterr().out
     assert "groups: 2 disjoint groups of records" in out and "0.3, 0.25" in out and "largest count" in out
+
+
+def test_a_group_is_refused_before_running_when_a_miss_could_not_be_paid():
+    """Under target charging a group below the envelope's hits gets its hits free, but a miss is charged as it
+    comes (one more charged hit after the last one): when the budget cannot pay that, the group's query must be
+    refused before its mechanism runs, whatever the outcome would have been."""
+    event = BetweenThresholdsEvent(0.05, 1 / 3, "replace-one")
+    acc = TargetChargingAccountant(budget=(2.0, DELTA))
+    groups = acc.parallel_groups(2)
+    hits = 0
+    while groups[0].can_afford(event):
+        groups[0].record(Release("between", event, target_hit=True))
+        hits += 1
+    assert hits == acc.max_hits >= 1
+    assert not groups[1].can_afford(event)  # a hit would be free, a miss would be beyond the budget
+    calls = []
+
+    def mechanism(histogram, rng=None):
+        calls.append(1)
+        return Release("below", event, target_hit=False)
+
+    mechanism.event = event
+    with pytest.raises(BudgetExhaustedError):  # registration itself refuses: not one query is affordable
+        groups[1].register(mechanism)
+    assert not calls

@@ -52,7 +52,7 @@ import numpy as np
 
 from pate_accountant.accountants.event_checks import check_event, check_relation, relation_after
 from pate_accountant.errors import BudgetExhaustedError, UnsupportedEventError
-from pate_accountant.release import OUTCOMES, Release
+from pate_accountant.release import FAIL, OUTCOMES, Release
 from pate_accountant.validation import check_int, check_real
 
 __all__ = ["Accountant", "AccountantState", "Charge", "relation_after"]
@@ -350,7 +350,7 @@ class Accountant(abc.ABC):
         if self._ledger is not None:
             self._ledger.sync(self)
         try:
-            self._step(_with_group(self._worst_case(event, count), group), False)
+            self._check_worst(event, count, group)
         except BudgetExhaustedError:
             return False
         self._afforded = (event, count, group)  # register's pre-run check of this event needs no second look
@@ -362,7 +362,7 @@ class Accountant(abc.ABC):
             raise TypeError(f"mechanism must be callable and announce a DpEvent as .event, got {type(mechanism).__name__}")
         # unsupported events are refused at registration, and a budget that cannot pay for one run
         self._maybe_compose(self._worst_case(event), False, enforce_budget=False)
-        self._step(_with_group(self._worst_case(event), group), False)
+        self._check_worst(event, 1, group)
 
         def run(*args, **kwargs) -> Release:
             self._check_before_run(mechanism.event, group)  # BudgetExhaustedError before running
@@ -381,7 +381,18 @@ class Accountant(abc.ABC):
             return  # can_afford(event) accepted it and nothing changed since
         if self._ledger is not None:
             self._ledger.sync(self)
-        self._step(_with_group(self._worst_case(event), group), False)
+        self._check_worst(event, 1, group)
+
+    def _check_worst(self, event, count: int, group) -> None:
+        """Check, changing nothing, the costliest charge a not-yet-run mechanism with ``event`` could make.  For
+        an ordinary charge that is :meth:`_worst_case`.  For a group's charge, a worst case that the envelope
+        makes free may be cheaper than an outcome charged as it comes (under target charging a miss is charged
+        as it comes, a hit only past the envelope): every outcome class the accountant tells apart is checked,
+        so no outcome can be refused after the mechanism ran."""
+        worst = self._worst_case(event, count)
+        self._step(_with_group(worst, group), False)
+        if group is not None and self.parallel_composition == "hits":
+            self._step(Charge(worst.event, worst.count, FAIL, worst.charged_teachers, group), False)
 
     def _parallel_key(self, charge: Charge):
         """The key under which a grouped charge is paid once per block (the largest count any group reached),
