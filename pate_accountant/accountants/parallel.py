@@ -32,7 +32,7 @@ same rule gives back the same totals, so ``audit`` and ``verify`` check the enve
 
 from __future__ import annotations
 
-from pate_accountant.accountants.base import Accountant
+from pate_accountant.accountants.base import Accountant, Charge, _release_charge
 from pate_accountant.validation import check_int
 
 __all__ = ["GroupAccountant", "ParallelGroups"]
@@ -109,18 +109,12 @@ class GroupAccountant(Accountant):
 
     # -- charges, as this group -------------------------------------------------------------------------
     def compose(self, event, count: int = 1) -> None:
-        from pate_accountant.accountants.base import Charge
-
         self._parent._charge(Charge(event, count, group=self._group))
 
     def record(self, release) -> None:
-        from pate_accountant.accountants.base import _release_charge
-
         self._parent._charge(_release_charge(release, group=self._group))
 
     def record_many(self, releases) -> None:
-        from pate_accountant.accountants.base import _release_charge
-
         self._parent._charge_many([_release_charge(r, "releases", group=self._group) for r in releases])
 
     def can_afford(self, event, count: int = 1) -> bool:
