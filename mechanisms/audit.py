@@ -36,6 +36,7 @@ from scipy.stats import beta as beta_distribution
 from mechanisms.base import FAIL_VALUE
 from mechanisms.between_thresholds import BetweenThresholds
 from mechanisms.boundary_wrapper import BoundaryWrapper
+from mechanisms.gaussian import MIN_SIGMA, GaussianNoisyArgMax, GaussianThresholdArgMax
 from mechanisms.histogram import CountHistogram, HistogramBatch, as_histogram
 from mechanisms.noisy_argmax import DPArgMax, TruncatedGeometricNoisyArgMax
 from mechanisms.weighted_sampling import DPWeightedSampling
@@ -61,6 +62,8 @@ __all__ = [
     "between_thresholds_case",
     "boundary_wrapper_case",
     "dp_argmax_case",
+    "gaussian_argmax_case",
+    "gaussian_threshold_argmax_case",
     "noisy_argmax_case",
     "weighted_sampling_case",
     "audit_pair",
@@ -506,6 +509,108 @@ def boundary_wrapper_case(epsilon, delta, scale):
 
 
 
+#: The audit size :func:`_telling_pair` chooses a pair for (the command's default ``--runs``).
+_PAIR_RUNS = 200_000
+#: The GNMax cases' default claim: a large delta, so that the worst pair's telling outcome is likely enough to
+#: measure (at delta 1e-6 the set where the loss exceeds epsilon has probability about 1e-5).
+_GAUSSIAN_EPSILON, _GAUSSIAN_DELTA = 1.0, 0.05
+#: The GNMax cases run over a two-token vocabulary: one outcome (the trailing token) carries the evidence.
+_GAUSSIAN_VOCAB = 2
+
+
+def _pair_score(mechanism, claimed_delta: float, first, second) -> float:
+    """What an audit of :data:`_PAIR_RUNS` runs per histogram should show on the pair, from the exact laws: the
+    largest ``ln((P - delta - 3 sd) / (Q + 3 sd' + 3 / R))`` over the outcomes and both directions (``sd`` the
+    standard deviation of a frequency over ``R`` runs); ``-inf`` when no outcome would give evidence."""
+    p, q = mechanism.output_distribution(first).as_dict(), mechanism.output_distribution(second).as_dict()
+    best = -math.inf
+    for outcome in set(p) | set(q):
+        first_p, second_p = (min(1.0, max(0.0, law.get(outcome, 0.0))) for law in (p, q))
+        for a, b in ((first_p, second_p), (second_p, first_p)):
+            low = a - claimed_delta - 3.0 * math.sqrt(a * (1.0 - a) / _PAIR_RUNS)
+            high = b + 3.0 * math.sqrt(b * (1.0 - b) / _PAIR_RUNS) + 3.0 / _PAIR_RUNS
+            if low > 0:
+                best = max(best, math.log(low / high))
+    return best
+
+
+def _telling_pair(mechanism, claimed_delta: float, pairs):
+    """The pair of ``pairs`` with the largest :func:`_pair_score` for ``mechanism`` (the one that runs, as an
+    attacker would choose).  A heuristic for the choice only: the audit's bound itself is :func:`audit_pair`'s."""
+    return max(pairs, key=lambda pair: _pair_score(mechanism, claimed_delta, *pair))
+
+
+def _gaussian_run_noise(honest, scale: float) -> dict:
+    """The keywords of the GNMax that runs: ``sigma`` scaled by ``scale`` (at least ``MIN_SIGMA``), its own event
+    stated at ``epsilon / scale`` (the claim tested stays the honest one's)."""
+    sigma = max(MIN_SIGMA, honest.sigma * scale)
+    for epsilon in (min(honest.epsilon / scale, MAX_STEP_EPSILON), MAX_STEP_EPSILON):
+        try:
+            GaussianNoisyArgMax(sigma, epsilon=epsilon)
+        except ValueError:  # so little noise that its own delta at that epsilon is 1
+            continue
+        return {"sigma": sigma, "epsilon": epsilon}
+    raise ValueError(f"noise_scale {scale:g} leaves sigma {sigma:g}, too little noise to build a GNMax: choose a "
+                     "larger noise scale")
+
+
+def _grid(low: int, high: int, size: int = 48) -> list[int]:
+    """Integers from ``low`` to ``high``: every one up to ``low + size``, then about ``size`` more, geometric."""
+    if high <= low + size:
+        return list(range(low, high + 1))
+    return sorted(set(range(low, low + size)) | {int(v) for v in np.geomspace(low + size, high, size)})
+
+
+def gaussian_argmax_case(epsilon, delta, scale):
+
+    epsilon = _GAUSSIAN_EPSILON if epsilon is None else epsilon
+    delta = _GAUSSIAN_DELTA if delta is None else delta
+    honest = GaussianNoisyArgMax.calibrated(epsilon, delta, vocab_size=_GAUSSIAN_VOCAB)
+    run = GaussianNoisyArgMax(vocab_size=_GAUSSIAN_VOCAB, **_gaussian_run_noise(honest, scale))
+    # Over two tokens the law depends only on the gap g = c_1 - c_0, and a vote moving from token 1 to token 0
+    # changes it by two: the pairs {1: g} vs {0: 1, 1: g - 1} are all such pairs up to translation (beyond
+    # g = 2T + 2 the trailing token never wins).
+    pairs = [(CountHistogram([1], [g], num_teachers=g), CountHistogram([0, 1], [1, g - 1], num_teachers=g))
+             for g in _grid(1, 2 * run.truncation_bound + 2)]
+    h, h2 = _telling_pair(run, honest.delta, pairs)
+    return AuditCase(
+        "gaussian-argmax", run, honest.event.epsilon, honest.event.delta, h, h2,
+        f"replace-one over two tokens (sigma {honest.sigma:.3g}): the leader gives a vote to the trailing token, "
+        "so their noisy difference moves by two (both counts move, as charged) and the trailing token's win "
+        "probability moves by about e^eps; of such pairs (every gap up to 2T + 2, or a grid of them), the one "
+        "where 2e5 runs show the most",
+    )
+
+
+def gaussian_threshold_argmax_case(epsilon, delta, scale):
+
+    epsilon = _GAUSSIAN_EPSILON if epsilon is None else epsilon
+    delta = _GAUSSIAN_DELTA if delta is None else delta
+    honest = GaussianNoisyArgMax.calibrated(epsilon, delta, vocab_size=_GAUSSIAN_VOCAB)
+    noise = _gaussian_run_noise(honest, scale)
+    # As runs build it (GaussianThresholdArgMax.for_teachers): n configured teachers, the threshold a strict
+    # majority; n is 3 or a few sigma (so the counts span the noise).  The candidate pairs of n teachers over the
+    # two tokens and the tail: a vote moves from token 1 to token 0 ({0: a, 1: n - a} vs {0: a + 1, 1: n - a - 1}),
+    # or from a lone token to the tail ({1: k} vs {1: k - 1}, the top count against the threshold).
+    best = None
+    for n in sorted({3, 2 * math.ceil(noise["sigma"]) + 1, 4 * math.ceil(noise["sigma"]) + 1}):
+        run = GaussianThresholdArgMax(vocab_size=_GAUSSIAN_VOCAB, threshold=n // 2 + 1, **noise)
+        pairs = [(CountHistogram([0, 1], [a, n - a], num_teachers=n),
+                  CountHistogram([0, 1], [a + 1, n - a - 1], num_teachers=n)) for a in _grid(0, n - 1)]
+        pairs += [(CountHistogram([1], [k], num_teachers=n), CountHistogram([1], [k - 1], num_teachers=n))
+                  for k in _grid(1, n)]
+        pair = _telling_pair(run, honest.delta, pairs)
+        score = _pair_score(run, honest.delta, *pair)
+        if best is None or score > best[0]:
+            best = (score, n, run, pair)
+    _, n, run, (h, h2) = best
+    return AuditCase(
+        "gaussian-threshold-argmax", run, honest.event.epsilon, honest.event.delta, h, h2,
+        f"replace-one over two tokens, n = {n} configured teachers and the runs' threshold, a strict majority "
+        f"({run.threshold} noisy votes; sigma {honest.sigma:.3g}): a vote moves from one token to the other (their "
+        "noisy difference moves by two) or to the tail (the top count moves against the threshold); of such pairs "
+        "(n among 3 and two and four sigma), the one where 2e5 runs show the most",
+    )
 
 def run_audit_case(case: AuditCase, num_runs: int, rng: np.random.Generator, confidence: float = 0.95) -> AuditResult:
     return audit_pair(

@@ -126,7 +126,8 @@ def test_honest_mechanisms_are_never_flagged(name):
     assert result.epsilon_lower_bound > 0.9 * exact
 
 
-@pytest.mark.parametrize("name", ["between-thresholds", "dp-argmax", "noisy-argmax", "dp-weighted-sampling"])
+@pytest.mark.parametrize("name", ["between-thresholds", "dp-argmax", "noisy-argmax", "dp-weighted-sampling",
+                                  "gaussian-argmax", "gaussian-threshold-argmax"])
 def test_noise_halved_is_caught(name):
     case = audit_case(name, noise_scale=0.5)
     result = run_audit_case(case, 200_000, np.random.default_rng(12))
@@ -151,3 +152,41 @@ def test_cli_audit_mechanism(capsys):
     assert json.loads(capsys.readouterr().out)["mechanism"] == "dp-weighted-sampling"
     assert main(["audit-mechanism", "dp-argmax", "--noise-scale", "1.5"]) == 2
     assert "--noise-scale" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["gaussian-argmax", "gaussian-threshold-argmax"])
+def test_gaussian_cases_catch_a_fifth_less_noise(name):
+    """GNMax's claim is the discrete-Gaussian curve, nearly reached on the chosen pair (exact pair epsilon at
+    the claimed delta 0.83 to 0.95 of the claimed 1): sigma scaled by 0.8 with the same claim is caught, the
+    honest sigma is not (test_honest_mechanisms_are_never_flagged), at 200,000 runs per histogram."""
+    honest = audit_case(name)
+    assert (honest.claimed_epsilon, round(honest.claimed_delta, 3)) == (1.0, 0.05)
+    assert honest.histogram.num_teachers == honest.neighbour.num_teachers  # replace-one, the runs' relation
+    broken = audit_case(name, noise_scale=0.8)
+    assert broken.mechanism.sigma == pytest.approx(0.8 * honest.mechanism.sigma)
+    assert (broken.claimed_epsilon, broken.claimed_delta) == (honest.claimed_epsilon, honest.claimed_delta)
+    exact = exact_pair_epsilon(broken.mechanism, broken.histogram, broken.neighbour, broken.claimed_delta)
+    assert exact > 1.1 * broken.claimed_epsilon
+    result = run_audit_case(broken, 200_000, np.random.default_rng(13))
+    assert result.violation and result.epsilon_lower_bound <= exact + 1e-9, result.as_dict()
+
+
+def test_cli_audits_gaussian_mechanisms(capsys):
+    import json
+
+    from pate_accountant.cli import main
+
+    for name in ("gaussian-argmax", "gaussian-threshold-argmax"):
+        assert main(["audit-mechanism", name, "--runs", "50000", "--seed", "5", "--json"]) == 0
+        payload = json.loads(capsys.readouterr().out)
+        assert payload["violation"] is False and payload["claimed_epsilon"] == 1.0
+        assert payload["epsilon_lower_bound"] <= payload["exact_pair_epsilon"] <= 1.0
+        assert main(["audit-mechanism", name, "--noise-scale", "0.5", "--runs", "50000", "--seed", "5"]) == 1
+        assert "VIOLATION" in capsys.readouterr().out
+    # At delta 1e-6 (sigma about 6) the case looks among gaps and teachers of a few sigma: a pair where the
+    # exact epsilon is still well over half the claim, and no note says the pair is loose.
+    for name in ("gaussian-argmax", "gaussian-threshold-argmax"):
+        assert main(["audit-mechanism", name, "--step-delta", "1e-6", "--runs", "50000", "--seed", "5", "--json"]) == 0
+        payload = json.loads(capsys.readouterr().out)
+        assert payload["pair"]["num_teachers"] > 6 and payload["exact_pair_epsilon"] > 0.55
+        assert payload["epsilon_lower_bound"] <= payload["exact_pair_epsilon"] and payload["notes"] == []

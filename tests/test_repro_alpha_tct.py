@@ -205,6 +205,34 @@ def test_yields_per_budget_use_the_mechanism_charged_at_eps0(sweep):
         assert r["more_law_yields"] == pytest.approx(r["hits"] * per_hit)
 
 
+def test_yields_per_budget_are_the_papers_setting_not_a_sized_run(sweep):
+    """(d) is the paper's setting: hits of a pure inner (per-query delta 0) and C_delta at delta0 = the step delta.
+    A run at that budget pays a per-query delta, the one `plan` picks (step_delta_for_queries for four times the
+    expected queries): far below the step delta, fewer hits and a larger L, the figures alpha_sweep's docstring
+    quotes for eps0 = 0.01. So the experiment keeps its delta and says why."""
+    from mechanisms import DPArgMax
+    from pate_accountant.tct import boundary_wrapper_q
+    from pate_app.commands.plan import run_accountant_composition
+
+    p = sweep["parameters"]
+    composition, share = run_accountant_composition()
+    for r in sweep["yields_per_budget"]:
+        eps0 = r["eps0"]
+        pure = planning.target_hits(p["budget_epsilon"], p["budget_delta"], eps0, delta0=0.0)
+        assert r["hits"] == pure.hits and pure.max_queries is None
+        queries = planning.expected_queries(p["budget_epsilon"], p["budget_delta"], eps0, q=boundary_wrapper_q(eps0 / 2),
+                                            composition=composition, query_delta_share=share)
+        sized = planning.step_delta_for_queries(p["budget_delta"], queries, query_delta_share=share,
+                                                ceiling=p["step_delta"])
+        run = planning.target_hits(p["budget_epsilon"], p["budget_delta"], eps0, delta0=sized,
+                                   composition=composition, query_delta_share=share)
+        assert sized < p["step_delta"] and run.hits < r["hits"] and run.max_queries >= queries
+        assert DPArgMax(eps0 / 2, sized).error_bound > r["error_bound"]
+        if eps0 == 0.01:
+            assert (sized, run.hits, r["hits"]) == (1e-10, 119, 130)
+            assert (r["error_bound"], DPArgMax(eps0 / 2, sized).error_bound) == (1565, 3407)
+
+
 def test_teachers_for_threshold_is_the_least_n():
     for L in (0, 1, 25, 852, 6217):
         for fraction in (0.55, 0.7, 1.0):

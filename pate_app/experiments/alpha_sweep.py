@@ -32,6 +32,17 @@ with ``theta = c0 / n``.  So the fewest queries per hit are ``kappa(theta) eps_c
 ``kappa = e theta ln(1/theta) / (2 ln 1.5)``, which is 0.87-1.16 for ``theta`` in ``[0.5, 0.7]``: the
 paper's ``eps0 n`` read with ``eps_c``.  Likewise the yield ``P[c >= c0] = 1 - theta^(alpha/(1-alpha))`` is ``alpha ln(1/theta)``
 to first order: the paper's "``~ alpha``" up to the threshold's constant ``ln(1/theta)``.
+
+The deltas here are the paper's settings, not a run's sizing, so the per-query delta that ``plan`` picks for a
+run (:func:`pate_accountant.planning.step_delta_for_queries` for :func:`~pate_accountant.planning.expected_queries`)
+is deliberately not used.  ``--step-delta`` (default ``1e-6``) is the delta of the DPArgMax whose per-histogram
+laws (b)-(c) report, and the ``delta0`` of the paper's ``C_delta = 2 ln(1/delta0)`` in (d), whose hits are those
+of a pure inner (no per-query delta), as in the paper's figure.  A target-charged run at the same budget must
+pay each query's delta from it: at ``(1, 1e-6)`` and ``eps0 = 0.01`` the per-query delta that pays for four times
+the expected queries is ``1e-10``, which buys 119 hits instead of 130 and moves the wrapped DPArgMax's ``L`` from
+1565 to 3407.  ``pate-accountant plan yields`` sizes that run; (d) shows the paper's relation, and how far the
+count law of the charged mechanism already falls below it (``tests/test_repro_alpha_tct.py`` checks these
+figures).
 """
 
 from __future__ import annotations

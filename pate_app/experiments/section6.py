@@ -14,6 +14,11 @@
   lazily, Agg canvas; no pyplot).
 
 Every function returns JSON-able dicts (``None`` where a ratio is undefined, e.g. no target mass).
+
+The deltas are the paper's settings and size no run: :func:`target_hits_curve` counts the hits of a pure inner
+(no per-query delta) within ``(1, 1e-6)``, as the paper's figure does, and :func:`alpha_sweep`'s ``delta`` is the
+delta of the one DPArgMax whose per-histogram laws it averages.  A run's per-query delta is ``plan``'s business
+(:func:`pate_accountant.planning.step_delta_for_queries`; the alpha-sweep module says what it changes).
 """
 
 from __future__ import annotations
