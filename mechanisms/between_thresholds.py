@@ -74,7 +74,7 @@ from pate_accountant.events import (
 )
 from pate_accountant.release import BELOW as BELOW_CLASS
 from pate_accountant.release import TARGET, TOKEN, Release
-from pate_accountant.validation import MAX_COUNT, check_epsilon, check_int, check_real
+from pate_accountant.validation import MAX_COUNT, check_delta, check_epsilon, check_int, check_real
 
 __all__ = [
     "ABOVE",
@@ -326,6 +326,27 @@ class BetweenThresholds(Mechanism):
         if token is None:
             raise ValueError("token is required: BetweenThresholds reads one count of each histogram")
         return self.on_token(token).batch_distributions(batch)
+
+    #: ``for_teachers`` puts the lower threshold at this fraction of the configured teachers ``n``.
+    RUN_LOW_FRACTION = 0.2
+
+    @classmethod
+    def for_teachers(cls, epsilon: float, num_teachers: int, relation: str = REPLACE_ONE, *,
+                     step_delta: float | None = None) -> BetweenThresholds:
+        """The query a private run makes on the count of a candidate token (the individual-charging scheme of
+        the paper's "DP methods for heterogeneous ensembles"): thresholds set from the configured number of
+        teachers ``n`` alone (public), ``low = ceil(n / 5)`` and ``high = low + ceil(2 / epsilon)``, the smallest
+        gap the query allows.  The run counts the teachers included at a random rate ``nu ~ U[1/n, 1]`` who vote
+        the candidate, so a candidate all ``n`` teachers vote for clears ``low`` with probability about 4/5 and
+        one half of them vote for with about 3/5; counts of ``high`` or more are released without a charge
+        (docs/tct_and_individual.md, "In generate").  The query is pure epsilon-DP: a run's ``step_delta``, when
+        given, is checked like any mechanism's and then unused."""
+        n = check_int("num_teachers", num_teachers, minimum=1)
+        if step_delta is not None:
+            check_delta("delta", step_delta)
+        epsilon = check_epsilon("epsilon", epsilon)
+        low = max(1, math.ceil(cls.RUN_LOW_FRACTION * n))
+        return cls(epsilon, low, low + math.ceil(cls.MIN_GAP_EPSILON / epsilon * (1 - 1e-12)), relation=relation)
 
     def on_token(self, token: int) -> "TokenQuery":
         """The query run on the count of ``token`` in each histogram: a histogram mechanism (the count read is

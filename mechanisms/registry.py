@@ -203,13 +203,15 @@ def _register_builtins() -> None:
                             for e, d in ((2.0, 0.2), (1.0, 0.1), (4.0, 0.05))],
         summary="truncated-geometric NoisyArgMax: the noisy top token and its noisy count")
     register_mechanism(
-        "between-thresholds", audit=_case("between_thresholds_case"),
+        "between-thresholds", audit=_case("between_thresholds_case"), runs=True, needs_teachers=True,
+        build=lambda e, d, r, n: _m.BetweenThresholds.for_teachers(e, n, relation=r, step_delta=d),
         examples=lambda r: [_m.BetweenThresholds(e, lo, hi, relation=r).on_token(0)
                             for e, lo, hi in ((1.0, 1, 3), (0.5, 0, 4), (2.0, 2, 3))],
-        summary="BetweenThresholds on one count: below / between / above (thresholds needed: not a run mechanism)")
+        summary="BetweenThresholds on the count of a candidate token (in runs: the public model's; thresholds from n)")
     # GNMax: sigma 1 to 2 over three or four tokens, so that six teachers move the law (noise of a few votes).
     register_mechanism(
         "gaussian-argmax", build=lambda e, d, r: _m.GaussianNoisyArgMax.calibrated(e, d, relation=r), runs=True,
+        audit=_case("gaussian_argmax_case"),
         min_delta=1e-14,  # mechanisms.gaussian.MIN_GAUSSIAN_DELTA: the floor of dp-accounting's curve
         examples=lambda r: [_m.GaussianNoisyArgMax(1.0, vocab_size=3, relation=r),
                             _m.GaussianNoisyArgMax(2.0, vocab_size=4, relation=r, epsilon=0.5)],
@@ -217,6 +219,7 @@ def _register_builtins() -> None:
     register_mechanism(
         "gaussian-threshold-argmax",
         build=lambda e, d, r, n: _m.GaussianThresholdArgMax.for_teachers(e, d, n, relation=r), runs=True,
+        audit=_case("gaussian_threshold_argmax_case"),
         needs_teachers=True, min_delta=1e-14,  # mechanisms.gaussian.MIN_GAUSSIAN_DELTA
         examples=lambda r: [_m.GaussianThresholdArgMax(1.0, vocab_size=3, relation=r, threshold=3),
                             _m.GaussianThresholdArgMax(1.5, vocab_size=3, relation=r, threshold=5, epsilon=2.0)],

@@ -18,7 +18,8 @@ Registering your own accountant (a subclass of :class:`~pate_accountant.accounta
 
 After that ``Ledger`` replays and verifies files written by ``MyAccountant``, and
 ``accountant_class("my-accountant")`` returns it.  Pass ``runs=True`` (``register_accountant(runs=True)``)
-to offer it to ``generate``/``demo`` as well: it must then be buildable as ``cls(budget=..., ledger=...)``.
+to offer it to ``generate``/``demo`` as well: it must then be buildable by ``cls.for_run(budget=..., ledger=...,
+mechanism=..., num_teachers=...)`` (by default ``cls(budget=..., ledger=...)``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ _BUILTINS_LOADED = False
 #: behind them), so that the command line lists them fast; ``pate_accountant.accountants`` registers the
 #: classes, and a test keeps each class's ``kind`` and flag equal to this table.
 BUILTIN_KINDS = {"basic": True, "advanced": True, "pld": True, "target-charging": True, "rdp": False,
-                 "individual-charging": False}
+                 "individual-charging": True}
 
 
 def register_accountant(cls=None, *, runs: bool = False):

@@ -102,16 +102,18 @@ def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "re
         raise RunInputError(f"mechanism {name}: {exc}") from None
 
 
-def build_accountant(name: str, budget, ledger=None):
+def build_accountant(name: str, budget, ledger=None, *, mechanism=None, num_teachers: int | None = None):
     """The accountant registered as ``name`` (:mod:`pate_accountant.registry`, one a run may use) with
-    ``budget=(epsilon, delta)``."""
+    ``budget=(epsilon, delta)``, for a run of ``mechanism`` with ``num_teachers`` teachers (what individual
+    charging needs: ``Accountant.for_run``)."""
 
     names = accountants_registry.run_accountant_names()
     if name not in names:
         raise RunInputError(f"accountant must be one of {names}, got {name!r}")
     try:
-        return accountants_registry.accountant_class(name)(budget=budget, ledger=ledger)
-    except (TypeError, ValueError) as exc:
+        return accountants_registry.accountant_class(name).for_run(budget=budget, ledger=ledger, mechanism=mechanism,
+                                                                   num_teachers=num_teachers)
+    except (TypeError, ValueError) as exc:  # UnsupportedEventError too: individual charging without BetweenThresholds
         raise RunInputError(f"accountant {name}: {exc}") from None
 
 
@@ -126,7 +128,7 @@ def check_inputs(records, num_teachers: int, mechanism, accountant_name: str, bu
     if num_teachers > len(records):
         raise RunInputError(f"cannot give {num_teachers} teachers a record each: the data set has only "
                             f"{len(records)} usable records")
-    probe = build_accountant(accountant_name, budget)  # in memory: no ledger is touched
+    probe = build_accountant(accountant_name, budget, mechanism=mechanism, num_teachers=num_teachers)  # in memory
     try:
         affordable = probe.can_afford(mechanism.event)
     except PateAccountantError as exc:
@@ -197,7 +199,8 @@ def group_prompts(records, num_teachers: int, groups: int, rng: np.random.Genera
     return [teacher_prompts(parts[g * size:(g + 1) * size]) for g in range(groups)]
 
 
-def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budget, mechanism) -> None:
+def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budget, mechanism,
+                           num_teachers: int) -> None:
     """An existing ``--ledger``: it must belong to ``dataset``, be kept by the same accountant (kind and
     budget), verify as far as its rows replay, and have budget left for one step.  Read-only: nothing is
     written.  A ledger another run has only just created (no data set, no run, no row yet) passes: the claim
@@ -221,7 +224,8 @@ def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budge
             raise RunInputError(f"{where} belongs to the data set {stored!r}, not {dataset!r}: a ledger keeps one "
                                 "data set's budget (give that data set's ledger, or --dataset)")
         try:
-            acct = build_accountant(accountant_name, budget, ledger)
+            acct = build_accountant(accountant_name, budget, ledger, mechanism=mechanism,
+                                    num_teachers=num_teachers)
         except RunInputError as exc:
             raise RunInputError(f"{where} is kept by another accountant or budget: {exc}") from None
         except PateAccountantError as exc:
@@ -256,7 +260,7 @@ def _check_affords(acct, mechanism, where: str, dataset: str, budget) -> None:
             f"for another step: epsilon {float(spent[0]):.6g}, delta {float(spent[1]):.3g} already spent")
 
 
-def _claim_ledger(path: Path, dataset: str, accountant_name: str, budget, mechanism):
+def _claim_ledger(path: Path, dataset: str, accountant_name: str, budget, mechanism, num_teachers: int):
     """Claim the data set's ledger for this run before any slow work (loading the model): open it, creating it
     when missing; name its data set and attach the run's accountant (which stores the accountant and budget in
     a new ledger, and replays an existing one's rows); check that one step is affordable.  From here a second
@@ -272,16 +276,32 @@ def _claim_ledger(path: Path, dataset: str, accountant_name: str, budget, mechan
     try:
         try:
             ledger.set_dataset(dataset)
-            acct = build_accountant(accountant_name, budget, ledger)
+            acct = build_accountant(accountant_name, budget, ledger, mechanism=mechanism, num_teachers=num_teachers)
         except ValueError as exc:  # another run claimed the ledger since the read-only check, for another budget
             raise RunInputError(f"{where}: {exc}") from None
         except PateAccountantError as exc:
             raise RunInputError(f"{where}: {exc}") from None
         _check_affords(acct, mechanism, where, dataset, budget)
+        _check_one_partition(acct, ledger, where)
     except BaseException:
         _discard(ledger)
         raise
     return ledger, acct
+
+
+def _check_one_partition(acct, ledger: Ledger, where: str, run_id: int | None = None) -> None:
+    """Individual charging counts charges per teacher, and a teacher is one part of one run's random partition
+    of the records: another run's teacher ``i`` holds other records, so adding up two runs' counters by teacher
+    index could under-count a record.  So a data set's ledger under individual charging takes one run (checked
+    at the claim, and again once the run has begun, against a run that began meanwhile)."""
+    if not acct.confidential_charges:
+        return
+    runs = len(ledger.runs) if run_id is None else run_id - 1
+    if runs:
+        raise RunInputError(
+            f"{where} already holds {runs} run(s) under individual charging, whose counters belong to those runs' "
+            "teachers: a data set's ledger under individual charging takes one run (docs/tct_and_individual.md, "
+            "'In generate'); use another accountant to run again on these records")
 
 
 def _discard(ledger: Ledger) -> None:
@@ -529,8 +549,8 @@ def private_run(
         raise RunInputError(f"ledger folder {str(ledger_path.parent)!r} does not exist")
     key, checkpoints = _signing(signing_key, checkpoints, ledger_path)
     if ledger_path.exists():
-        _check_existing_ledger(ledger_path, dataset, accountant, budget, mech)  # read-only, for clear messages
-    ledger, acct = _claim_ledger(ledger_path, dataset, accountant, budget, mech)  # before the model loads
+        _check_existing_ledger(ledger_path, dataset, accountant, budget, mech, group_teachers)  # read-only
+    ledger, acct = _claim_ledger(ledger_path, dataset, accountant, budget, mech, group_teachers)  # before the model
     try:  # the index learns the data set's ledger once it is claimed; of two runs racing, the first one wins
         if register:
             home.register(fingerprint, dataset, ledger_path)
@@ -595,6 +615,7 @@ def private_run(
                 run_id = ledger.begin_run(metadata)
             except sqlite3.Error as exc:  # a read-only file or folder, a full disk: nothing is charged yet
                 raise RunInputError(f"--ledger {str(ledger_path)!r}: cannot write to it: {exc}") from None
+            _check_one_partition(acct, ledger, f"--ledger {str(ledger_path)!r}", run_id)
             accountants = [acct] if groups == 1 else list(acct.parallel_groups(groups))
             generators = [PrivateGenerator(
                 backend, mech, group_acct, histograms="coordinated", fallback="public", public_backend=public,

@@ -32,7 +32,8 @@ def test_the_cli_and_the_runs_offer_exactly_the_registered_names():
     parser = build_parser()
     assert _subparser_choices(parser, "generate", "--mechanism") == mechanisms_registry.run_mechanism_names()
     assert _subparser_choices(parser, "generate", "--accountant") == accountants_registry.run_accountant_names()
-    assert accountants_registry.run_accountant_names() == ("advanced", "basic", "pld", "target-charging")
+    assert accountants_registry.run_accountant_names() == ("advanced", "basic", "individual-charging", "pld",
+                                                           "target-charging")
 
 
 def test_every_registered_accountant_is_what_the_ledger_rebuilds():
@@ -74,7 +75,9 @@ def test_mechanism_registry_builds_audits_and_refuses_clashes():
     with pytest.raises(KeyError, match="unknown mechanism 'nope'"):
         mechanisms_registry.mechanism_entry("nope")
     with pytest.raises(ValueError, match="cannot be built"):
-        mechanisms_registry.build_mechanism("between-thresholds", 1.0, 0.0)
+        mechanisms_registry.build_mechanism("noisy-argmax", 1.0, 1e-6)
+    with pytest.raises(ValueError, match="needs the number of teachers"):
+        mechanisms_registry.build_mechanism("between-thresholds", 1.0, 1e-6)
     with pytest.raises(ValueError, match="already registered"):
         mechanisms_registry.register_mechanism("dp-argmax", build=lambda e, d, r: None, runs=True)
     with pytest.raises(ValueError, match="needs a build"):

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -288,7 +289,7 @@ def test_every_mechanism_name_builds_and_target_charging_takes_the_wrapped_ones(
 
     names = registry.run_mechanism_names()
     assert names == ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling", "boundary-dp-weighted-sampling",
-                     "gaussian-argmax", "gaussian-threshold-argmax")
+                     "between-thresholds", "gaussian-argmax", "gaussian-threshold-argmax")
     for name in names:
         mech = build_mechanism(name, 2.0, 1e-6, num_teachers=8)
         assert isinstance(mech, BoundaryWrapper) == name.startswith("boundary-")
@@ -916,3 +917,44 @@ def test_a_replaced_record_changes_one_group_only():
         first = group_prompts(records, 12, 4, np.random.default_rng(5))
         second = group_prompts(other, 12, 4, np.random.default_rng(5))
         assert sum(a != b for a, b in zip(first, second)) == 1
+
+
+def test_individual_charging_with_the_public_candidate_runs_once_per_data_set(model_dir, tmp_path, capsys):
+    """Issue 23, item 2: generate offers the individual-charging scheme with the public model's token as the
+    BetweenThresholds candidate.  The teacher sets stay in the confidential file, the ledger audits, the spend is
+    the worst teacher's; a second run on the data set's ledger is refused before the model loads (another run's
+    teacher i holds other records, so counters added up by teacher index could under-count a record)."""
+    ledger = tmp_path / "individual.sqlite"
+    result = _run(model_dir, ledger, mechanism="between-thresholds", accountant="individual-charging",
+                  step_epsilon=0.2, relation="replace-one", epsilon=30.0, delta=1e-5, num_records=1, max_tokens=6)
+    assert result["audit"]["ok"], result["audit"]
+    described = result["parameters"]["mechanism"]
+    assert described["class"].endswith("BetweenThresholds")
+    assert (described["parameters"]["low"], described["parameters"]["high"]) == (2, 12)  # n = 6: ceil(6/5), + 2/0.2
+    from pate_accountant.ledger import confidential_path
+
+    assert Path(confidential_path(ledger)).is_file()
+    with Ledger.open(str(ledger), read_only=True) as opened:
+        assert opened.config["kind"] == "individual-charging" and opened.config["num_teachers"] == 6
+        assert all(not row.charged_teachers for row in opened.rows())  # the shareable file names no teacher
+    before = _ledger_content(ledger)
+    with pytest.raises(RunInputError, match="takes one run"):
+        _run(model_dir, ledger, mechanism="between-thresholds", accountant="individual-charging", step_epsilon=0.2,
+             relation="replace-one", epsilon=30.0, delta=1e-5, num_records=1, max_tokens=6)
+    assert _ledger_content(ledger) == before
+
+
+@pytest.mark.parametrize("accountant", ["pld", "target-charging"])
+def test_the_public_candidate_query_runs_under_other_accountants(model_dir, tmp_path, accountant):
+    result = _run(model_dir, tmp_path / f"{accountant}.sqlite", mechanism="between-thresholds", accountant=accountant,
+                  step_epsilon=0.2, relation="replace-one", epsilon=30.0, delta=1e-5, num_records=1, max_tokens=4)
+    assert result["audit"]["ok"] and result["spent"]["epsilon"] <= 30.0
+
+
+def test_individual_charging_refuses_another_mechanism_and_groups(model_dir, tmp_path):
+    with pytest.raises(RunInputError, match="needs a BetweenThresholds mechanism"):
+        _run(model_dir, tmp_path / "a.sqlite", accountant="individual-charging", relation="replace-one")
+    with pytest.raises(RunInputError, match="does not compose groups in parallel"):
+        _run(model_dir, tmp_path / "b.sqlite", mechanism="between-thresholds", accountant="individual-charging",
+             step_epsilon=0.2, relation="replace-one", groups=2)
+    assert not (tmp_path / "a.sqlite").exists() and not (tmp_path / "b.sqlite").exists()

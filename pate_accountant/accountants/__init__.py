@@ -17,7 +17,7 @@ for _cls, _runs in (
     (PldAccountant, True),
     (TargetChargingAccountant, True),
     (RdpAccountant, False),
-    (IndividualChargingAccountant, False),
+    (IndividualChargingAccountant, True),
 ):
     register_accountant(_cls, runs=_runs)
 del _cls, _runs

@@ -194,6 +194,13 @@ class Accountant(abc.ABC):
             ledger.attach(self)  # replays the rows already in the ledger (through replay), then keeps us in step
             self._ledger = ledger
 
+    @classmethod
+    def for_run(cls, *, budget, ledger=None, mechanism=None, num_teachers=None) -> Accountant:
+        """The accountant a private run (``generate``/``demo``) uses for ``budget``: the plain constructor,
+        unless the accountant needs more of the run (its ``mechanism``, its configured ``num_teachers``), as
+        individual charging does."""
+        return cls(budget=budget, ledger=ledger)
+
     # -- configuration, for ledgers ---------------------------------------------------------------
     def config(self) -> dict:
         """Everything needed to rebuild an equivalent fresh accountant (JSON data)."""

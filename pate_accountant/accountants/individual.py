@@ -284,6 +284,17 @@ class IndividualChargingAccountant(Accountant):
         super().__init__(budget=budget, ledger=ledger, neighboring_relation=self._relation)
 
     # -- configuration ----------------------------------------------------------------------------------
+    @classmethod
+    def for_run(cls, *, budget, ledger=None, mechanism=None, num_teachers=None) -> IndividualChargingAccountant:
+        """A run's accountant: one counter per configured teacher (``num_teachers``), the limit derived from
+        ``budget`` for the run's BetweenThresholds ``mechanism`` (its ``epsilon``, its gap, its relation)."""
+        epsilon0, gap = getattr(mechanism, "epsilon", None), getattr(mechanism, "gap", None)
+        relation = getattr(mechanism, "relation", REPLACE_ONE)
+        if num_teachers is None or not isinstance(gap, int) or epsilon0 is None:
+            raise UnsupportedEventError("individual charging needs a BetweenThresholds mechanism (the paper's "
+                                        "individual-charging scheme) and the number of teachers")
+        return cls(num_teachers, budget=budget, epsilon0=epsilon0, gap=gap, relation=relation, ledger=ledger)
+
     def _config(self) -> dict:
         return {
             "num_teachers": self._n,
