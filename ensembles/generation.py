@@ -36,6 +36,7 @@ charging, ``StepRecord.num_teachers``, ``GenerationResult.num_active_teachers`` 
 from __future__ import annotations
 
 import abc
+import inspect
 
 import attr
 import numpy as np
@@ -43,6 +44,7 @@ import numpy as np
 from ensembles.backends.base import NextTokenBackend
 from ensembles.histograms import TAIL_VOTE, VoteHistogram
 from ensembles.keyed_votes import HISTOGRAMS, StepKey
+from ensembles.public_prior import PublicPrior, as_public_mix, as_public_support
 from mechanisms.between_thresholds import BetweenThresholds
 from pate_accountant.accountants.base import Accountant
 from pate_accountant.accountants.individual import IndividualChargingAccountant
@@ -171,6 +173,31 @@ def _check_untransformed(name, backend, temperature: float, top_p) -> None:
                          "temperature=1.0 and top_p=None and give them to PrivateGenerator, which applies them once")
 
 
+def _takes_public(backend) -> bool:
+    """Whether ``backend.votes`` accepts the ``public`` keyword (by name, or through ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(backend.votes).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: let the first call decide
+        return True
+    return any(p.name == "public" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _check_public_prior(mix, support, backend, public_backend) -> bool:
+    """Whether a public-prior option is on; refuses one that cannot run (no public model, or a backend whose
+    ``votes`` cannot apply it), naming the option, before any run."""
+    options = ([f"public_mix={mix.weight:g}"] if mix.weight > 0 else []) + \
+        ([f"public_support={support!r}"] if support is not None else [])
+    if not options:
+        return False
+    if public_backend is None:
+        raise ValueError(f"{options[0]} needs a public_backend (the public model whose next-token distribution "
+                         "is the prior)")
+    if not _takes_public(backend):
+        raise ValueError(f"{options[0]} needs a backend whose votes() applies the public prior (a public= "
+                         f"keyword); {type(backend).__name__}.votes takes none")
+    return True
+
+
 def _diagnostics(votes: np.ndarray) -> tuple[int, int]:
     real = votes[votes != TAIL_VOTE]
     if real.size == 0:
@@ -222,8 +249,9 @@ class AggregationStep(abc.ABC):
 
     @abc.abstractmethod
     def run(self, votes: np.ndarray, active: np.ndarray, rng: np.random.Generator,
-            secret: _MechanismRandomness) -> StepOutcome:
-        """Aggregate one histogram privately and record the release with the accountant."""
+            secret: _MechanismRandomness, prior: PublicPrior | None = None) -> StepOutcome:
+        """Aggregate one histogram privately and record the release with the accountant.  ``prior``: the step's
+        public prior when a public-prior option is on (``None`` otherwise)."""
 
 
 class HistogramAggregation(AggregationStep):
@@ -238,7 +266,7 @@ class HistogramAggregation(AggregationStep):
     def start(self):
         self._run = self.accountant.register(self.mechanism)  # BudgetExhaustedError: not one run affordable
 
-    def run(self, votes, active, rng, secret):
+    def run(self, votes, active, rng, secret, prior=None):
         release = self._run(VoteHistogram.from_votes(votes, self.vocab_size), rng=secret.mechanism)
         token = None if (release.failed or release.target_hit) else int(release.value)
         return StepOutcome(release, token)
@@ -250,7 +278,8 @@ class IndividualChargingAggregation(AggregationStep):
     draws and candidate ``v``; BetweenThresholds on the count of included active teachers voting ``v``;
     ``above``/``between`` release ``v``, ``below`` releases nothing; only a hit names (and charges) the
     counted teachers.  Under an :class:`IndividualChargingAccountant` the teachers it removes are dropped
-    from the backend after every run."""
+    from the backend after every run.  Under a public support (``prior.support``) the candidate is drawn from
+    the support (the public model's distribution restricted to it, or uniformly), a public choice too."""
 
     def __init__(self, mechanism, accountant, backend, candidate: str, public_token):
         self.mechanism, self.accountant, self.backend = mechanism, accountant, backend
@@ -269,12 +298,15 @@ class IndividualChargingAggregation(AggregationStep):
     def start(self):
         self._sync_active()
 
-    def run(self, votes, active, rng, secret):
+    def run(self, votes, active, rng, secret, prior=None):
         nu, included = individual_charging_draws(secret.numpy, self.num_teachers, active)
+        support = None if prior is None else prior.support
         if self.candidate == "public":
-            candidate = self.public_token(rng)
-        else:
+            candidate = self.public_token(rng) if support is None else self.public_token(rng, support)
+        elif support is None:
             candidate = int(rng.integers(self.backend.vocab_size))
+        else:  # a public support: the candidate is one of its tokens (votes outside it are tail votes)
+            candidate = int(support[rng.integers(support.size)])
         counted = np.flatnonzero(included & (votes == candidate))
         release = self.mechanism(int(counted.size), rng=secret.mechanism)
         # Only a hit charges, and only a hit names its counted teachers: a non-hit records no teacher set.
@@ -323,16 +355,34 @@ class _IncrementalText:
 class PrivateGenerator:
     """``PrivateGenerator(backend, mechanism, accountant, *, histograms="coordinated", fallback="retry",
     max_retries=3, public_backend=None, public_prompt="", max_tokens=32, stop_strings=(), top_p=None,
-    temperature=1.0, seed=None, candidate=None)``; :meth:`generate` runs Framework 2 (module docstring).
+    temperature=1.0, seed=None, candidate=None, public_mix=0.0, public_support=None)``; :meth:`generate` runs
+    Framework 2 (module docstring).
 
     ``candidate`` (BetweenThresholds only): where the individual-charging step's candidate token comes from,
     ``"public"`` (a sample of the public backend's distribution; the default when ``public_backend`` is given)
     or ``"uniform"`` (uniform over the vocabulary; the default without one).  A uniform candidate is rarely
-    one the teachers vote for when the vocabulary is large, so most steps fail."""
+    one the teachers vote for when the vocabulary is large, so most steps fail.
+
+    Public prior (:mod:`ensembles.public_prior`; both need ``public_backend``, whose next-token distribution
+    at the generator's temperature is computed once per token position and sent to ``backend.votes`` with the
+    key; both are data-independent transforms of each teacher's distribution, so no privacy claim changes):
+
+    * ``public_mix`` (a weight ``lambda`` in ``[0, 1]``, or a :class:`~ensembles.public_prior.PublicMix`;
+      default 0, off): every teacher races on ``lambda p_pub + (1 - lambda) p_i``; the generator's top-p cuts
+      the mixture.
+    * ``public_support`` (``None``, off; an integer ``k``: the public model's top-``k`` tokens; or a
+      :class:`~ensembles.public_prior.PublicSupport` with ``top_k`` or ``top_p``): votes outside the set are
+      tail votes (``TAIL_VOTE``), which count in ``n`` and are never released; under BetweenThresholds the
+      candidate is drawn from the set.
+
+    With both off (the defaults) the generator calls ``backend.votes`` exactly as before (no ``public``
+    keyword), so a backend whose ``votes`` takes no ``public`` serves every other run, and outputs are
+    bit-identical for a fixed seed.  A backend that cannot apply them is refused when the generator is
+    built."""
 
     def __init__(self, backend, mechanism, accountant, *, histograms="coordinated", fallback="retry",
                  max_retries=3, public_backend=None, public_prompt="", max_tokens=32, stop_strings=(),
-                 top_p=None, temperature=1.0, seed=None, candidate=None):
+                 top_p=None, temperature=1.0, seed=None, candidate=None, public_mix=0.0, public_support=None):
         if not isinstance(backend, NextTokenBackend):
             raise TypeError(f"backend must implement NextTokenBackend, got {type(backend).__name__}")
         if not isinstance(accountant, Accountant):
@@ -366,6 +416,9 @@ class PrivateGenerator:
         self.candidate = _choice("candidate", candidate, CANDIDATES)
         if self.candidate == "public" and public_backend is None:
             raise ValueError('candidate="public" needs a public_backend')
+        self.public_mix = as_public_mix(public_mix)
+        self.public_support = as_public_support(public_support)
+        self._public_prior = _check_public_prior(self.public_mix, self.public_support, backend, public_backend)
         if isinstance(mechanism, BetweenThresholds):
             self.scheme = IndividualChargingAggregation(mechanism, accountant, backend, self.candidate,
                                                         self._public_token)
@@ -376,11 +429,28 @@ class PrivateGenerator:
             self.scheme = HistogramAggregation(mechanism, accountant, backend.vocab_size)
 
     # -- pieces ----------------------------------------------------------------------------------------
-    def _public_token(self, rng) -> int:
+    def _public_token(self, rng, support=None) -> int:
+        """A sample of the public backend's distribution (at the temperature and top-p); with ``support``
+        (sorted token ids), of that distribution restricted to the support (uniform over the support when the
+        top-p cut leaves none of it)."""
         dists = self.public_backend.distributions().for_sampling(self.temperature, self.top_p)
         ids, probs = dists.row(0)
+        if support is not None:
+            inside = np.isin(ids, support)
+            if not (inside.any() and probs[inside].sum() > 0):
+                return int(support[rng.integers(support.size)])
+            ids, probs = ids[inside], probs[inside]
         probs = probs / probs.sum()
         return int(ids[rng.choice(ids.size, p=probs)])
+
+    def _step_prior(self) -> PublicPrior | None:
+        """The public prior of the current position (``None`` when both options are off): the public backend's
+        distribution at the generator's temperature, with the mixing weight and the support.  Computed once per
+        position, before its first charged run, and used by every retry there."""
+        if not self._public_prior:
+            return None
+        return PublicPrior.from_distributions(self.public_backend.distributions(), temperature=self.temperature,
+                                              mix=self.public_mix, support=self.public_support)
 
     # -- the loop --------------------------------------------------------------------------------------
     def generate(self, teacher_prompts, *, shared_prefix="", seed=None, rng=None,
@@ -432,17 +502,20 @@ class PrivateGenerator:
         text = ""
         decoded = _IncrementalText(backend)  # decode(tokens), kept up to date at a constant cost per token
         while len(tokens) < self.max_tokens:
-            token, retries = None, 0
+            token, retries, prior = None, 0, None
             while True:
                 if not accountant.can_afford(event):
                     stop_reason = "budget"
                     break
                 active = backend.active_teachers()
+                if self._public_prior and prior is None:
+                    prior = self._step_prior()
+                options = {} if prior is None else {"public": prior}
                 votes = backend.votes(StepKey(run_key, len(tokens), retries), temperature=self.temperature,
-                                      top_p=self.top_p, histograms=self.histograms)
+                                      top_p=self.top_p, histograms=self.histograms, **options)
                 max_count, margin = _diagnostics(votes)
                 try:
-                    step = scheme.run(votes, active, rng, secret)
+                    step = scheme.run(votes, active, rng, secret, **({} if prior is None else {"prior": prior}))
                 except BudgetExhaustedError:
                     stop_reason = "budget"
                     break

@@ -163,3 +163,65 @@ def test_the_cached_cut_serves_retries_and_gives_the_same_votes():
     assert len(cache) == 1
     device_votes(logits, StepKey(4, 2, 0), top_p=0.5, cache=cache)
     assert len(cache) == 2
+
+
+# -- the public prior on the device (ensembles/public_prior.py) ------------------------------------------------
+def _public_prior(vocab, temperature, **options):
+    from ensembles.public_prior import PublicPrior
+
+    logits = np.random.default_rng(44).normal(scale=2.0, size=vocab) / temperature
+    probs = np.exp(logits - logits.max())
+    return PublicPrior(probs / probs.sum(), **options)
+
+
+def _prior_options():
+    from ensembles.public_prior import PublicSupport
+
+    return [{"mix": 0.3}, {"mix": 1.0}, {"support": PublicSupport(top_k=5)}, {"support": PublicSupport(top_p=0.8)},
+            {"mix": 0.3, "support": PublicSupport(top_k=5)}]
+
+
+@pytest.mark.parametrize("histograms", ["coordinated", "independent"])
+@pytest.mark.parametrize("temperature,top_p", [(1.0, None), (0.7, 0.9)])
+@pytest.mark.parametrize("index", range(5))
+def test_the_public_prior_on_the_device_votes_as_on_the_host(index, temperature, top_p, histograms):
+    """Mixing (a logaddexp of the row's log-softmax with log p_pub) and the support (the race over its tokens
+    and one tail) give the host transforms' votes (ensembles.public_prior.for_sampling then keyed_votes): exactly
+    in float64, and on every vote of these draws in float32."""
+    from ensembles.public_prior import for_sampling
+
+    options = _prior_options()[index]
+    n, vocab = 24, 300
+    logits = _logits(n, vocab, 7)
+    prior = _public_prior(vocab, temperature, **options)
+    host = for_sampling(_host(logits / temperature, 1.0, None), 1.0, top_p, prior)
+    ids = np.arange(n)
+    tails = 0
+    for step in range(20):
+        key = StepKey(21, step)
+        want = keyed_votes(host, key, histograms=histograms, teacher_ids=ids)
+        for dtype in (torch.float64, None):
+            got = device_votes(torch.from_numpy(logits), key, temperature=temperature, top_p=top_p,
+                               histograms=histograms, teacher_ids=ids, public=prior, dtype=dtype)
+            np.testing.assert_array_equal(got, want)
+        if options.get("mix") == 1.0 and histograms == "coordinated":
+            assert (want == want[0]).all()  # every teacher votes the public model's sample
+        tails += int((want == TAIL_VOTE).sum())
+    assert (tails > 0) == ("support" in options or top_p is not None)
+
+
+def test_the_cache_keeps_one_cut_per_prior_and_gives_the_same_votes():
+    """A retry at the same position reuses the cut of each prior (or, for mixing alone without top-p, the mixed
+    rows), and votes as a fresh computation does."""
+    logits = torch.from_numpy(_logits(16, 200, 8))
+    priors = [_public_prior(200, 1.0, **options) for options in _prior_options()[3:5]]
+    mix_only = _public_prior(200, 1.0, mix=0.3)
+    cache = {}
+    for retry in range(6):
+        key = StepKey(4, 0, retry)
+        for prior in priors:
+            np.testing.assert_array_equal(device_votes(logits, key, top_p=0.9, public=prior, cache=cache),
+                                          device_votes(logits, key, top_p=0.9, public=prior))
+        np.testing.assert_array_equal(device_votes(logits, key, public=mix_only, cache=cache),
+                                      device_votes(logits, key, public=mix_only))
+    assert sorted(k[0] == "mixture" for k in cache) == [False, False, True]

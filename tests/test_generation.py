@@ -434,3 +434,73 @@ def test_a_between_thresholds_below_is_recorded_as_below_not_as_a_token():
     assert [s.outcome for s in result.steps] == ["below"]
     assert [row.outcome for row in ledger.rows()] == ["below"]
     assert ledger.verify().ok
+
+
+# -- public-prior options off: bit-identical to the generator before them -------------------------------------
+
+
+def _varied(teacher, context):
+    """The chain's next word plus a word of the teacher's own, so that histograms vary from step to step."""
+    p = np.full(len(VOCAB), 0.02)
+    p[CHAIN.get(context[-1] if len(context) else 0, W["the"])] += 0.5
+    p[2 + teacher % 8] += 0.3
+    return p / p.sum()
+
+
+def _summary(result):
+    return result.token_ids, tuple((s.token, s.outcome, s.max_count, s.margin, s.retries) for s in result.steps)
+
+
+#: Outputs of these runs recorded with the generator as it was before public_mix / public_support existed.
+RECORDED = {
+    "coordinated": ((3, 4, 5, 3, 4, 5, 2, 3), (
+        (3, "token", 56, 48, 0), (4, "token", 64, 64, 0), (5, "token", 64, 64, 0), (3, "token", 40, 32, 0),
+        (4, "token", 40, 32, 0), (5, "token", 56, 48, 0), (2, "token", 40, 32, 0), (3, "token", 56, 48, 0))),
+    "independent": ((), ((None, "fail", 32, 27, 0), (None, "fail", 30, 24, 1), (None, "fail", 37, 33, 2))),
+    "between-thresholds": ((2, 3, 4, 5, 2, 3, 4, 5), (
+        (2, "fallback", 53, 46, 0), (3, "token", 23, 15, 0), (4, "token", 37, 29, 0), (5, "token", 60, 60, 0),
+        (2, "token", 15, 7, 0), (3, "fallback", 60, 60, 0), (4, "fallback", 37, 29, 0), (5, "token", 45, 37, 0))),
+}
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+@pytest.mark.parametrize("case", sorted(RECORDED))
+def test_with_the_public_prior_off_outputs_are_bit_identical_to_before(case, explicit):
+    """Defaults, or public_mix=0.0 and public_support=None given explicitly: the same tokens, outcomes and raw
+    diagnostics as the recorded runs, for a fixed seed."""
+    off = {"public_mix": 0.0, "public_support": None} if explicit else {}
+    if case == "between-thresholds":
+        bt = BetweenThresholds(0.5, 3, 8)
+        acc = IndividualChargingAccountant(60, per_teacher_limit=1000, epsilon0=0.5, q=bt.q)
+        gen = PrivateGenerator(ToyBackend(_varied, VOCAB), bt, acc, max_tokens=8, fallback="public",
+                               public_backend=ToyBackend(agreeing(0.8), VOCAB), **off)
+        result = gen.generate(prompts(60), seed=2, mechanism_rng=np.random.default_rng(2))
+    else:
+        gen = PrivateGenerator(ToyBackend(_varied, VOCAB), DPArgMax(2.0, 1e-4), BasicCompositionAccountant(),
+                               histograms=case, max_tokens=8, fallback="retry", max_retries=2, top_p=0.9,
+                               temperature=1.1, **off)
+        result = gen.generate(prompts(64), seed=7, mechanism_rng=np.random.default_rng(7))
+    assert _summary(result) == RECORDED[case]
+
+
+@pytest.mark.slow
+def test_with_the_public_prior_off_the_device_path_is_bit_identical_to_before():
+    """The tiny random Llama voting on the device, with a public fallback from the same model: the recorded run."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from test_transformers_backend import PREFIX, PROMPTS, _tokenizer, tiny_llama
+
+    from ensembles.backends.transformers_backend import TransformersBackend
+
+    tokenizer = _tokenizer()
+    model = tiny_llama(tokenizer)
+    backend = TransformersBackend(model, tokenizer, threads=1, batch_size=2)
+    public = TransformersBackend(model, tokenizer, threads=1, batch_size=2)
+    gen = PrivateGenerator(backend, DPArgMax(1.0, 1e-5), BasicCompositionAccountant(), max_tokens=8,
+                           fallback="public", public_backend=public, top_p=0.9, temperature=0.9,
+                           public_mix=0.0, public_support=None)
+    result = gen.generate(PROMPTS * 8, shared_prefix=PREFIX, seed=5, mechanism_rng=np.random.default_rng(5))
+    assert _summary(result) == ((188, 112, 199, 53, 135, 17, 151, 235), (
+        (188, "fallback", 16, 8, 0), (112, "fallback", 32, 24, 0), (199, "token", 32, 24, 0),
+        (53, "fallback", 16, 0, 0), (135, "token", 32, 24, 0), (17, "fallback", 16, 0, 0), (151, "token", 40, 40, 0),
+        (235, "token", 40, 40, 0)))

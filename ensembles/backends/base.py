@@ -9,12 +9,15 @@ steps, because every active teacher appends the *same* released token each step 
 * ``distributions() -> TeacherDistributions``: the current step's distributions of the *active*
   teachers, in the order of ``active_teachers()`` (sorted original indices);
 * ``append(token_id)``: append the released token to every active teacher's context;
-* ``votes(key, *, temperature=1.0, top_p=None, histograms="coordinated", teacher_ids=None)``: one ``int32``
-  vote per active teacher on the randomness of the :class:`~ensembles.keyed_votes.StepKey` ``key``, with
-  temperature and top-p applied once, where the distributions are (a device backend votes on its logits and
-  returns only the votes); ``teacher_ids`` are the rows' original indices (Cold PATE's keys; default
-  ``active_teachers()``).  A teacher's vote is a function of its own context and ``key`` alone, whatever
-  other teachers share its batch or shard;
+* ``votes(key, *, temperature=1.0, top_p=None, histograms="coordinated", teacher_ids=None, public=None)``: one
+  ``int32`` vote per active teacher on the randomness of the :class:`~ensembles.keyed_votes.StepKey` ``key``,
+  with temperature and top-p applied once, where the distributions are (a device backend votes on its logits
+  and returns only the votes); ``teacher_ids`` are the rows' original indices (Cold PATE's keys; default
+  ``active_teachers()``); ``public`` (optional, a :class:`~ensembles.public_prior.PublicPrior`): the public-prior
+  mixing and support, applied there too, after the temperature (:mod:`ensembles.public_prior`).  A teacher's
+  vote is a function of its own context, ``key`` and public inputs alone, whatever other teachers share its
+  batch or shard.  ``PrivateGenerator`` passes ``public`` only when one of its public-prior options is on, so a
+  backend without it still serves every other run;
 * optional ``check_sampling(temperature, top_p)``: a backend that cannot apply some temperature or top-p
   raises ``ValueError`` here; ``PrivateGenerator`` asks when it is built, before any run;
 * ``drop_teachers(indices)``: remove teachers (original indices) from later steps (individual charging);
@@ -34,6 +37,7 @@ import numpy as np
 
 from ensembles.distributions import TeacherDistributions
 from ensembles.keyed_votes import keyed_votes
+from ensembles.public_prior import for_sampling
 
 __all__ = ["ContextBackend", "NextTokenBackend"]
 
@@ -61,7 +65,7 @@ class NextTokenBackend(Protocol):
     def append(self, token_id: int) -> None: ...
 
     def votes(self, key, *, temperature: float = 1.0, top_p: float | None = None, histograms: str = "coordinated",
-              teacher_ids=None) -> np.ndarray: ...
+              teacher_ids=None, public=None) -> np.ndarray: ...
 
     def drop_teachers(self, indices) -> None: ...
 
@@ -125,10 +129,10 @@ class ContextBackend:
         return self.next_token_distributions([self._contexts[i] for i in teachers])
 
     def votes(self, key, *, temperature: float = 1.0, top_p: float | None = None, histograms: str = "coordinated",
-              teacher_ids=None) -> np.ndarray:
-        """The host form: :meth:`distributions` at ``temperature`` and ``top_p``, then
-        :func:`~ensembles.keyed_votes.keyed_votes`."""
-        dists = self.distributions().for_sampling(temperature, top_p)
+              teacher_ids=None, public=None) -> np.ndarray:
+        """The host form: :meth:`distributions` at ``temperature`` and ``top_p`` (and the public prior ``public``,
+        :func:`ensembles.public_prior.for_sampling`), then :func:`~ensembles.keyed_votes.keyed_votes`."""
+        dists = for_sampling(self.distributions(), temperature, top_p, public)
         ids = self.active_teachers() if teacher_ids is None else teacher_ids
         return keyed_votes(dists, key, histograms=histograms, teacher_ids=ids)
 

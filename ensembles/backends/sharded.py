@@ -200,11 +200,12 @@ class ShardWorker:
         if check is not None:
             check(prompts, shared_prefix)
 
-    def votes(self, key, temperature, top_p, histograms, teacher_ids=None) -> np.ndarray:
+    def votes(self, key, temperature, top_p, histograms, teacher_ids=None, public=None) -> np.ndarray:
         if teacher_ids is None:
             teacher_ids = self.offset + self.backend.active_teachers()
+        options = {} if public is None else {"public": public}
         return self.backend.votes(key, temperature=temperature, top_p=top_p, histograms=histograms,
-                                  teacher_ids=teacher_ids)
+                                  teacher_ids=teacher_ids, **options)
 
     def append(self, token_id: int) -> None:
         self.backend.append(token_id)
@@ -624,9 +625,11 @@ class ShardedBackend:
         return np.concatenate([lo + active for (lo, _), active in zip(self._bounds, self._active)])
 
     def votes(self, key, *, temperature: float = 1.0, top_p: float | None = None, histograms: str = "coordinated",
-              teacher_ids=None) -> np.ndarray:
+              teacher_ids=None, public=None) -> np.ndarray:
         """Every shard's votes on ``key``, concatenated in the order of :meth:`active_teachers`; each shard keys
-        Cold PATE by its teachers' original indices (or by the matching slice of ``teacher_ids``)."""
+        Cold PATE by its teachers' original indices (or by the matching slice of ``teacher_ids``).  ``public``
+        (a :class:`~ensembles.public_prior.PublicPrior`, optional) goes to every shard with the key: each applies
+        the same public mixing and support to its own teachers."""
         self._check_started()
         if not isinstance(key, StepKey):
             raise TypeError(f"key must be a StepKey, got {type(key).__name__}")
@@ -642,7 +645,8 @@ class ShardedBackend:
                 raise ValueError(f"teacher_ids must hold one index per active teacher ({total}), got {ids.shape}")
             starts = np.cumsum([0] + [self._active[k].size for k in live])
             slices = {k: ids[starts[j]:starts[j + 1]] for j, k in enumerate(live)}
-        out = self._fan_out("votes", {k: (key, temperature, top_p, histograms, slices[k]) for k in live})
+        extra = () if public is None else (public,)
+        out = self._fan_out("votes", {k: (key, temperature, top_p, histograms, slices[k], *extra) for k in live})
         for k in live:
             if np.shape(out[k]) != (self._active[k].size,):
                 raise RuntimeError(f"{self._where(k)}: votes returned the wrong number of votes")

@@ -521,16 +521,19 @@ class TransformersBackend:
         return self._to_distributions(torch.cat([b.logits for b in batches], dim=0))
 
     def votes(self, key, *, temperature: float = 1.0, top_p: float | None = None,
-              histograms: str = "coordinated", teacher_ids=None) -> np.ndarray:
+              histograms: str = "coordinated", teacher_ids=None, public=None) -> np.ndarray:
         """One ``int32`` vote per active teacher (in the order of :meth:`active_teachers`) on the randomness of
         ``key`` (a :class:`~ensembles.keyed_votes.StepKey`), computed on the device from the raw logits with
         ``temperature`` and ``top_p`` applied there, once (:func:`~ensembles.backends.device_votes.device_votes`);
         only the votes leave the device.  The constructor's ``temperature``/``top_p`` shape
-        :meth:`distributions` only.  ``teacher_ids`` (Cold PATE's keys) default to :meth:`active_teachers`."""
+        :meth:`distributions` only.  ``teacher_ids`` (Cold PATE's keys) default to :meth:`active_teachers`.
+        ``public`` (a :class:`~ensembles.public_prior.PublicPrior`, optional): public-prior mixing and support,
+        applied on the device too."""
         logits = self._active_logits()
         ids = self.active_teachers() if teacher_ids is None else teacher_ids
+        options = {} if public is None else {"public": public}
         return device_votes(logits, key, temperature=temperature, top_p=top_p, histograms=histograms,
-                            teacher_ids=ids, cache=self._vote_cache)
+                            teacher_ids=ids, cache=self._vote_cache, **options)
 
 
 def _check_pad(tokenizer) -> None:
