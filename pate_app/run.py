@@ -46,7 +46,8 @@ from ensembles.backends.sharded import (
     TransformersSpec,
 )
 from ensembles.backends.transformers_backend import TransformersBackend
-from ensembles.data import OPEN_SLOT, partition_records, teacher_prompts
+from ensembles.data import partition_records, split_by_label, teacher_prompts
+from ensembles.templates import INSTRUCTIONS, PromptTemplate
 from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable
 from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedSampling
 from mechanisms import registry as mechanisms_registry
@@ -188,7 +189,8 @@ def check_groups(groups, num_teachers: int, accountant_name: str) -> int:
     return num_teachers // groups
 
 
-def group_prompts(records, num_teachers: int, groups: int, rng: np.random.Generator) -> list[tuple[str, list[str]]]:
+def group_prompts(records, num_teachers: int, groups: int, rng: np.random.Generator,
+                  template: PromptTemplate = INSTRUCTIONS) -> list[tuple[str, list[str]]]:
     """``(shared_prefix, prompts)`` of each group's teachers: the records partitioned at random between
     ``num_teachers`` teachers (:func:`~ensembles.data.partition_records`), the teachers taken in order into
     ``groups`` equal groups.  The partition is a random permutation of the records' positions, so a record's
@@ -196,7 +198,7 @@ def group_prompts(records, num_teachers: int, groups: int, rng: np.random.Genera
     replacing one record changes one teacher's prompt, in one group (docs/groups.md)."""
     parts = partition_records(records, num_teachers, rng)
     size = num_teachers // groups
-    return [teacher_prompts(parts[g * size:(g + 1) * size]) for g in range(groups)]
+    return [teacher_prompts(parts[g * size:(g + 1) * size], template) for g in range(groups)]
 
 
 def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budget, mechanism,
@@ -492,6 +494,8 @@ def private_run(
     ledger_home=None,
     public_records: bool = False,
     groups: int = 1,
+    template: PromptTemplate | None = None,
+    labels=None,
 ) -> dict:
     """Run private generation end to end and return a JSON-able result (module docstring).
 
@@ -518,6 +522,13 @@ def private_run(
     parallel_groups`: the run costs what its costliest group costs), docs/groups.md.  ``num_teachers`` must be
     a multiple of it.
 
+    ``template``: the prompt template (:mod:`ensembles.templates`; default the built-in ``instructions``, for
+    Dolly records): its header, how each record is shown, the open slot (also the public fallback's whole
+    prompt) and the stop string that ends a record.  ``labels``: label-conditional generation, one group per
+    label of this public list (records carry ``"label"``; each label's records make their own ``num_teachers /
+    len(labels)`` teachers, and the records are generated in turn over the labels): the same parallel groups as
+    ``groups``, which must then be left at 1.
+
     ``signing_key``: an Ed25519 private key file (:mod:`pate_accountant.checkpoints`); when given, a run whose
     ledger verifies ends with a signed checkpoint of its head appended to ``checkpoints`` (default
     ``LEDGER.checkpoints.jsonl``).  The key is loaded before anything is written.
@@ -538,7 +549,29 @@ def private_run(
     if not isinstance(dataset, str) or not dataset.strip() or len(dataset) > 200 or not dataset.isprintable():
         raise RunInputError(f"--dataset must be a printable name of 1 to 200 characters, got {dataset!r}")
     budget = (float(epsilon), float(delta))
+    template = INSTRUCTIONS if template is None else template
+    if not isinstance(template, PromptTemplate):
+        raise RunInputError(f"--template must be a prompt template, got {type(template).__name__}")
+    by_label = None
+    if labels is not None:
+        if groups != 1:
+            raise RunInputError(f"--groups {groups}: with labels the groups are the labels (leave --groups out)")
+        labels = list(labels)
+        try:
+            by_label = split_by_label(records, key="label", labels=labels)
+        except (TypeError, ValueError) as exc:
+            raise RunInputError(f"--labels: {exc}") from None
+        groups = len(labels)
     group_teachers = check_groups(groups, num_teachers, accountant)
+    if by_label is not None:
+        for label in labels:
+            if len(by_label[label]) < group_teachers:
+                raise RunInputError(f"--labels: label {label!r} has fewer records than the {group_teachers} teachers "
+                                    f"each label needs (--teachers {num_teachers} over {groups} labels)")
+    try:
+        template.check_records(records)
+    except ValueError as exc:
+        raise RunInputError(f"--template: {exc}") from None
     mech = build_mechanism(mechanism, step_epsilon, step_delta, relation, num_teachers=group_teachers)
     check_inputs(records, num_teachers, mech, accountant, budget)
     check_reachable(mech, group_teachers)
@@ -569,8 +602,11 @@ def private_run(
                     raise RunInputError(f"--model: cannot load the model: {_first_line(exc)}") from None
 
             rng = np.random.default_rng(seed)
-            ensembles = group_prompts(records, num_teachers, groups, rng)
-            public_prompt = OPEN_SLOT  # the open slot only: no private record
+            if by_label is None:
+                ensembles = group_prompts(records, num_teachers, groups, rng, template)
+            else:  # one group per label, each partitioned on its own
+                ensembles = [group_prompts(by_label[label], group_teachers, 1, rng, template)[0] for label in labels]
+            public_prompt = template.open_slot  # the open slot only: no private record
             try:  # prompts that do not fit the context window: refused before the run begins
                 for shared_prefix, prompts in ensembles:
                     backend.check_prompts(prompts, shared_prefix)
@@ -593,13 +629,15 @@ def private_run(
                 "num_teachers": num_teachers,
                 "groups": groups,
                 "teachers_per_group": group_teachers,
+                "labels": labels,
+                "template": template.name,
                 "records_requested": num_records,
                 "max_tokens": max_tokens,
                 "histograms": "coordinated",
                 "fallback": "public (same model, shared prefix only)",
                 "temperature": temperature,
                 "top_p": top_p,
-                "stop": "newline",
+                "stop": template.stop,
                 "workers": workers,
                 "executor": "ray" if ray_address is not None else "in-process",
             }
@@ -619,7 +657,7 @@ def private_run(
             accountants = [acct] if groups == 1 else list(acct.parallel_groups(groups))
             generators = [PrivateGenerator(
                 backend, mech, group_acct, histograms="coordinated", fallback="public", public_backend=public,
-                public_prompt=public_prompt, max_tokens=max_tokens, stop_strings=("\n",), top_p=top_p,
+                public_prompt=public_prompt, max_tokens=max_tokens, stop_strings=(template.stop,), top_p=top_p,
                 temperature=temperature,
             ) for group_acct in accountants]
             bar = RunProgress(num_records, progress)
@@ -637,6 +675,7 @@ def private_run(
                     out_records.append({
                         "text": result.text.strip(),
                         **({"group": g} if groups > 1 else {}),
+                        **({"label": labels[g]} if labels is not None else {}),
                         "stop_reason": result.stop_reason,
                         "num_tokens": len(result.token_ids),
                         "charged_runs": result.num_charged_runs,

@@ -303,7 +303,7 @@ def test_an_unreadable_data_file_is_a_usage_error(tmp_path, capsys, monkeypatch)
     def unreadable(path, **kwargs):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 
-    monkeypatch.setattr(ensembles.data, "load_dolly_jsonl", unreadable)
+    monkeypatch.setattr(ensembles.data, "load_records", unreadable)
     assert main(_generate_argv(tmp_path)) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "argument --data: cannot read" in last and "Permission denied" in last

@@ -958,3 +958,45 @@ def test_individual_charging_refuses_another_mechanism_and_groups(model_dir, tmp
         _run(model_dir, tmp_path / "b.sqlite", mechanism="between-thresholds", accountant="individual-charging",
              step_epsilon=0.2, relation="replace-one", groups=2)
     assert not (tmp_path / "a.sqlite").exists() and not (tmp_path / "b.sqlite").exists()
+
+
+def _support_csv(path, per_label: int = 4) -> None:
+    """Invented support messages with a label column, each carrying the marker word."""
+    import csv
+
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["message", "topic"])
+        for i in range(per_label):
+            for topic, words in (("billing", "charged twice for"), ("shipping", "parcel is late for"),
+                                 ("account", "cannot log in for")):
+                writer.writerow([f"I was {words} order {i} {MARKER}, please help", topic])
+
+
+def test_cli_generate_per_label_from_a_csv_of_free_text(model_dir, tmp_path, capsys):
+    """Issue 24 items 1-2 through the command line: a CSV of free text with a label column, the records
+    template, one group of teachers per label (parallel groups), records generated in turn over the labels;
+    the ledger holds each label group's charges and no record text, and audits."""
+    data, ledger = tmp_path / "support.csv", tmp_path / "support.sqlite"
+    _support_csv(data)
+    argv = ["generate", "--data", str(data), "--text-field", "message", "--label-field", "topic",
+            "--labels", "account,billing,shipping", "--model", str(model_dir), "--ledger", str(ledger),
+            "--teachers", "12", "--records", "3", "--max-tokens", "4", "--step-epsilon", "8", "--step-delta", "1e-3",
+            "--relation", "add-remove-one", "--budget-epsilon", "200", "--budget-delta", "0.5", "--seed", "0",
+            "--threads", "1", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["label"] for r in out["records"]] == ["account", "billing", "shipping"]
+    assert out["parameters"]["template"] == "records" and out["parameters"]["labels"] == ["account", "billing",
+                                                                                            "shipping"]
+    assert out["parameters"]["groups"] == 3 and out["parameters"]["teachers_per_group"] == 4
+    with Ledger.open(str(ledger), read_only=True) as opened:
+        assert {row.group for row in opened.rows()} <= {0, 1, 2} and opened.verify().ok
+    assert MARKER.encode() not in ledger.read_bytes()
+    # the labels are the user's public list: a label field without it, or a label outside it, is refused
+    assert main(argv[:6] + argv[8:]) == 2
+    assert "give the labels to generate for with --labels" in capsys.readouterr().err
+    bad = list(argv)
+    bad[bad.index("account,billing,shipping")] = "account,billing"
+    assert main(bad) == 2
+    assert "outside the 2 labels given" in capsys.readouterr().err

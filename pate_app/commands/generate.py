@@ -18,10 +18,11 @@ from pate_app.commands.run_options import (
 from pate_app.options import DEFAULT_RAY_TIMEOUT, positive_float, positive_int
 
 NAME = "generate"
-HELP = "generate synthetic records privately from a Dolly-format JSONL file on a local model"
+HELP = "generate synthetic records privately from your records (JSON lines, JSON or CSV) on a local model"
 DESCRIPTION = (
     "Partition the records of --data between --teachers in-context teachers of the model --model (the "
-    "embedded SmolLM2 unless a local path is given), generate --records synthetic instructions privately, "
+    "embedded SmolLM2 unless a local path is given), prompted by --template, generate --records synthetic "
+    "records of the same kind privately (per label with --label-field/--labels), "
     "charge the data set's ledger (--ledger, or the one the ledger home keeps for these records; created, or "
     "appended to when it exists: a ledger keeps one data set's budget across runs) and audit it (docs/demo.md). --budget-epsilon/--budget-delta are the data set's "
     "total budget; --step-epsilon/--step-delta the mechanism's parameters for one step. `plan` prints the "
@@ -37,8 +38,21 @@ def add_arguments(p) -> None:
     and the run options shared with ``demo``."""
     d = DEMO_DEFAULTS
     p.add_argument("--data", metavar="FILE", required=True,
-                   help=f"Dolly-format JSON lines (records with a context are skipped), or '{BUNDLED}' for the "
-                        "sample shipped with the package (required)")
+                   help=f"your records: JSON lines, JSON or CSV (by the suffix), the text in --text-field; Dolly-"
+                        f"format records are still understood; or '{BUNDLED}' for the invented Dolly sample shipped "
+                        "with the package (required; docs/data.md)")
+    p.add_argument("--text-field", metavar="NAME", default="text",
+                   help="the field (CSV: column) holding each record's text (default text)")
+    p.add_argument("--label-field", metavar="NAME", default=None,
+                   help="the field holding each record's label: label-conditional generation, one group of "
+                        "teachers per label of --labels (docs/groups.md)")
+    p.add_argument("--labels", metavar="A,B,...", default=None,
+                   help="the labels to generate for, comma-separated (needed with --label-field: the labels are "
+                        "part of the task and public, while the ones found in the data are not)")
+    p.add_argument("--template", metavar="NAME|FILE", default=None,
+                   help="the prompt template: 'instructions' (write a new instruction; the default for Dolly "
+                        "records), 'records' (write a new record of the same kind; the default otherwise), or a "
+                        "template file (TOML with header, example, open_slot and optional stop; docs/data.md)")
     p.add_argument("--ledger", metavar="FILE", default=None,
                    help="the data set's ledger: created if missing; an existing one must belong to the same data "
                         "set, accountant and budget, and the run is appended to it (default: the ledger the ledger "
@@ -77,23 +91,36 @@ def model_label(model: str) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Run the generation; 0 when its ledger audits."""
-    from ensembles.data import bundled_sample, load_dolly_jsonl
+    from ensembles.data import load_bundled, load_records
+    from ensembles.templates import get_template
     from pate_app.run import demo_model_path
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.model != EMBEDDED and not os.path.exists(os.path.expanduser(args.model)):
         args.parser.error(f"argument --model: no model at {args.model!r} (model hubs are not used: give a local "
                           f"path, or '{EMBEDDED}')")
-    if args.data == BUNDLED:
-        records, data_label, dataset = bundled_sample(), "bundled sample", "bundled-sample"
-    else:
-        try:
-            records = load_dolly_jsonl(args.data)
-        except (FileNotFoundError, ValueError) as exc:
-            args.parser.error(f"argument --data: {exc}")
-        except OSError as exc:  # unreadable: no permission, a folder, an I/O error
-            args.parser.error(f"argument --data: cannot read {args.data!r}: {exc.strerror or exc}")
-        data_label = dataset = os.path.basename(args.data)
+    labels = _labels(args)
+    try:
+        if args.data == BUNDLED:
+            loaded = load_bundled(text_field=args.text_field, label_field=args.label_field)
+            data_label, dataset = "bundled sample", "bundled-sample"
+        else:
+            loaded = load_records(args.data, text_field=args.text_field, label_field=args.label_field)
+            data_label = dataset = os.path.basename(args.data)
+    except (FileNotFoundError, ValueError) as exc:
+        args.parser.error(f"argument --data: {exc}")
+    except OSError as exc:  # unreadable: no permission, a folder, an I/O error
+        args.parser.error(f"argument --data: cannot read {args.data!r}: {exc.strerror or exc}")
+    if not loaded.records:
+        args.parser.error(f"argument --data: no records left in {args.data!r} (every text was empty)")
+    try:
+        template = loaded.default_template if args.template is None else get_template(args.template)
+        template.check_fields(loaded.fields)
+    except (OSError, ValueError) as exc:
+        args.parser.error(f"argument --template: {getattr(exc, 'strerror', None) or exc}")
+    records = loaded.records
+    if labels is not None and loaded.label_key != "label":  # a Dolly field named as the label
+        records = tuple({**record, "label": record[loaded.label_key]} for record in records)
     if args.dataset is not None:
         dataset = args.dataset
     if args.model == EMBEDDED:
@@ -109,4 +136,20 @@ def main(args: argparse.Namespace) -> int:
         model = args.model
     return run_and_report(args, command="generate", model=model, records=records, ledger=args.ledger,
                           model_label=model_label(args.model), data_label=data_label, dataset=dataset,
-                          public_records=args.data == BUNDLED)
+                          public_records=args.data == BUNDLED, template=template, labels=labels)
+
+
+def _labels(args) -> list[str] | None:
+    """``--labels`` as a list (``None`` without it), checked against ``--label-field`` (usage errors)."""
+    if args.labels is None:
+        if args.label_field is not None:
+            args.parser.error("argument --label-field: give the labels to generate for with --labels A,B,... (they "
+                              "are part of the task, and public; the labels found in the data are not)")
+        return None
+    if args.label_field is None:
+        args.parser.error("argument --labels: needs --label-field NAME (the field holding each record's label)")
+    labels = [label.strip() for label in args.labels.split(",")]
+    if any(not label for label in labels) or len(set(labels)) != len(labels):
+        args.parser.error(f"argument --labels: must be distinct non-empty labels separated by commas, got "
+                          f"{args.labels!r}")
+    return labels

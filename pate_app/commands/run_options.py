@@ -94,7 +94,7 @@ def pin_command(ledger: dict) -> str:
 
 
 def run_and_report(args, *, command: str, model, records, ledger, model_label: str, data_label: str,
-                   dataset: str, public_records: bool = False) -> int:
+                   dataset: str, public_records: bool = False, template=None, labels=None) -> int:
     """One private run (:func:`pate_app.run.private_run`) from the parsed options, printed (or ``--json``);
     0 when the ledger audits (and took every charge, and a requested signed checkpoint was written), 1
     otherwise.  Bad input is a usage error (exit 2) before anything is written."""
@@ -116,6 +116,7 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
                 progress=not args.no_progress and not args.json, command=command,
                 model_label=model_label, data_label=data_label, dataset=dataset, signing_key=args.signing_key,
                 checkpoints=args.checkpoints, public_records=public_records, groups=args.groups,
+                template=template, labels=labels,
             )
     except RunInputError as exc:
         args.parser.error(str(exc))
@@ -133,7 +134,8 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
           f"model {p['model']}, {p['mechanism_name']} (step epsilon {args.step_epsilon:g}, delta "
           f"{args.step_delta:g}), {p['accountant']} accountant, {'seeded' if p['seeded'] else 'OS entropy'}")
     for i, record in enumerate(result["records"], start=1):
-        group = f" (group {record['group']})" if "group" in record else ""
+        group = (f" ({record['label']})" if "label" in record else
+                 f" (group {record['group']})" if "group" in record else "")
         print(f"  record {i}{group}: {record['text']!r}")
         print(f"            {record['num_tokens']} tokens: {record['private_tokens']} private, "
               f"{record['fallback_tokens']} public fallbacks; stop: {record['stop_reason']}")
