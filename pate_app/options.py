@@ -107,6 +107,7 @@ nonnegative_int = int_at_least(0, "a non-negative integer")
 positive_float = real_in("a positive number", 0.0, min_open=True)
 open_unit = real_in("a number in (0, 1)", 0.0, 1.0, min_open=True, max_open=True)
 scale = real_in("a number in (0, 1]", 0.0, 1.0, min_open=True)
+unit = real_in("a number in [0, 1]", 0.0, 1.0)
 #: The epsilon of one mechanism run, in ``(0, MAX_STEP_EPSILON]`` (docs/ranges.md).
 step_epsilon = real_in(f"a number in (0, {MAX_STEP_EPSILON:g}]", 0.0, MAX_STEP_EPSILON, min_open=True)
 #: A delta, in ``[MIN_DELTA, 1)`` (docs/ranges.md).

@@ -47,6 +47,7 @@ from ensembles.backends.sharded import (
 )
 from ensembles.backends.transformers_backend import TransformersBackend
 from ensembles.data import partition_records, split_by_label, teacher_prompts
+from ensembles.public_prior import as_public_mix, as_public_support
 from ensembles.templates import INSTRUCTIONS, PromptTemplate
 from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable
 from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedSampling
@@ -496,6 +497,8 @@ def private_run(
     groups: int = 1,
     template: PromptTemplate | None = None,
     labels=None,
+    public_mix: float = 0.0,
+    public_top_k: int | None = None,
 ) -> dict:
     """Run private generation end to end and return a JSON-able result (module docstring).
 
@@ -529,6 +532,10 @@ def private_run(
     len(labels)`` teachers, and the records are generated in turn over the labels): the same parallel groups as
     ``groups``, which must then be left at 1.
 
+    ``public_mix``, ``public_top_k``: the public prior (``PrivateGenerator``'s ``public_mix`` and ``public_support``;
+    the public model is the same model given only the open slot and the released tokens): data-independent, so
+    free; recorded in the run metadata.
+
     ``signing_key``: an Ed25519 private key file (:mod:`pate_accountant.checkpoints`); when given, a run whose
     ledger verifies ends with a signed checkpoint of its head appended to ``checkpoints`` (default
     ``LEDGER.checkpoints.jsonl``).  The key is loaded before anything is written.
@@ -550,6 +557,10 @@ def private_run(
         raise RunInputError(f"--dataset must be a printable name of 1 to 200 characters, got {dataset!r}")
     budget = (float(epsilon), float(delta))
     template = INSTRUCTIONS if template is None else template
+    try:
+        as_public_mix(public_mix), as_public_support(public_top_k)
+    except (TypeError, ValueError) as exc:
+        raise RunInputError(f"--public-mix/--public-top-k: {exc}") from None
     if not isinstance(template, PromptTemplate):
         raise RunInputError(f"--template must be a prompt template, got {type(template).__name__}")
     by_label = None
@@ -631,6 +642,8 @@ def private_run(
                 "teachers_per_group": group_teachers,
                 "labels": labels,
                 "template": template.name,
+                "public_mix": public_mix,
+                "public_top_k": public_top_k,
                 "records_requested": num_records,
                 "max_tokens": max_tokens,
                 "histograms": "coordinated",
@@ -658,7 +671,7 @@ def private_run(
             generators = [PrivateGenerator(
                 backend, mech, group_acct, histograms="coordinated", fallback="public", public_backend=public,
                 public_prompt=public_prompt, max_tokens=max_tokens, stop_strings=(template.stop,), top_p=top_p,
-                temperature=temperature,
+                temperature=temperature, public_mix=public_mix, public_support=public_top_k,
             ) for group_acct in accountants]
             bar = RunProgress(num_records, progress)
             out_records, storage_error = [], None

@@ -1000,3 +1000,23 @@ def test_cli_generate_per_label_from_a_csv_of_free_text(model_dir, tmp_path, cap
     bad[bad.index("account,billing,shipping")] = "account,billing"
     assert main(bad) == 2
     assert "outside the 2 labels given" in capsys.readouterr().err
+
+
+def test_the_public_prior_options_run_and_are_recorded(model_dir, tmp_path, capsys):
+    """Issue 23, item 2: --public-mix and --public-top-k reach the generator (a mixed run at the same seed
+    differs from the plain one) and the run's shareable metadata; bad values are one-line usage errors."""
+    data, ledger = tmp_path / "data.jsonl", tmp_path / "prior.sqlite"
+    _write_jsonl(data, _records(8))
+    assert main(_generate_argv(model_dir, data, ledger, "--json", "--public-mix", "0.5", "--public-top-k", "20")) == 0
+    mixed = json.loads(capsys.readouterr().out)
+    assert mixed["audit"]["ok"]
+    assert mixed["parameters"]["public_mix"] == 0.5 and mixed["parameters"]["public_top_k"] == 20
+    with Ledger.open(str(ledger), read_only=True) as opened:
+        assert opened.runs[0]["metadata"]["public_mix"] == 0.5
+    assert main(_generate_argv(model_dir, data, ledger, "--json")) == 0  # the data set's one ledger, run 2
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["parameters"]["public_mix"] == 0.0 and plain["ledger"]["runs"] == 2
+    assert [r["outcomes"] for r in mixed["records"]] != [r["outcomes"] for r in plain["records"]] or \
+        [r["text"] for r in mixed["records"]] != [r["text"] for r in plain["records"]]
+    assert main(_generate_argv(model_dir, data, tmp_path / "bad.sqlite", "--public-mix", "1.5")) == 2
+    assert "argument --public-mix: must be a number in [0, 1], got 1.5" in capsys.readouterr().err

@@ -219,12 +219,13 @@ class OpenAICompatibleBackend(ContextBackend):
         return TeacherDistributions.from_sparse(ids, probs, self._vocab_size, tail=tails)
 
     def votes(self, key, *, temperature: float = 1.0, top_p: float | None = None, histograms: str = "coordinated",
-              teacher_ids=None) -> np.ndarray:
+              teacher_ids=None, public=None) -> np.ndarray:
         """:meth:`ContextBackend.votes`, but only at temperature 1: a temperature belongs on the server
-        (``logprobs_temperature``), where it acts before the top-``k`` cut."""
+        (``logprobs_temperature``), where it acts before the top-``k`` cut.  ``public``: the step's public prior
+        (mixing, support), applied on the host like every other transform."""
         self.check_sampling(temperature, top_p)
         return super().votes(key, temperature=temperature, top_p=top_p, histograms=histograms,
-                             teacher_ids=teacher_ids)
+                             teacher_ids=teacher_ids, public=public)
 
     def check_sampling(self, temperature: float, top_p: float | None = None) -> None:
         """Refuse a host temperature other than 1 (``PrivateGenerator`` asks when it is built, before any run)."""

@@ -20,6 +20,7 @@ from pate_app.options import (
     print_json,
     scale,
     step_epsilon,
+    unit,
 )
 
 __all__ = ["DEMO_DEFAULTS", "add_budget_options", "add_run_options", "run_and_report"]
@@ -67,6 +68,13 @@ def add_run_options(p) -> None:
                    help=f"teacher temperature (default {d['temperature']:g})")
     p.add_argument("--top-p", metavar="P", type=scale, default=d["top_p"],
                    help=f"teacher top-p in (0, 1] (default {d['top_p']:g})")
+    p.add_argument("--public-mix", metavar="LAMBDA", type=unit, default=0.0,
+                   help="each teacher votes on LAMBDA x the public model's distribution + (1 - LAMBDA) x its own: "
+                        "more agreement, biased towards the public model; no privacy cost (default 0: off; "
+                        "docs/generation.md, 'Public prior')")
+    p.add_argument("--public-top-k", metavar="K", type=positive_int, default=None,
+                   help="votes outside the public model's top K tokens go to a tail that is never released: no "
+                        "privacy cost (default: off)")
     p.add_argument("--seed", metavar="S", type=nonnegative_int, default=None,
                    help="seed, for reproducible tests only: a seeded run has no privacy against anyone who knows "
                         "the seed (default: fresh OS entropy; the ledger records only whether a seed was given)")
@@ -116,7 +124,7 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
                 progress=not args.no_progress and not args.json, command=command,
                 model_label=model_label, data_label=data_label, dataset=dataset, signing_key=args.signing_key,
                 checkpoints=args.checkpoints, public_records=public_records, groups=args.groups,
-                template=template, labels=labels,
+                template=template, labels=labels, public_mix=args.public_mix, public_top_k=args.public_top_k,
             )
     except RunInputError as exc:
         args.parser.error(str(exc))
