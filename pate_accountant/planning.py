@@ -19,6 +19,10 @@ JSON-able dict (``None`` for an infinite or undefined value).
   target charging (TCT), individual (per-teacher) charging.
 * :func:`bassily_tt_teachers`, :func:`bassily_tt_tokens`: the BassilyTT margin condition
   ``eta n >= 32 sqrt(2)/eps ln(4m/delta) sqrt(ln(2/delta))`` of Appendix D (docs/planning.md).
+* :func:`agreement_count_pmf`, :func:`step_limits`, :func:`expected_steps_to_hits`, :func:`run_expectation`: what
+  ``pate-accountant plan best`` compares runs with: the agreement model's count law (Section 6's alpha mixture),
+  the limits a run's own accountant puts on it, and the expected steps and private tokens of a run (the
+  mechanisms' per-step laws live in the application wing, ``pate_app.commands.plan``).
 
 ``delta0`` (every target-charging function): the ``delta_A`` of a boundary-wrapped approximate-DP inner
 aggregator (``0``, the default and the paper's figure, for a pure inner).  Every query of such an inner, hit
@@ -46,6 +50,8 @@ from collections.abc import Mapping
 import numpy as np
 from scipy.special import log_ndtr, ndtr
 
+from pate_accountant import registry
+from pate_accountant.accountants.target_charging import target_class
 from pate_accountant.bisection import switch_point
 from pate_accountant.composition import (
     drv_epsilon,
@@ -79,6 +85,8 @@ __all__ = [
     "MAX_BUDGET_EPSILON",
     "MAX_EPS0",
     "MAX_PLAN_QUERIES",
+    "MAX_PLAN_STEPS",
+    "MAX_PLAN_TEACHERS",
     "MAX_SEARCH_STEPS",
     "MIN_EPS0",
     "MIN_Q",
@@ -87,21 +95,28 @@ __all__ = [
     "AccountingComparison",
     "BassilyTTTeachers",
     "BassilyTTTokens",
+    "RunExpectation",
+    "StepLimits",
     "TargetHitsPlan",
     "TokensPlan",
     "YieldsPlan",
+    "agreement_count_pmf",
     "bassily_tt_teachers",
     "bassily_tt_tokens",
     "c_delta",
     "compare_accounting",
     "estimated_steps",
+    "expected_queries",
+    "expected_steps_to_hits",
     "max_plannable_tokens",
     "paper_target_hits",
     "plain_epsilon",
     "plain_max_queries",
-    "expected_queries",
     "plan_for_tokens",
+    "run_expectation",
     "step_delta_for_queries",
+    "step_limits",
+    "steps_to_hits_quantile",
     "target_hits",
     "teachers_for",
     "yields",
@@ -500,18 +515,18 @@ def _charging_assumptions(delta0: float, w: float, split: TargetChargingSplit, s
     """What the per-query deltas cost (docs/tct_and_individual.md, section 1), in the plan's numbers."""
     if delta0 == 0.0:
         return [
-            "delta0 = 0 (a pure inner, the paper's figure): only target hits are charged; queries that do not hit "
+            ("delta0 = 0 (a pure inner, the paper's figure): only target hits are charged; queries that do not hit "
             "the target are free, however many (max_queries = None). With delta0 = delta_A > 0 (a boundary-wrapped "
             "approximate inner) every query, hit or not, would pay w = 1-(1-delta0)^2 in delta and a share "
-            "query_delta_share of delta would be reserved for them (docs/tct_and_individual.md, section 1)."
+            "query_delta_share of delta would be reserved for them (docs/tct_and_individual.md, section 1).")
         ]
     out = [
-        f"delta0 = {delta0:g} is the delta_A of a boundary-wrapped approximate inner: every query, hit or not, pays "
+        (f"delta0 = {delta0:g} is the delta_A of a boundary-wrapped approximate inner: every query, hit or not, pays "
         f"the mixture weight w = 1-(1-delta0)^2 = {w:.4g} in delta (docs/tct_and_individual.md, section 1). "
         f"query_delta_share = {share:g} of delta, {split.reserved:.4g}, is reserved for them: at most "
         f"max_queries = floor(reserved/w) = {split.max_queries} queries; the TCT part gets epsilon - "
         f"ln(1/(1 - reserved)) = {split.epsilon_tct:.9g} and delta - reserved = {split.delta_tct:.4g}, the split "
-        "of a budgeted TargetChargingAccountant.",
+        "of a budgeted TargetChargingAccountant."),
     ]
     if split.max_queries < split.max_hits:
         out.append(
@@ -655,10 +670,10 @@ def target_hits(
     assumptions = [
         *_tct_assumptions(composition),
         *_charging_assumptions(delta0, w, split, share),
-        "plain_queries: the number of (eps0, delta0)-DP queries (every query charged) that basic, DRV, KOV and "
-        "exact optimal composition allow for the same (epsilon, delta).",
-        "paper_hits = (10 eps0)^-2 is the paper's Section 6 figure for total epsilon 1 and eps0 <= 0.01; "
-        "a sanity check (our own check: within a factor [0.7, 2.7] of our bound), not an equality.",
+        ("plain_queries: the number of (eps0, delta0)-DP queries (every query charged) that basic, DRV, KOV and "
+        "exact optimal composition allow for the same (epsilon, delta)."),
+        ("paper_hits = (10 eps0)^-2 is the paper's Section 6 figure for total epsilon 1 and eps0 <= 0.01; "
+        "a sanity check (our own check: within a factor [0.7, 2.7] of our bound), not an equality."),
     ]
     return TargetHitsPlan(
         epsilon=epsilon, delta=delta, eps0=eps0, q=q, delta0=delta0, composition=composition,
@@ -776,13 +791,13 @@ def yields_for_hits(
     assumptions = [
         *plan.assumptions[:2],
         *charging,
-        "Paper's approximation (Section 'Privacy analysis considerations'): in the regime alpha <= T/n the "
+        ("Paper's approximation (Section 'Privacy analysis considerations'): in the regime alpha <= T/n the "
         "yield per target hit is about eps0 n / 2, the worst case over alpha; queries with alpha >> T/n "
         "yield more tokens per hit (they are nearly free). `plan figures` measures the real ratio for "
-        "BoundaryWrapper(DPArgMax) on alpha-mixture teachers.",
-        f"n = C_delta / eps0 with C_delta = 2 ln(1/delta0) = {cd:.4f} (delta0 = aggregator_delta = "
+        "BoundaryWrapper(DPArgMax) on alpha-mixture teachers."),
+        (f"n = C_delta / eps0 with C_delta = 2 ln(1/delta0) = {cd:.4f} (delta0 = aggregator_delta = "
         f"{aggregator_delta:g}) unless num_teachers is given; this is n = 2L for the paper's "
-        "L = ln(1/delta0)/eps0, the smallest n whose release threshold n/2 + L is at most n.",
+        "L = ln(1/delta0)/eps0, the smallest n whose release threshold n/2 + L is at most n."),
         "paper_yields uses the paper's (10 eps0)^-2 hits; yields uses our bound's hits.",
     ]
     if n < min_teachers * (1 - 1e-12):
@@ -829,7 +844,8 @@ def _max_eps0_for_hits(hits: int, q: float, epsilon: float, delta: float, compos
     for _, k, slack in tct_splits(hits, q, delta):
         # The largest eps0 that composes within epsilon: the bracket's lower end, below the first that does not.
         start = epsilon / k
-        lo, _ = switch_point(lambda eps0: not _composed(k, eps0, slack, composition, epsilon), start / 2.0, start,
+        lo, _ = switch_point(lambda eps0, k=k, slack=slack: not _composed(k, eps0, slack, composition, epsilon),
+                             start / 2.0, start,
                              rel_tol=1e-12)
         best = max(best, lo)
     # Calibrate against the function the plan is checked with (its own bisection rounds up by <= 1e-12).
@@ -904,13 +920,13 @@ def plan_for_tokens(
     assumptions = [
         *_tct_assumptions(composition),
         *_charging_assumptions(delta0, w, split, share),
-        "Paper's approximation: yields per target hit ~ eps0 n / 2 (regime alpha <= T/n, the worst case over "
-        "alpha); with n = C_delta/eps0 that is C_delta/2 yields per hit whatever eps0.",
+        ("Paper's approximation: yields per target hit ~ eps0 n / 2 (regime alpha <= T/n, the worst case over "
+        "alpha); with n = C_delta/eps0 that is C_delta/2 yields per hit whatever eps0."),
         f"C_delta = 2 ln(1/delta0) = {cd:.4f} with delta0 = aggregator_delta = {aggregator_delta:g}.",
-        "eps0 is the largest level affording hits_needed hits (more eps0 = fewer teachers); num_teachers is "
-        "rounded up, which only adds yields.",
-        "paper_eps0 = sqrt(0.005 C_delta / tokens) solves the paper's 0.005 n^2/C_delta = tokens with "
-        "n = C_delta/eps0 (i.e. (10 eps0)^-2 hits); for comparison only.",
+        ("eps0 is the largest level affording hits_needed hits (more eps0 = fewer teachers); num_teachers is "
+        "rounded up, which only adds yields."),
+        ("paper_eps0 = sqrt(0.005 C_delta / tokens) solves the paper's 0.005 n^2/C_delta = tokens with "
+        "n = C_delta/eps0 (i.e. (10 eps0)^-2 hits); for comparison only."),
     ]
     if max_queries is not None and max_queries < hits * eps0 * n:
         assumptions.append(
@@ -1040,18 +1056,18 @@ def compare_accounting(
 
     assumptions = [
         *_tct_assumptions(composition),
-        "plain: every query is charged as one (eps0, delta0)-DP step; 'best' is the smallest of the bounds. "
+        ("plain: every query is charged as one (eps0, delta0)-DP step; 'best' is the smallest of the bounds. "
         "(As a plain step, a boundary wrapper around an (eps_A, delta_A) inner is (2 eps_A, 2 delta_A)-DP: "
-        "pass that step's delta as delta0 for a like-for-like plain number.)",
-        f"target charging: hits = ceil(target_rate * num_queries) = {hits}, the expected number of target "
-        "hits rounded up (the realised number is random; the TCT accountant stops at the budgeted hit).",
+        "pass that step's delta as delta0 for a like-for-like plain number.)"),
+        (f"target charging: hits = ceil(target_rate * num_queries) = {hits}, the expected number of target "
+        "hits rounded up (the realised number is random; the TCT accountant stops at the budgeted hit)."),
         f"individual charging: each hit charges charged_per_hit = {g} teachers"
         + (" (default min(n, ceil(C_delta/eps0)): the paper's 'about 2L teachers')" if charged_per_hit is None else "")
         + f"; charges spread evenly over the {n} teachers, so the worst teacher carries "
         f"ceil(hits g / n) = {per_teacher} charges (never more than hits). Teachers charged more often "
         "(skewed charges) would be removed earlier by an individual-charging accountant.",
-        "individual charging is stated under add/remove-one-teacher (docs/tct_and_individual.md section 4); under replace-one use eps0/2 "
-        "per query or budget twice.",
+        ("individual charging is stated under add/remove-one-teacher (docs/tct_and_individual.md section 4); under replace-one use eps0/2 "
+        "per query or budget twice."),
     ]
     if delta0 == 0.0:
         assumptions.append(
@@ -1086,10 +1102,10 @@ def _check_btt(eta, epsilon, delta) -> tuple[float, float, float]:
 
 
 _BTT_ASSUMPTIONS = (
-    "BassilyTT (NeurIPS 2018) Algorithm 3 as quoted in the paper's Appendix D: every histogram's top-vs-second "
-    "margin is at least eta n (the paper observed eta ~ 0.4 with coordinated ensembles).",
-    "Condition: eta n >= 32 sqrt(2)/eps * ln(4m/delta) * sqrt(ln(2/delta)) for m tokens at (eps, delta)-DP "
-    "(constants as the Hot PATE paper's Appendix D quotes them).",
+    ("BassilyTT (NeurIPS 2018) Algorithm 3 as quoted in the paper's Appendix D: every histogram's top-vs-second "
+    "margin is at least eta n (the paper observed eta ~ 0.4 with coordinated ensembles)."),
+    ("Condition: eta n >= 32 sqrt(2)/eps * ln(4m/delta) * sqrt(ln(2/delta)) for m tokens at (eps, delta)-DP "
+    "(constants as the Hot PATE paper's Appendix D quotes them)."),
 )
 
 
@@ -1120,3 +1136,174 @@ def bassily_tt_tokens(eta: float, epsilon: float, delta: float, num_teachers: fl
         m_max = None
     return BassilyTTTokens(eta=eta, epsilon=epsilon, delta=delta, num_teachers=n, m_max=m_max,
                            log10_m_max=log_m / math.log(10.0), assumptions=_BTT_ASSUMPTIONS)
+
+
+# -- what a run's budget buys under an agreement assumption (``plan best``) ----------------------------------
+
+#: The most teachers (in all groups together) a run plan takes: the count law is a vector of ``n + 1`` floats
+#: per group size, evaluated for every configuration and step parameter compared.
+MAX_PLAN_TEACHERS = 10**6
+#: The most steps :func:`step_limits` counts for plain composition (the exact composition of that many steps
+#: holds a law of about that many weights); a budget that affords more is reported at this limit, ``capped``.
+MAX_PLAN_STEPS = MAX_PLAN_QUERIES
+
+
+def agreement_count_pmf(num_teachers: int, alpha: float) -> np.ndarray:
+    """The law of the shared token's vote count ``c`` (index ``0..n``) in one coordinated histogram of the
+    paper's alpha-mixture teachers (Section 6: ``p^(i) = alpha s + (1 - alpha) r^(i)``, one shared token and
+    one token of each teacher's own).
+
+    Coordinated votes (Algorithm 1) share one ``u_j ~ Exp(1)`` per token; teacher ``i`` votes for the shared
+    token when ``alpha / u_s > (1 - alpha) / u_i``.  Given ``y = u_s / alpha`` this happens with probability
+    ``exp(-y (1 - alpha))`` independently over teachers, and ``y ~ Exp(alpha)``, so ``c`` is the beta-binomial
+    ``BetaBin(n, alpha / (1 - alpha), 1)`` (``c = n`` when ``alpha = 1``).  The other ``n - c`` teachers vote
+    for their own tokens, one vote each.  ``scipy.stats.betabinom``; ``n <= MAX_PLAN_TEACHERS``."""
+    from scipy.stats import betabinom
+
+    n = _check_count("num_teachers", num_teachers, 1, MAX_PLAN_TEACHERS,
+                     "the count law is a vector of num_teachers + 1 floats for every configuration compared")
+    alpha = check_real("alpha", alpha, minimum=0.0, maximum=1.0, min_open=True)
+    if alpha == 1.0:
+        pmf = np.zeros(n + 1)
+        pmf[n] = 1.0
+        return pmf
+    pmf = betabinom.pmf(np.arange(n + 1), n, alpha / (1.0 - alpha), 1.0)
+    return pmf / math.fsum(pmf)
+
+
+def expected_steps_to_hits(hits: int, hit_probability: float, max_steps: int) -> float:
+    """``E[min(max_steps, T)]``, ``T`` the step of the ``hits``-th target hit when every step hits independently
+    with probability ``p = hit_probability``: the expected number of queries a target-charged run makes before
+    its accountant stops it (at ``hits`` hits or ``max_steps`` queries, whichever comes first).
+
+    The hits among the first ``min(max_steps, T)`` steps are ``min(hits, X)`` with ``X ~ Bin(max_steps, p)``, and
+    that number of steps is a stopping time, so by Wald's identity ``p E[min(max_steps, T)] = E[min(hits, X)] =
+    sum_{h < hits} P[X > h]``.  ``p = 0`` gives ``max_steps``; ``hits = 0`` gives 0 (no query runs)."""
+    hits = check_int("hits", hits, minimum=0)
+    p = check_real("hit_probability", hit_probability, minimum=0.0, maximum=1.0)
+    max_steps = check_int("max_steps", max_steps, minimum=0)
+    if hits == 0 or max_steps == 0:
+        return 0.0
+    if p == 0.0:
+        return float(max_steps)
+    from scipy.stats import binom
+
+    below = float(np.sum(binom.sf(np.arange(hits), max_steps, p)))
+    return min(float(max_steps), below / p)
+
+
+def steps_to_hits_quantile(hits: int, hit_probability: float, level: float, max_steps: int) -> int:
+    """The ``level`` quantile of ``min(max_steps, T)`` (:func:`expected_steps_to_hits`): ``T - hits`` is negative
+    binomial.  Used to give a run enough records that they rarely end it before its budget does."""
+    hits = check_int("hits", hits, minimum=0)
+    p = check_real("hit_probability", hit_probability, minimum=0.0, maximum=1.0)
+    level = check_real("level", level, minimum=0.0, maximum=1.0, min_open=True, max_open=True)
+    max_steps = check_int("max_steps", max_steps, minimum=0)
+    if hits == 0 or max_steps == 0:
+        return 0
+    if p == 0.0:
+        return max_steps
+    from scipy.stats import nbinom
+
+    failures = float(nbinom.ppf(level, hits, p))
+    return max_steps if not math.isfinite(failures) or hits + failures >= max_steps else hits + int(failures)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepLimits(_Result):
+    """What :func:`step_limits` returns: how far the budget ``(epsilon, delta)`` lets one group of a run go with
+    one mechanism under one accountant, as that accountant (built by ``generate``) counts it.
+
+    Plain composition (every step charged): ``max_steps`` (``capped`` when the budget affords at least
+    :data:`MAX_PLAN_STEPS`); target charging: ``max_hits`` target hits and ``max_queries`` queries, hits or not.
+    """
+
+    accountant: str
+    epsilon: float
+    delta: float
+    max_steps: int | None
+    max_hits: int | None
+    max_queries: int | None
+    capped: bool
+
+
+def step_limits(accountant: str, event, epsilon: float, delta: float) -> StepLimits:
+    """The limits the ``accountant`` registered under that name (:mod:`pate_accountant.registry`, with its
+    defaults, as ``generate`` builds it) puts on a run of steps that each announce ``event``, at budget
+    ``(epsilon, delta)``.
+
+    * ``"target-charging"``: the split the accountant makes at its first query
+      (:func:`pate_accountant.tct.target_charging_split` of the event's class, checked as the accountant checks
+      it, :func:`~pate_accountant.accountants.target_charging.target_class`): its ``max_hits`` and
+      ``max_queries``.
+    * any other accountant: the largest ``k`` such that ``can_afford(event, k)`` on a fresh budgeted accountant
+      (doubling, then bisection; the accountant's own composition, so the count is never above what it allows).
+
+    Raises ``UnsupportedEventError`` when the accountant cannot account for the event."""
+    epsilon, delta = _check_budget(epsilon, delta)
+    cls = registry.accountant_class(accountant)
+    if accountant == "target-charging":
+        probe = cls()
+        target = target_class(event)
+        split = target_charging_split(epsilon, delta, target.epsilon0, target.q, target.query_delta,
+                                      share=probe.query_delta_share, composition=probe.composition)
+        return StepLimits(accountant, epsilon, delta, None, split.max_hits, split.max_queries, False)
+
+    build = getattr(cls, "for_run", cls)  # as generate builds it (Accountant.for_run), where the class has that
+
+    def fits(k: int) -> bool:
+        return build(budget=(epsilon, delta)).can_afford(event, k)
+
+    if not fits(1):
+        return StepLimits(accountant, epsilon, delta, 0, None, None, False)
+    lo, hi = 1, 2
+    while hi <= MAX_PLAN_STEPS and fits(hi):
+        lo, hi = hi, 2 * hi
+    if hi > MAX_PLAN_STEPS:
+        if fits(MAX_PLAN_STEPS):
+            return StepLimits(accountant, epsilon, delta, MAX_PLAN_STEPS, None, None, True)
+        hi = MAX_PLAN_STEPS
+    while hi - lo > 1:
+        middle = (lo + hi) // 2
+        if fits(middle):
+            lo = middle
+        else:
+            hi = middle
+    return StepLimits(accountant, epsilon, delta, lo, None, None, False)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunExpectation(_Result):
+    """What :func:`run_expectation` returns: ``steps`` (charged mechanism runs, all groups), ``tokens`` (private
+    tokens released) and ``exact``: whether they are expected values under the model, or lower bounds."""
+
+    steps: float
+    tokens: float
+    exact: bool
+
+
+def run_expectation(limits: StepLimits, token_probability: float, target_probability: float = 0.0, *,
+                    groups: int = 1, steps_per_group: int | None = None) -> RunExpectation:
+    """The expected charged steps and private tokens of a run of ``groups`` disjoint groups, each step of which
+    independently releases a private token with probability ``token_probability`` (and, under target charging,
+    hits the target with probability ``target_probability``).  ``steps_per_group``: the most steps a group's
+    records leave it (``None``: no limit but the budget's).
+
+    Groups compose in parallel (docs/groups.md): under plain composition each group may make ``max_steps`` steps;
+    under target charging each group may reach ``max_hits`` hits, while the queries of all groups together pay
+    the one query reserve (``max_queries`` in all).  With one group the figure is the expected value
+    (:func:`expected_steps_to_hits`); with several groups under target charging it is a lower bound, each group
+    counted up to ``max_queries // groups`` queries (``min(Q, sum x_g) >= sum min(Q/G, x_g)``), exact when the
+    records cap the groups below that."""
+    groups = check_int("groups", groups, minimum=1)
+    p = check_real("token_probability", token_probability, minimum=0.0, maximum=1.0)
+    t = check_real("target_probability", target_probability, minimum=0.0, maximum=1.0)
+    cap = None if steps_per_group is None else check_int("steps_per_group", steps_per_group, minimum=0)
+    if limits.max_steps is not None:  # plain composition: every step charged, each group its own envelope
+        per_group = limits.max_steps if cap is None else min(limits.max_steps, cap)
+        return RunExpectation(float(groups * per_group), groups * per_group * p, True)
+    share = limits.max_queries // groups
+    per_group_cap = share if cap is None else min(share, cap)
+    steps = groups * expected_steps_to_hits(limits.max_hits, t, per_group_cap)
+    exact = groups == 1 or (cap is not None and groups * cap <= limits.max_queries)
+    return RunExpectation(steps, steps * p, exact)

@@ -20,7 +20,10 @@ from pate_accountant import (
     Release,
     planning,
 )
-from pate_accountant.accountants.target_charging import TargetChargingAccountant, target_class
+from pate_accountant.accountants.target_charging import (
+    TargetChargingAccountant,
+    target_class,
+)
 from pate_accountant.cli import main
 from pate_accountant.composition import kov
 from pate_accountant.tct import (
@@ -555,10 +558,15 @@ def test_cli_subcommands_json(capsys):
     d = run_json(capsys, "hits", "--eps0", "0.01", "--step-delta", "1e-10")
     assert d["command"] == "plan hits" and d["hits"] == 119 and d["plain_queries"]["optimal"] == 560
     assert d["q"] == pytest.approx(1 / 3) and d["composition"] == "optimal" and d["delta0"] == 1e-10
+    # One step delta (issue 23, item 4): the run's is also the delta0 of C_delta, so n = C_delta/eps0 rounded up.
     d = run_json(capsys, "yields", "--eps0", "0.01", "--step-delta", "1e-10")
-    # n is the printed run's: C_delta/eps0 = 2763.1 rounded up.
+    assert d["aggregator_delta"] == d["delta0"] == d["run"]["step_delta"] == 1e-10
+    assert d["c_delta"] == pytest.approx(2 * math.log(1e10)) and d["num_teachers"] == 4606 == d["run"]["num_teachers"]
+    assert d["yields"] == pytest.approx(119 * 0.01 * 4606 / 2)
+    # The paper's reference n = 2763.1 is that of delta0 = 1e-6 (a step delta that needs budget delta above 2e-6).
+    d = run_json(capsys, "yields", "--eps0", "0.01", "--step-delta", "1e-6", "--budget-delta", "1e-5")
     assert d["num_teachers"] == 2764 and d["min_teachers"] == pytest.approx(2763.1, abs=0.05)
-    assert d["yields"] == pytest.approx(119 * 0.01 * 2764 / 2) and d["paper_yields"] == pytest.approx(1382.0)
+    assert d["paper_yields"] == pytest.approx(1382.0) and d["yields"] == pytest.approx(d["hits"] * 0.01 * 2764 / 2)
     d = run_json(capsys, "yields", "--eps0", "0.01", "--teachers", "5000", "--step-delta", "1e-10")
     assert d["yields_per_hit"] == pytest.approx(25.0)
     d = run_json(capsys, "for-tokens", "--tokens", "1000", "--step-delta", "1e-12")

@@ -97,7 +97,7 @@ def refused(capsys, argv: list[str], option: str) -> str:
           "--individual-q", "1e-6"], "--individual-q", "[0.001, 1]"),
         (["plan", "yields", "--eps0", "1e-320"], "--eps0", "[1e-300, 50]"),
         (["plan", "yields", "--eps0", "0.01", "--teachers", "1e300"], "--teachers", "9007199254740992"),
-        (["plan", "yields", "--eps0", "0.01", "--aggregator-delta", "1e-320"], "--aggregator-delta", "1e-300"),
+        (["plan", "yields", "--eps0", "0.01", "--step-delta", "1e-320"], "--step-delta", "1e-300"),
         (["plan", "for-tokens", "--tokens", "1e18"], "--tokens", "largest plannable horizon"),
         (["plan", "for-tokens", "--tokens", "1" + "0" * 400], "--tokens", "largest plannable horizon"),
         (["plan", "for-tokens", "--tokens", "10", "--budget-epsilon", "1000"], "--budget-epsilon", "(0, 300]"),

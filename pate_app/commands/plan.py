@@ -27,15 +27,18 @@ from pate_app.options import (
 NAME = "plan"
 HELP = "answer budget questions before a run (target hits, yields, teachers, accounting, margin)"
 DESCRIPTION = (
-    "Budget planning (docs/planning.md): how many target hits / yields a budget buys, which eps0 and "
-    "how many teachers for a wanted number of tokens, plain vs target vs individual charging for one "
-    "run shape, and the BassilyTT margin condition. `pate-accountant plan --plot` draws the "
-    "Section 6 figures (target hits vs eps0; the alpha sweep of token / fail / target probabilities)."
+    "Budget planning (docs/planning.md): `plan best` compares every run generate offers (target-charged and "
+    "plain DPArgMax and DPWS, the Gaussian aggregators, groups) for your teachers, budget and agreement and prints "
+    "the one that buys the most private tokens first, with its generate command; the other subcommands answer "
+    "how many target hits / yields a budget buys, which eps0 and how many teachers for a wanted number of tokens, "
+    "plain vs target vs individual charging for one run shape, and the BassilyTT margin condition. "
+    "`pate-accountant plan --plot` draws the Section 6 figures (target hits vs eps0; the alpha sweep of token / "
+    "fail / target probabilities)."
 )
 
 #: ``plan --plot`` / ``plan figures`` output folder.
 PLAN_OUT = "results/plan"
-PLAN_SUBCOMMANDS = ("hits", "yields", "for-tokens", "compare", "margin", "figures")
+PLAN_SUBCOMMANDS = ("best", "hits", "yields", "for-tokens", "compare", "margin", "figures")
 #: The experiments ``plan figures`` runs.
 FIGURE_EXPERIMENTS = ("tct-budget", "alpha-sweep")
 
@@ -55,8 +58,11 @@ LIMITS = {
     "MAX_BUDGET_EPSILON": 300.0, "MIN_EPS0": 1e-300, "MAX_EPS0": 50.0, "MAX_SEARCH_STEPS": 300_000, "MIN_Q": 0.001,
     "MAX_PLAN_QUERIES": 10_000_000, "MAX_BOUND_DRAWS": 3_000_000, "MIN_TARGET_RATE": 1e-12,
     # planning.max_plannable_tokens(1/3, planning.DEFAULT_AGGREGATOR_DELTA); 2 x tct.MAX_EPSILON_FOR_ONE_THIRD
-    "max_plannable_tokens": 1_381_551, "max_eps0_for_one_third": 0.6238107163648713,
+    "max_plannable_tokens": 1_381_551, "max_eps0_for_one_third": 0.6238107163648713, "MAX_PLAN_TEACHERS": 1_000_000,
 }
+#: ``plan best --teachers``: all the run's teachers, at most planning.MAX_PLAN_TEACHERS.
+best_teachers = whole_number(f"a positive integer of at most {LIMITS['MAX_PLAN_TEACHERS']} (docs/ranges.md)", 1,
+                             LIMITS["MAX_PLAN_TEACHERS"])
 
 
 class _Removed(argparse.Action):
@@ -92,9 +98,6 @@ def add_arguments(plan) -> None:
                       help="do not show the progress bar (stderr)")
     sub = plan.add_subparsers(dest="plan_command", metavar="SUBCOMMAND", required=False)
 
-    def aggregator_delta(p, what="of the aggregator in C_delta = 2 ln(1/delta0)"):
-        p.add_argument("--aggregator-delta", type=open_unit, default=1e-6, help=f"delta0 {what} (default 1e-6)")
-
     def common(p, *, eps0=True, budget=True, tct=True):
         if budget:
             add_option(p, "--budget-epsilon", "--epsilon", metavar="E", type=positive_float, default=1.0,
@@ -108,33 +111,65 @@ def add_arguments(plan) -> None:
                            f"[{LIMITS['MIN_EPS0']:g}, {LIMITS['MAX_EPS0']:g}]; the budget may buy at most about "
                            f"{LIMITS['MAX_SEARCH_STEPS']:.0e} eps0-DP steps (docs/ranges.md)")
         if tct:
-            add_option(p, "--step-delta", "--delta0", metavar="D", type=step_delta_type, default=None,
+            add_option(p, "--step-delta", "--delta0", "--aggregator-delta", metavar="D", type=step_delta_type,
+                       default=None,
                        help="delta of one run of the boundary-wrapped inner mechanism, delta_A, in [1e-300, 1): the "
-                       "--step-delta of the printed run and the delta0 of its plan. Every query, hit or not, pays "
+                       "--step-delta of the printed run, the delta0 of its plan and of the paper's C_delta = "
+                       "2 ln(1/delta0) (its teachers C_delta/eps0). Every query, hit or not, pays "
                        "w = 1-(1-delta_A)^2 in delta; half of --budget-delta is reserved for them, so the budget also "
                        "limits the queries (max_queries; docs/tct_and_individual.md, section 1). Default: the largest "
-                       "value on the 1-2-5 grid, at most the aggregator delta (1e-6, or --aggregator-delta), that pays "
+                       "value on the 1-2-5 grid, at most 1e-6, that pays "
                        "for four times the queries the plan's hits take in expectation (compare: the queries it "
                        "compares; docs/planning.md). Plain composition reads it as each query's delta")
             p.add_argument("--q", action=_Removed, why=REMOVED_Q)
             p.add_argument("--composition", action=_Removed, why=REMOVED_COMPOSITION)
         p.add_argument("--json", action="store_true", help="print only the JSON result")
 
+    p = sub.add_parser("best", help="the run that buys the most private tokens for your teachers, budget and agreement",
+                       description="Compare every run generate offers (target-charged boundary-wrapped DPArgMax and "
+                       "DPWS, the same inners and the Gaussian aggregators under PLD composition, each in one group and "
+                       "in groups that divide the teachers) on the paper's alpha-mixture agreement model, each at its best step epsilon and "
+                       "delta, and print the one that buys the most expected private tokens first, with its generate "
+                       "command, then the runners-up; or, when none releases a token, about how many teachers would "
+                       "(docs/planning.md).")
+    p.add_argument("--teachers", metavar="N", type=best_teachers, required=True,
+                   help="all the run's teachers N (in G groups, N / G each; G divides N), at most 10^6")
+    p.add_argument("--alpha", metavar="A", type=fraction_q, required=True,
+                   help="agreement in (0, 1]: each teacher's mass on the token the teachers share (paper Section 6's "
+                   "alpha mixture; 1 = identical teachers)")
+    add_option(p, "--budget-epsilon", "--epsilon", metavar="E", type=positive_float, default=1.0,
+               help=f"{BUDGET_EPSILON_HELP}, in (0, {LIMITS['MAX_BUDGET_EPSILON']:g}] (default 1)")
+    add_option(p, "--budget-delta", "--delta", metavar="D", type=open_unit, default=1e-6,
+               help=f"{BUDGET_DELTA_HELP}, in [1e-300, 1) (default 1e-6)")
+    p.add_argument("--relation", choices=("replace-one", "add-remove-one"), default="replace-one",
+                   help="neighbouring relation of the run (default replace-one)")
+    p.add_argument("--records", metavar="K", type=count, default=None,
+                   help="synthetic records the run generates, as generate's --records (default: as many as the "
+                   "budget needs)")
+    p.add_argument("--max-tokens", metavar="T", type=count, default=24,
+                   help="at most T tokens per record, as generate's --max-tokens (default 24)")
+    p.add_argument("--vocab-size", metavar="V", type=count, default=DEFAULT_VOCAB_SIZE,
+                   help=f"the model's vocabulary, which GNMax noises token by token (default {DEFAULT_VOCAB_SIZE}, the "
+                   "embedded SmolLM2's; a larger one lowers the Gaussian figures)")
+    p.add_argument("--runners-up", metavar="K", type=count0, default=DEFAULT_RUNNERS_UP,
+                   help=f"runners-up printed after the best run (default {DEFAULT_RUNNERS_UP})")
+    p.add_argument("--json", action="store_true", help="print only the JSON result")
+    p.set_defaults(handler=_run_plan_best, parser=p)
+
     p = sub.add_parser("hits", help="target hits a budget buys (and plain eps0-DP queries for comparison)",
                        description="Largest number of target hits with TCT epsilon <= --budget-epsilon "
                        "(planning.target_hits), next to plain composition of eps0-DP queries.")
     common(p)
     p.add_argument("--teachers", type=count, default=None,
-                   help="teachers n of the printed run, at most 2^53 (default C_delta/eps0 with delta0 = 1e-6); the "
-                   "hits do not depend on n")
+                   help="teachers n of the printed run, at most 2^53 (default C_delta/eps0 with the run's step delta as "
+                   "delta0); the hits do not depend on n")
     p.set_defaults(handler=_run_plan_hits, parser=p)
 
     p = sub.add_parser("yields", help="expected yields (tokens) a budget buys (paper: eps0 n / 2 per hit)",
                        description="Expected yields = hits x eps0 n / 2 (planning.yields), the paper's relation "
-                       "for alpha <= T/n; n defaults to C_delta/eps0, C_delta = 2 ln(1/aggregator delta).")
+                       "for alpha <= T/n; n defaults to C_delta/eps0, C_delta = 2 ln(1/step delta).")
     common(p)
     p.add_argument("--teachers", type=count, default=None, help="number of teachers n, at most 2^53 (default C_delta/eps0)")
-    aggregator_delta(p)
     p.set_defaults(handler=_run_plan_yields, parser=p)
 
     p = sub.add_parser("for-tokens", help="which eps0 and how many teachers for a wanted number of tokens",
@@ -144,7 +179,6 @@ def add_arguments(plan) -> None:
                    help=f"wanted number of yields (tokens); at most about {LIMITS['MAX_SEARCH_STEPS']:.0e} q C_delta / 2 "
                    f"({LIMITS['max_plannable_tokens']} at the defaults; docs/ranges.md)")
     common(p, eps0=False)
-    aggregator_delta(p)
     p.set_defaults(handler=_run_plan_for_tokens, parser=p)
 
     p = sub.add_parser("compare", help="plain composition vs target charging vs individual charging",
@@ -157,12 +191,12 @@ def add_arguments(plan) -> None:
                    help=f"fraction of queries that hit the target: 0 or in [{LIMITS['MIN_TARGET_RATE']:g}, 1]")
     p.add_argument("--teachers", type=count, required=True, help="number of teachers n, at most 2^53")
     p.add_argument("--charged-per-hit", type=count, default=None,
-                   help="teachers charged per hit (default min(n, ceil(C_delta/eps0)), about 2L)")
+                   help="teachers charged per hit (default min(n, ceil(C_delta/eps0)), about 2L, with C_delta = "
+                   "2 ln(1/step delta))")
     p.add_argument("--individual-q", type=fraction_q, default=None,
                    help="q for individual charging (default: the q of the printed run)")
     p.add_argument("--budget-epsilon", type=positive_float, default=None,
                    help="also report how many queries each accounting affords within this epsilon")
-    aggregator_delta(p, "in C_delta = 2 ln(1/delta0), for the default --charged-per-hit")
     common(p, budget=False)
     p.set_defaults(handler=_run_plan_compare, parser=p)
 
@@ -196,7 +230,7 @@ _PLAN_OPTIONS = {
     "epsilon": "--budget-epsilon", "delta": "--budget-delta", "eps0": "--eps0", "q": "--eps0", "delta0": "--step-delta",
     "num_teachers": "--teachers", "tokens": "--tokens", "num_queries": "--queries", "target_rate": "--target-rate",
     "charged_per_hit": "--charged-per-hit", "individual_q": "--individual-q", "budget_epsilon": "--budget-epsilon",
-    "aggregator_delta": "--aggregator-delta", "eta": "--eta",
+    "aggregator_delta": "--step-delta", "eta": "--eta", "alpha": "--alpha",
 }
 
 
@@ -221,11 +255,10 @@ def _plan_call(args, function, *, options: dict | None = None, **kwargs):
 _STEP_DELTA_HINT = "give a smaller --step-delta, e.g. 1e-10, or a larger --budget-delta"
 
 
-def _step_delta(args, aggregator_delta: float, eps0: float, budget_epsilon: float | None = None,
-                queries: int | None = None) -> float:
-    """The printed run's step delta (``delta_A``, the plan's ``delta0``): ``--step-delta``, else the largest one (at
-    most the aggregator delta, the ``delta0`` of ``C_delta``) whose query reserve pays for ``queries``, by default
-    four times the private draws the run's hits take in expectation
+def _step_delta(args, eps0: float, budget_epsilon: float | None = None, queries: int | None = None) -> float:
+    """The printed run's step delta (``delta_A``, the plan's ``delta0`` and the ``delta0`` of its ``C_delta``):
+    ``--step-delta``, else the largest one (at most 1e-6, ``planning.DEFAULT_AGGREGATOR_DELTA``) whose query reserve
+    pays for ``queries``, by default four times the private draws the run's hits take in expectation
     (:func:`pate_accountant.planning.step_delta_for_queries`; issue 23, item 4)."""
     if args.step_delta is not None:
         return args.step_delta
@@ -239,7 +272,7 @@ def _step_delta(args, aggregator_delta: float, eps0: float, budget_epsilon: floa
                              eps0=2.0 * step_epsilon, q=boundary_wrapper_q(step_epsilon), composition=composition,
                              query_delta_share=share)
     return _plan_call(args, planning.step_delta_for_queries, delta=args.budget_delta, queries=queries,
-                      query_delta_share=share, ceiling=aggregator_delta)
+                      query_delta_share=share, ceiling=planning.DEFAULT_AGGREGATOR_DELTA)
 
 
 def _plan_print(args, command: str, result, lines, run: dict | None = None, assumptions=(),
@@ -302,8 +335,8 @@ def fraction_query_lines(r) -> list[str]:
     if getattr(r, "max_queries", None) is None:
         return []
     return [
-        f"queries, hit or not  : at most {r.max_queries} (each pays w = {r.per_query_delta:.4g}; "
-        f"{r.reserved_delta:.4g} of delta reserved)"
+        (f"queries, hit or not  : at most {r.max_queries} (each pays w = {r.per_query_delta:.4g}; "
+        f"{r.reserved_delta:.4g} of delta reserved)")
     ]
 
 
@@ -312,8 +345,8 @@ def fraction_query_lines(r) -> list[str]:
 #: its inner epsilon).  ``DATA`` and ``LEDGER`` are left for the user to fill in.
 RUN_MECHANISM, RUN_ACCOUNTANT, RUN_RELATION = "boundary-dp-argmax", "target-charging", "replace-one"
 RUN_PLACEHOLDERS = {
-    "DATA": "a Dolly-format JSONL file with at least as many records as teachers, or 'bundled' (the 201-record "
-            "sample shipped with the package)",
+    "DATA": "your records (JSON lines, JSON or CSV; docs/data.md) with at least as many records as teachers, or "
+            "'bundled' (the 201-record sample shipped with the package)",
     "LEDGER": "the data set's ledger file (created by the first run, appended to by the next)",
 }
 
@@ -430,8 +463,8 @@ def plain_run_lines(run: dict) -> list[str]:
     lines = [
         "run it with plain composition instead (every query charged):",
         f"  {run['command']}",
-        f"  basic composition charges {run['steps']} steps x step epsilon {_number(run['step_epsilon'])} "
-        f"(the budget above) and {run['steps_delta']:.3g} of delta",
+        (f"  basic composition charges {run['steps']} steps x step epsilon {_number(run['step_epsilon'])} "
+        f"(the budget above) and {run['steps_delta']:.3g} of delta"),
     ]
     if not run["delta_fits"]:
         lines.append(f"  WARNING: {run['steps']} steps need delta {run['steps_delta']:.3g}, more than --budget-delta "
@@ -445,8 +478,8 @@ def _threshold_lines(run: dict, above_n: str, more: str = "") -> list[str]:
     """The release threshold line of a run block, and the warning (``above_n``: what follows) when it is above
     ``n``."""
     n, t = run["num_teachers"], run["release_threshold"]
-    lines = [f"  release threshold n/2 + L + 1 = {t} of {n} teachers (T/n = {t / n:.3f}; exact L = "
-             f"{run['error_bound']})"]
+    lines = [(f"  release threshold n/2 + L + 1 = {t} of {n} teachers (T/n = {t / n:.3f}; exact L = "
+             f"{run['error_bound']})")]
     if not run["can_release"]:
         lines.append(f"  WARNING: the threshold is above n: only the noise can carry a count over it, so {above_n}; "
                      f"2L+1 = {run['teachers_to_release']} teachers bring it within n{' ' + more if more else ''}")
@@ -502,13 +535,21 @@ def _headline_assumption(run: dict) -> str:
             f"delta {_number(run['step_delta'])} as delta0 and the accountant's {run['composition']} composition")
 
 
-def _teachers(args, aggregator_delta: float) -> int:
-    """``--teachers``, or the paper's ``C_delta/eps0`` rounded up; checks ``--eps0`` and the count first."""
+def _check_eps0(args) -> None:
+    """``--eps0``, checked before anything is planned with it."""
+    from pate_accountant import planning
+
+    _plan_call(args, planning.teachers_for, eps0=args.eps0)
+
+
+def _teachers(args, step_delta: float) -> int:
+    """``--teachers``, or the paper's ``C_delta/eps0`` rounded up with the run's step delta as ``delta0``; checks
+    the count."""
     from pate_accountant import planning
     from pate_accountant.validation import MAX_COUNT, check_real
 
-    exact = _plan_call(args, planning.teachers_for, options={"delta0": "--aggregator-delta"}, eps0=args.eps0,
-                       delta0=aggregator_delta)
+    exact = _plan_call(args, planning.teachers_for, options={"delta0": "--step-delta"}, eps0=args.eps0,
+                       delta0=step_delta)
     if args.teachers is None:
         return math.ceil(exact * (1 - 1e-12))
     _plan_call(args, check_real, name="num_teachers", value=args.teachers, minimum=0.0, min_open=True,
@@ -522,12 +563,11 @@ def _budget_line(args, run: dict) -> str:
 
 
 def _run_plan_hits(args: argparse.Namespace) -> int:
-    from pate_accountant import planning
     _plan_no_top_plot(args)
-    aggregator_delta = planning.DEFAULT_AGGREGATOR_DELTA
-    n = _teachers(args, aggregator_delta)
-    run, r = _charged_run(args, args.eps0, n, args.budget_epsilon,
-                          _step_delta(args, aggregator_delta, args.eps0, args.budget_epsilon))
+    _check_eps0(args)
+    step_delta = _step_delta(args, args.eps0, args.budget_epsilon)
+    n = _teachers(args, step_delta)
+    run, r = _charged_run(args, args.eps0, n, args.budget_epsilon, step_delta)
     plain = ", ".join(f"{m} {k}" for m, k in r.plain_queries.items())
     return _plan_print(args, "hits", r, [
         _budget_line(args, run),
@@ -542,20 +582,21 @@ def _run_plan_hits(args: argparse.Namespace) -> int:
 def _run_plan_yields(args: argparse.Namespace) -> int:
     from pate_accountant import planning
     _plan_no_top_plot(args)
-    n = _teachers(args, args.aggregator_delta)
-    run, hits = _charged_run(args, args.eps0, n, args.budget_epsilon,
-                             _step_delta(args, args.aggregator_delta, args.eps0, args.budget_epsilon))
-    r = _plan_call(args, planning.yields_for_hits, options={"delta0": "--aggregator-delta"}, plan=hits,
-                   num_teachers=n, aggregator_delta=args.aggregator_delta)
+    _check_eps0(args)
+    step_delta = _step_delta(args, args.eps0, args.budget_epsilon)
+    n = _teachers(args, step_delta)
+    run, hits = _charged_run(args, args.eps0, n, args.budget_epsilon, step_delta)
+    r = _plan_call(args, planning.yields_for_hits, options={"delta0": "--step-delta"}, plan=hits,
+                   num_teachers=n, aggregator_delta=step_delta)
     return _plan_print(args, "yields", r, [
-        f"budget (epsilon {r.epsilon:g}, delta {r.delta:g}), eps0 {r.eps0:g}, q {r.q:.4g}, n = {n} teachers "
-        f"(C_delta/eps0 = {r.min_teachers:.1f}, C_delta = {r.c_delta:.4f})",
+        (f"budget (epsilon {r.epsilon:g}, delta {r.delta:g}), eps0 {r.eps0:g}, q {r.q:.4g}, n = {n} teachers "
+        f"(C_delta/eps0 = {r.min_teachers:.1f}, C_delta = {r.c_delta:.4f})"),
         f"target hits (ours)      : {r.hits}",
         *([] if r.max_queries is None else [f"queries, hit or not     : at most {r.max_queries} (delta0 {r.delta0:g})"]),
         f"yields per hit eps0 n/2 : {r.yields_per_hit:.2f}",
         f"expected yields (ours)  : {r.yields:.1f}",
-        f"paper: (10 eps0)^-2 hits: {r.paper_hits:.1f} -> {r.paper_yields:.1f} yields "
-        f"(0.005 n^2/C_delta = {r.paper_formula_yields:.1f})",
+        (f"paper: (10 eps0)^-2 hits: {r.paper_hits:.1f} -> {r.paper_yields:.1f} yields "
+        f"(0.005 n^2/C_delta = {r.paper_formula_yields:.1f})"),
     ], run, (_headline_assumption(run), _exact_l_assumption(run)))
 
 
@@ -567,19 +608,42 @@ def _run_plan_for_tokens(args: argparse.Namespace) -> int:
     _plan_no_top_plot(args)
     composition, share = run_accountant_composition()
     # The hits a budget buys do not depend on the per-query delta (its reserve is a share of its own): search
-    # with the given one, or the smallest on offer, then choose the printed run's from the plan's queries.
+    # with the given one, or the smallest on offer.
     search_delta = args.step_delta if args.step_delta is not None else planning.MIN_STEP_DELTA
 
-    def search(q: float):
+    def search(q: float, step_delta: float):
         return _plan_call(args, planning.plan_for_tokens, options={"q": "--budget-epsilon"}, tokens=args.tokens,
                           epsilon=args.budget_epsilon, delta=args.budget_delta, q=q, delta0=search_delta,
-                          composition=composition, aggregator_delta=args.aggregator_delta, query_delta_share=share)
+                          composition=composition, aggregator_delta=step_delta, query_delta_share=share)
 
-    r = search(1.0 / 3.0)
-    run_q = boundary_wrapper_q(_round_down(r.eps0 / 2.0))
-    if run_q < r.q:  # above eps0 about 0.62 the run's q is below 1/3: plan with it (a smaller eps0, a larger q)
-        r = search(run_q)
-    step_delta = _step_delta(args, args.aggregator_delta, r.eps0, r.epsilon)
+    def plan(step_delta: float):
+        r = search(1.0 / 3.0, step_delta)
+        run_q = boundary_wrapper_q(_round_down(r.eps0 / 2.0))
+        if run_q < r.q:  # above eps0 about 0.62 the run's q is below 1/3: plan with it (a smaller eps0, a larger q)
+            r = search(run_q, step_delta)
+        return r
+
+    # One step delta: the run's, also the delta0 of C_delta (the plan's teachers C_delta/eps0).  Without
+    # --step-delta, plan at the largest on offer (1e-6), choose the run's from that plan's queries and plan again with
+    # it, until the choice is the step delta planned with (a smaller step delta means a larger C_delta, fewer hits
+    # needed and fewer queries).  Should the choice keep moving, the smaller one is kept: it pays for more queries.
+    if args.step_delta is not None:
+        step_delta = args.step_delta
+        r = plan(step_delta)
+    else:
+        step_delta = planning.DEFAULT_AGGREGATOR_DELTA
+        r = plan(step_delta)
+        for _ in range(4):
+            chosen = _step_delta(args, r.eps0, r.epsilon)
+            if chosen == step_delta:
+                break
+            step_delta = chosen
+            r = plan(step_delta)
+        else:
+            chosen = _step_delta(args, r.eps0, r.epsilon)
+            if chosen < step_delta:  # the last plan's queries need a smaller one, whose plan needs no more
+                step_delta = chosen
+                r = plan(step_delta)
     run, hits = _charged_run(args, r.eps0, r.num_teachers, r.epsilon, step_delta)
     # The headline's hits are the printed run's, at its target level (eps0 rounded down to six digits).
     r = dataclasses.replace(
@@ -588,8 +652,8 @@ def _run_plan_for_tokens(args: argparse.Namespace) -> int:
         delta0=hits.delta0, per_query_delta=hits.per_query_delta, reserved_delta=hits.reserved_delta,
     )
     return _plan_print(args, "for-tokens", r, [
-        f"wanted {r.tokens} yields within (epsilon {r.epsilon:g}, delta {r.delta:g}), q {r.q:.4g}, "
-        f"{r.composition} composition inside",
+        (f"wanted {r.tokens} yields within (epsilon {r.epsilon:g}, delta {r.delta:g}), q {r.q:.4g}, "
+        f"{r.composition} composition inside"),
         f"hits needed          : {r.hits_needed} (C_delta/2 = {r.c_delta / 2:.3f} yields per hit)",
         f"eps0                 : {r.eps0:.6g}",
         f"teachers             : {r.num_teachers} (C_delta/eps0 = {r.num_teachers_exact:.1f})",
@@ -604,19 +668,18 @@ def _run_plan_compare(args: argparse.Namespace) -> int:
     from pate_accountant import planning
     from pate_accountant.tct import boundary_wrapper_q
     _plan_no_top_plot(args)
-    _plan_call(args, planning.teachers_for, options={"delta0": "--aggregator-delta"}, eps0=args.eps0,
-               delta0=args.aggregator_delta)
-    step_delta = _step_delta(args, args.aggregator_delta, args.eps0, queries=args.queries)
+    _check_eps0(args)
+    step_delta = _step_delta(args, args.eps0, queries=args.queries)
     composition, share = run_accountant_composition()
     r = _plan_call(args, planning.compare_accounting, num_queries=args.queries, eps0=args.eps0, delta=args.budget_delta,
                    num_teachers=args.teachers, target_rate=args.target_rate, charged_per_hit=args.charged_per_hit,
                    q=boundary_wrapper_q(_round_down(args.eps0 / 2.0)), individual_q=args.individual_q,
-                   delta0=step_delta, composition=composition, aggregator_delta=args.aggregator_delta,
+                   delta0=step_delta, composition=composition, aggregator_delta=step_delta,
                    budget_epsilon=args.budget_epsilon, query_delta_share=share)
     plain = ", ".join(f"{m} {e:.4f}" for m, e in r.plain.items())
     lines = [
-        f"{r.num_queries} queries at eps0 {r.eps0:g}, delta {r.delta:g}, {r.num_teachers} teachers, "
-        f"target rate {r.target_rate:g} -> {r.hits} hits, {r.charged_per_hit} teachers charged per hit",
+        (f"{r.num_queries} queries at eps0 {r.eps0:g}, delta {r.delta:g}, {r.num_teachers} teachers, "
+        f"target rate {r.target_rate:g} -> {r.hits} hits, {r.charged_per_hit} teachers charged per hit"),
         f"plain composition    : epsilon {plain}",
         *([] if r.per_query_delta == 0.0 else [
             f"per-query delta      : w = {r.per_query_delta:.4g} on every query, Delta = {r.total_query_delta:.4g}"
@@ -643,14 +706,14 @@ def _run_plan_margin(args: argparse.Namespace) -> int:
     if args.tokens is not None:
         r = _plan_call(args, planning.bassily_tt_teachers, eta=args.eta, epsilon=args.budget_epsilon, delta=args.budget_delta,
                        tokens=args.tokens)
-        lines = [f"BassilyTT margin eta {r.eta:g}, (epsilon {r.epsilon:g}, delta {r.delta:g}): {r.tokens} tokens need "
-                 f"n >= {r.n_required:.2f} teachers ({r.num_teachers})"]
+        lines = [(f"BassilyTT margin eta {r.eta:g}, (epsilon {r.epsilon:g}, delta {r.delta:g}): {r.tokens} tokens need "
+                 f"n >= {r.n_required:.2f} teachers ({r.num_teachers})")]
     else:
         r = _plan_call(args, planning.bassily_tt_tokens, eta=args.eta, epsilon=args.budget_epsilon, delta=args.budget_delta,
                        num_teachers=args.teachers)
         m = f"{r.m_max}" if r.m_max is not None else f"about 10^{r.log10_m_max:.1f}"
-        lines = [f"BassilyTT margin eta {r.eta:g}, (epsilon {r.epsilon:g}, delta {r.delta:g}): "
-                 f"{r.num_teachers:g} teachers afford m_max = {m} tokens"]
+        lines = [(f"BassilyTT margin eta {r.eta:g}, (epsilon {r.epsilon:g}, delta {r.delta:g}): "
+                 f"{r.num_teachers:g} teachers afford m_max = {m} tokens")]
     return _plan_print(args, "margin", r, lines)
 
 
@@ -676,3 +739,686 @@ def _run_figures(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+# -- plan best: the run that buys the most private tokens (issue 23, item 4) ---------------------------------
+
+#: The (mechanism, accountant) pairs ``plan best`` compares: target charging of the boundary-wrapped DPArgMax and
+#: DPWS, and plain composition of the same inners and of the Gaussian aggregators by the PLD accountant (the
+#: tightest plain composition the runs offer).  Every other runnable pair is listed as not compared, with why.
+BEST_CONFIGURATIONS = (
+    ("boundary-dp-argmax", "target-charging"),
+    ("boundary-dp-weighted-sampling", "target-charging"),
+    ("dp-argmax", "pld"),
+    ("dp-weighted-sampling", "pld"),
+    ("gaussian-threshold-argmax", "pld"),
+    ("gaussian-argmax", "pld"),
+)
+GAUSSIAN = ("gaussian-argmax", "gaussian-threshold-argmax")
+#: GNMax's largest noise (mechanisms.gaussian.MAX_SIGMA): a step epsilon that would need more is not tried.
+GAUSSIAN_MAX_SIGMA = 1e4
+#: The step epsilons compared: the 1-2-5 grid from 1e-5 to 50 (the largest step epsilon a run takes); those whose
+#: budget search would pass the planning limit (docs/ranges.md) are left out for each budget.
+BEST_STEP_EPSILONS = tuple(float(f"{m}e{k}") for k in range(-5, 2) for m in (1, 2, 5))
+#: How many step deltas are compared below the largest (a decade apart).
+BEST_STEP_DELTA_DECADES = 10
+#: A run plan prints records enough for the budget to end its run before them with this probability.
+RECORDS_QUANTILE = 0.99
+#: Default number of runners-up printed after the best configuration.
+DEFAULT_RUNNERS_UP = 5
+
+
+def _sigma_guess(e: float, d: float) -> float:
+    """About the noise ``calibrate_sigma(e, d)`` finds under replace-one (the classical Gaussian mechanism's
+    ``sqrt(2 ln(1.25/d) x 2) / e``; two counts move), to skip a calibration that cannot pay off."""
+    return math.sqrt(4.0 * math.log(1.25 / d)) / e
+
+
+def _grid_value(mantissa: int, exponent: int) -> float:
+    return float(f"{mantissa}e{exponent}")
+
+
+def best_step_deltas(budget_delta: float) -> tuple[float, ...]:
+    """The step deltas ``plan best`` compares for the DPArgMax and DPWS configurations: the largest value on the
+    1-2-5 grid at most a quarter of ``--budget-delta`` (target charging reserves half of it for the per-query
+    weights ``w ~ 2 delta``, so a larger one pays for no query), and the values one to five decades below."""
+    exponent = math.floor(math.log10(budget_delta / 4.0)) + 1
+    top = None
+    while top is None:
+        for mantissa in (5, 2, 1):
+            if _grid_value(mantissa, exponent) <= budget_delta / 4.0:
+                top = (mantissa, exponent)
+                break
+        exponent -= 1
+    values = [_grid_value(top[0], top[1] - k) for k in range(BEST_STEP_DELTA_DECADES)]
+    return tuple(v for v in values if v >= MIN_DELTA)
+
+
+def gaussian_step_delta(budget_delta: float) -> float:
+    """The one step delta the Gaussian configurations are compared at: PLD composes a GNMax step by its noise
+    alone, and the step epsilons sweep the noise, so one delta suffices (the largest of
+    :func:`best_step_deltas`, at least the GNMax floor 1e-14)."""
+    return max(best_step_deltas(budget_delta)[0], 1e-14)
+
+
+#: The vocabulary ``plan best`` assumes for GNMax, which noises every token of it: the embedded SmolLM2's.
+DEFAULT_VOCAB_SIZE = 49152
+
+
+def _gaussian_noise(sigma: float, bound: int):
+    """GNMax's noise (mechanisms/gaussian.py): the discrete Gaussian ``P[X = x] ~ exp(-x^2 / (2 sigma^2))`` on
+    ``{-bound, ..., bound}``: ``(pmf, survival)``, ``pmf[x + bound] = P[X = x]`` and ``survival(k) = P[X >= k]`` for
+    an integer array ``k``."""
+    import numpy as np
+
+    x = np.arange(-bound, bound + 1, dtype=np.float64)
+    log_w = -(x * x) / (2.0 * sigma * sigma)
+    pmf = np.exp(log_w - np.logaddexp.reduce(log_w))
+    tail = np.concatenate([np.cumsum(pmf[::-1])[::-1], [0.0]])  # tail[i] = P[X >= i - bound]
+
+    def survival(k):
+        k = np.asarray(k, dtype=np.int64)
+        return np.where(k <= -bound, 1.0, tail[np.clip(k + bound, 0, 2 * bound + 1)])
+
+    return pmf, survival
+
+
+def _gaussian_outcomes(mechanism, num_teachers: int, threshold: int | None, vocab_size: int):
+    """``(token, exact)`` of GNMax on the agreement model's histograms (:func:`per_count_outcomes`)."""
+    import numpy as np
+    from scipy.signal import fftconvolve
+
+    n, bound = num_teachers, mechanism.truncation_bound
+    pmf, survival = _gaussian_noise(mechanism.sigma, bound)
+    # g(v): a lower bound on the top voted token's winning (and clearing the threshold) when its noisy count is v:
+    # each of the other vocab_size - 1 tokens has at most one vote, so its noisy count reaches v with probability
+    # at most P[1 + X >= v] (a union bound; a tie counts as a loss).
+    values = np.arange(1 - bound, n + bound + 1)
+    g = np.clip(1.0 - (vocab_size - 1) * survival(values - 1), 0.0, 1.0)
+    if threshold is not None:
+        g[values < threshold] = 0.0
+    # token[m] = E[g(m + X)] for the top count m = 1..n: a correlation of g with the noise law.
+    token = np.empty(n + 1)
+    token[1:] = np.clip(fftconvolve(g, pmf[::-1], mode="valid"), 0.0, 1.0)
+    token[0] = token[1]  # no shared token: the top count is one of the teachers' own tokens
+    return token, threshold is not None and threshold >= bound + 2
+
+
+def per_count_outcomes(name: str, mechanism, num_teachers: int, vocab_size: int = DEFAULT_VOCAB_SIZE, *,
+                       inclusion=None):
+    """``(token, target, exact)`` of one step of the run mechanism ``name`` (built as ``mechanism``) with ``n =
+    num_teachers`` teachers on the agreement model's histograms (:func:`pate_accountant.planning.agreement_count_pmf`):
+    the shared token has ``c`` votes and each of the other ``n - c`` teachers one vote for a token of its own.
+    ``token[c]`` and ``target[c]`` (index ``c = 0..n``) are the probabilities that the step releases a private
+    token and, for a boundary wrapper, that it hits the target; ``exact`` says whether ``token`` is the
+    mechanism's exact law (``output_distribution``, computed here in closed form for this family;
+    ``tests/test_plan_configurations.py`` checks both against it) or a lower bound.  ``inclusion``: DPWS's
+    ``inclusion_probabilities(n)``, when already computed.
+
+    * DPArgMax: the top count is ``m = max(c, 1)``; it releases with ``yield_probability(m, n)``.
+    * DPWS: ``fail = (1 - pi*(c)) (1 - pi*(1))^(n-c)`` (``inclusion_probabilities``); any included token is
+      released.
+    * boundary wrappers: ``P[target] = a/(1 + a)``, ``a = min(1 - pi, 1/2)`` with ``pi`` the inner law's largest
+      outcome (``target_from_outside_mass``), and a token with ``(1 - P[target]) P[inner releases]``; for DPWS
+      the shared token's share is ``pi*(c) E[1/(1 + K)]``, ``K ~ Bin(n - c, pi*(1))``, and the rest of the
+      released mass is split evenly between the ``n - c`` own tokens.
+    * GNMax (``gaussian-argmax``, ``gaussian-threshold-argmax``; noise ``X`` on ``[-T, T]`` on every one of the
+      ``vocab_size`` tokens): counted only when the top voted token (``m = max(c, 1)`` votes) wins outright, and
+      clears the threshold ``n//2 + 1``, with the other tokens' chance to reach its noisy count ``v`` bounded by
+      ``(vocab_size - 1) P[1 + X >= v]`` (each has at most one vote): a lower bound (GNMax also releases a token
+      nobody voted for when the noise decides), exact for the threshold form when ``n//2 + 1 >= T + 2`` (then no
+      other token can clear it).
+    """
+    import numpy as np
+
+    from mechanisms.boundary_wrapper import target_from_outside_mass
+
+    n = int(num_teachers)
+    c = np.arange(n + 1)
+    m = np.maximum(c, 1)
+    inner = getattr(mechanism, "inner", mechanism)
+    wrapped = inner is not mechanism
+    zero = np.zeros(n + 1)
+    if name in GAUSSIAN:
+        threshold = n // 2 + 1 if name == "gaussian-threshold-argmax" else None
+        token, exact = _gaussian_outcomes(mechanism, n, threshold, vocab_size)
+        return token, zero, exact
+    if name in ("dp-argmax", "boundary-dp-argmax"):
+        released = np.asarray(inner.yield_probability(m, n), dtype=np.float64)
+        if not wrapped:
+            return released, zero, True
+        target = target_from_outside_mass(np.minimum(released, 1.0 - released))
+        return (1.0 - target) * released, target, True
+    if name in ("dp-weighted-sampling", "boundary-dp-weighted-sampling"):
+        table = np.asarray(inner.inclusion_probabilities(n) if inclusion is None else inclusion, dtype=np.float64)
+        own = float(table[1]) if n >= 1 else 0.0
+        rest = (n - c).astype(np.float64)
+        with np.errstate(divide="ignore"):
+            log_fail = np.log1p(-table) + rest * math.log1p(-own)
+        released = -np.expm1(log_fail)
+        if not wrapped:
+            return released, zero, True
+        fail = np.exp(log_fail)
+        if own > 0.0:  # E[1/(1 + K)], K ~ Bin(rest, own)
+            alone = -np.expm1((rest + 1.0) * math.log1p(-own)) / ((rest + 1.0) * own)
+        else:
+            alone = np.ones(n + 1)
+        shared = table * alone
+        with np.errstate(divide="ignore", invalid="ignore"):
+            single = np.where(rest > 0, np.maximum(released - shared, 0.0) / np.maximum(rest, 1.0), 0.0)
+        outside = np.where(fail >= np.maximum(shared, single), released,
+                           np.where(shared >= single, fail + np.maximum(released - shared, 0.0), 1.0 - single))
+        target = target_from_outside_mass(outside)
+        return (1.0 - target) * released, target, True
+    raise ValueError(f"mechanism {name!r}: plan best has no law for it")
+
+
+class BestPlanner:
+    """Compares the runs of :data:`BEST_CONFIGURATIONS` for one budget, relation and agreement ``alpha``
+    (docs/planning.md, ``plan best``).  What does not depend on the number of teachers (the mechanisms, the
+    accountants' limits) is computed once and reused for every group size."""
+
+    def __init__(self, *, budget_epsilon: float, budget_delta: float, relation: str, alpha: float,
+                 max_tokens: int, records: int | None = None, vocab_size: int = DEFAULT_VOCAB_SIZE):
+        self.budget = (float(budget_epsilon), float(budget_delta))
+        self.vocab_size = int(vocab_size)
+        self.relation, self.alpha, self.max_tokens, self.records = relation, float(alpha), int(max_tokens), records
+        self._mechanisms: dict = {}
+        self._limits: dict = {}
+        self._pmfs: dict = {}
+        self._inclusion: dict = {}
+        self.refused: dict = {}  # mechanism -> why generate refuses to build it (at some step on the grid)
+        self.built: set = set()  # the mechanisms built at some step
+
+    # -- what does not depend on n ------------------------------------------------------------------------------
+    def grid(self, name: str) -> list[tuple[float, float]]:
+        deltas = (gaussian_step_delta(self.budget[1]),) if name in GAUSSIAN else best_step_deltas(self.budget[1])
+        return [(e, d) for e in BEST_STEP_EPSILONS for d in deltas]
+
+    def mechanism(self, name: str, e: float, d: float, num_teachers: int | None = None):
+        """The mechanism ``name`` at step ``(e, d)`` as ``generate`` builds it (``None`` when it refuses).  The
+        threshold form of GNMax is the calibrated ``gaussian-argmax`` (the same noise and event) with the threshold
+        ``n//2 + 1`` of ``num_teachers`` (without them, the plain form): what ``for_teachers`` builds, calibrated
+        once."""
+        built = "gaussian-argmax" if name == "gaussian-threshold-argmax" else name
+        key = (built, e, d)
+        if key not in self._mechanisms:
+            from pate_app.run import RunInputError, build_mechanism
+
+            try:
+                self._mechanisms[key] = build_mechanism(built, e, d, self.relation)
+            except RunInputError as exc:
+                self._mechanisms[key] = None
+                self.refused.setdefault(built, str(exc))
+            else:
+                self.built.add(built)
+        base = self._mechanisms[key]
+        if base is None or built == name or num_teachers is None:
+            return base
+        from mechanisms import GaussianThresholdArgMax
+
+        return GaussianThresholdArgMax(base.sigma, relation=base.relation, epsilon=base.epsilon,
+                                       threshold=num_teachers // 2 + 1)
+
+    def within_planning_limit(self, level: float) -> bool:
+        """Whether a budget search at ``level`` stays within the planning limit (docs/ranges.md)."""
+        from pate_accountant import planning
+
+        key = ("level", level)
+        if key not in self._limits:
+            epsilon, delta = self.budget
+            self._limits[key] = planning.estimated_steps(epsilon, delta, level) <= planning.MAX_SEARCH_STEPS
+        return self._limits[key]
+
+    def limits(self, accountant: str, mechanism):
+        """:func:`pate_accountant.planning.step_limits` of ``mechanism`` under ``accountant`` (``None``: refused)."""
+        from pate_accountant import planning
+        from pate_accountant.errors import PateAccountantError
+
+        key = (accountant, mechanism.event)
+        if key not in self._limits:
+            try:
+                self._limits[key] = planning.step_limits(accountant, mechanism.event, *self.budget)
+            except (PateAccountantError, ValueError):
+                self._limits[key] = None
+        return self._limits[key]
+
+    def count_pmf(self, n: int):
+        if n not in self._pmfs:
+            from pate_accountant import planning
+
+            self._pmfs = {n: planning.agreement_count_pmf(n, self.alpha)}  # one size at a time
+        return self._pmfs[n]
+
+    # -- one configuration at one group size --------------------------------------------------------------------
+    def evaluate(self, name: str, accountant: str, num_teachers: int, groups: int, floor: float = 0.0) -> dict | None:
+        """The best step ``(epsilon, delta)`` of one configuration with ``groups`` groups of ``num_teachers //
+        groups`` teachers: the entry with the most expected private tokens, or ``None`` when no step releases more
+        than ``floor``.  A step whose charged steps alone (each releasing at most one token) cannot beat the best
+        so far is not evaluated."""
+        from pate_accountant import planning
+
+        n = num_teachers // groups
+        if n < 1:
+            return None
+        best = None
+        for e, d, mechanism, limits, bound in self._candidates(name, accountant, n, groups):
+            if bound <= max(floor, 0.0 if best is None else best["expected_private_tokens"]):
+                continue
+            inclusion = None
+            if name.endswith("dp-weighted-sampling"):  # the plain and the wrapped DPWS share their inner's table
+                inner = getattr(mechanism, "inner", mechanism)
+                key = (inner.epsilon, inner.delta, n)
+                if key not in self._inclusion:
+                    self._inclusion = {key: inner.inclusion_probabilities(n),
+                                       **{k: v for k, v in self._inclusion.items() if k[2] == n}}
+                inclusion = self._inclusion[key]
+            token, target, exact = per_count_outcomes(name, mechanism, n, self.vocab_size, inclusion=inclusion)
+            pmf = self.count_pmf(n)
+            p_token, p_target = float(pmf @ token), float(pmf @ target)
+            if p_token <= 0.0:
+                continue
+            records, cap = self._records(limits, p_target, groups)
+            expectation = planning.run_expectation(limits, p_token, p_target, groups=groups, steps_per_group=cap)
+            entry = {
+                "mechanism": name, "accountant": accountant, "groups": groups, "teachers": num_teachers,
+                "teachers_per_group": n, "step_epsilon": e, "step_delta": d,
+                "expected_private_tokens": expectation.tokens, "expected_steps": expectation.steps,
+                "token_probability": p_token, "target_probability": p_target,
+                "figure": "expected value" if exact and expectation.exact else "lower bound",
+                "law_exact": bool(exact), "records": records, "max_tokens": self.max_tokens,
+                "limits": _limits_dict(limits), "level": mechanism.event.epsilon,
+            }
+            if entry["expected_private_tokens"] > max(floor, 0.0 if best is None else best["expected_private_tokens"]):
+                best = entry
+        if best is not None:
+            best["built"] = self.mechanism(name, best["step_epsilon"], best["step_delta"], n)
+        return best
+
+    def _candidates(self, name: str, accountant: str, n: int, groups: int) -> list:
+        """``(e, d, mechanism, limits, bound)`` of every step on the grid that ``generate`` would run with ``n``
+        teachers per group and whose budget pays for a step, ``bound`` being the most tokens it could release (its
+        charged steps, each releasing at most one), largest first."""
+        from pate_app.run import RunInputError, check_reachable
+
+        out = []
+        cap = None if self.records is None else self.records * self.max_tokens // groups
+        for e, d in self.grid(name):
+            if e > 2.0 * self.budget[0] or not self.within_planning_limit(
+                    2.0 * e if accountant == "target-charging" else e):
+                continue  # one step would spend the budget; a search past the planning limit
+            if name in GAUSSIAN and _sigma_guess(e, d) > min(GAUSSIAN_MAX_SIGMA, 2.0 * n):
+                continue  # more noise than GNMax takes, or than twice the votes: it would release next to nothing
+            mechanism = self.mechanism(name, e, d)
+            if mechanism is None:
+                continue
+            try:
+                check_reachable(mechanism, n)
+            except RunInputError:
+                continue
+            limits = self.limits(accountant, mechanism)
+            if limits is None:
+                continue
+            if limits.max_steps is not None:
+                bound = groups * (limits.max_steps if cap is None else min(limits.max_steps, cap))
+            else:
+                share = min(limits.max_queries // groups, limits.max_queries if cap is None else cap)
+                bound = 0 if limits.max_hits == 0 else groups * share
+            if bound > 0:
+                out.append((e, d, mechanism, limits, bound))
+        out.sort(key=lambda item: -item[4])
+        return out
+
+    def _records(self, limits, p_target: float, groups: int) -> tuple[int, int]:
+        """``(records, steps per group)``: ``--records`` (the user's, else enough for the budget to end the run
+        first with probability :data:`RECORDS_QUANTILE`, rounded up to whole records of ``--max-tokens`` per
+        group) and the steps each group is counted for: an even share of them (``generate`` gives the records to
+        the groups in turn and drops a group whose budget is spent, so no group gets fewer while the others run)."""
+        from pate_accountant import planning
+
+        if self.records is None:
+            if limits.max_steps is not None:
+                need = limits.max_steps
+            else:
+                need = planning.steps_to_hits_quantile(limits.max_hits, p_target, RECORDS_QUANTILE,
+                                                       limits.max_queries // groups)
+            records = groups * max(1, math.ceil(need / self.max_tokens))
+        else:
+            records = self.records
+        return records, records * self.max_tokens // groups
+
+    def compare(self, num_teachers: int, group_sizes) -> list[dict]:
+        """Every configuration at every group count of ``group_sizes``, best first: each configuration's best step
+        at each group count (a group count that cannot beat the configuration's best at fewer groups is left
+        out)."""
+        entries, floors = [], {}
+        for groups in group_sizes:
+            for name, accountant in BEST_CONFIGURATIONS:
+                entry = self.evaluate(name, accountant, num_teachers, groups, floors.get(name, 0.0))
+                if entry is not None:
+                    entries.append(entry)
+                    floors[name] = max(floors.get(name, 0.0), entry["expected_private_tokens"])
+        entries.sort(key=lambda x: -x["expected_private_tokens"])
+        return entries
+
+    def releases(self, num_teachers: int, at_least: float = 1.0) -> dict | None:
+        """The first configuration found (one group of ``num_teachers``) expected to release at least
+        ``at_least`` private tokens, or ``None``."""
+        cheap_first = sorted(BEST_CONFIGURATIONS, key=lambda pair: pair[0].endswith("weighted-sampling"))
+        for name, accountant in cheap_first:  # DPWS's inclusion table is the slowest law to compute
+            entry = self.evaluate(name, accountant, num_teachers, 1, floor=at_least * (1.0 - 1e-12))
+            if entry is not None and entry["expected_private_tokens"] >= at_least:
+                return entry
+        return None
+
+
+def _limits_dict(limits) -> dict:
+    if limits.max_steps is not None:
+        return {"steps_per_group": limits.max_steps, "capped": limits.capped}
+    return {"hits_per_group": limits.max_hits, "queries": limits.max_queries}
+
+
+def group_counts(num_teachers: int) -> tuple[int, ...]:
+    """The group counts ``plan best`` compares: ``generate --groups G`` needs ``G`` to divide ``--teachers``, so the
+    divisors of ``N`` that leave each group at least two teachers, about one per doubling (the largest divisor up to
+    each power of two), 1 first."""
+    divisors = sorted({d for k in range(1, math.isqrt(num_teachers) + 1) if num_teachers % k == 0
+                       for d in (k, num_teachers // k) if num_teachers // d >= 2} | {1})
+    out, power = [], 1
+    while power <= divisors[-1]:
+        below = [d for d in divisors if d <= power]
+        if below[-1] not in out:
+            out.append(below[-1])
+        power *= 2
+    return tuple(out)
+
+
+def needed_teachers(planner: BestPlanner, num_teachers: int) -> int | None:
+    """About the fewest teachers (one group) for which some configuration is expected to release at least one
+    private token: doubling from ``num_teachers``, then bisection (``None`` when even
+    :data:`pate_accountant.planning.MAX_PLAN_TEACHERS` do not)."""
+    from pate_accountant import planning
+
+    lo, hi = num_teachers, None
+    candidate = num_teachers
+    while hi is None:
+        candidate = min(2 * candidate, planning.MAX_PLAN_TEACHERS)
+        if planner.releases(candidate) is not None:
+            hi = candidate
+        elif candidate == planning.MAX_PLAN_TEACHERS:
+            return None
+        else:
+            lo = candidate
+    while hi - lo > max(1, lo // 100):  # to about 1%
+        middle = (lo + hi) // 2
+        if planner.releases(middle) is not None:
+            hi = middle
+        else:
+            lo = middle
+    return hi
+
+
+def best_run_argv(entry: dict, relation: str) -> list[str]:
+    """The ``generate`` command of a ``plan best`` entry (``DATA`` and ``LEDGER`` left to fill in); ``--groups``
+    only with more than one group."""
+    budget = entry["budget"]
+    argv = ["pate-accountant", "generate", "--data", "DATA", "--ledger", "LEDGER", "--mechanism", entry["mechanism"],
+            "--accountant", entry["accountant"], "--relation", relation, "--teachers", str(entry["teachers"])]
+    if entry["groups"] > 1:
+        argv += ["--groups", str(entry["groups"])]
+    argv += ["--step-epsilon", _number(entry["step_epsilon"]), "--step-delta", _number(entry["step_delta"]),
+             "--budget-epsilon", _number(budget["epsilon"]), "--budget-delta", _number(budget["delta"]),
+             "--records", str(entry["records"]), "--max-tokens", str(entry["max_tokens"])]
+    return argv
+
+
+def check_best_run(entry: dict, relation: str, mechanism=None) -> None:
+    """``generate``'s own pre-run checks (:mod:`pate_app.run`) on a ``plan best`` entry, without a model: its
+    mechanism builds as ``generate`` builds it (the threshold form with each group's teachers; ``mechanism``: the
+    one already built so), its accountant accounts for it and affords one step, and its release threshold is within
+    reach of each group.  Raises ``RunInputError``."""
+    from pate_app.run import (
+        build_mechanism,
+        check_groups,
+        check_inputs,
+        check_reachable,
+    )
+
+    n = check_groups(entry["groups"], entry["teachers"], entry["accountant"])
+    budget = (entry["budget"]["epsilon"], entry["budget"]["delta"])
+    if mechanism is None:
+        mechanism = build_mechanism(entry["mechanism"], entry["step_epsilon"], entry["step_delta"], relation,
+                                    num_teachers=n)
+    check_inputs(range(entry["teachers"]), n, mechanism, entry["accountant"], budget)
+    check_reachable(mechanism, n)
+
+
+def _not_compared(planner: BestPlanner, entries: list[dict]) -> list[dict]:
+    """Every runnable (mechanism, accountant) pair ``plan best`` does not compare, with why; and every compared
+    pair that has no entry (``entries``), with why."""
+    from mechanisms import registry as mechanisms_registry
+    from pate_accountant import registry
+
+    compared = set(BEST_CONFIGURATIONS)
+    found = {(entry["mechanism"], entry["accountant"]) for entry in entries}
+    out = []
+    for name in mechanisms_registry.run_mechanism_names():
+        for accountant in registry.run_accountant_names():
+            if (name, accountant) in compared:
+                if (name, accountant) not in found:
+                    built = "gaussian-argmax" if name == "gaussian-threshold-argmax" else name
+                    why = (planner.refused[built] if built not in planner.built and built in planner.refused else
+                           "no step epsilon and delta on the grid that generate would run with these teachers, in "
+                           "any number of groups, releases a private token within this budget")
+                    out.append({"mechanism": name, "accountant": accountant, "why": why})
+                continue
+            if accountant == "individual-charging":
+                why = INDIVIDUAL_CHARGING_WHY
+            elif name == "between-thresholds":
+                why = ("BetweenThresholds counts the votes for a candidate token the public model proposes; whether "
+                       "that is the teachers' shared token is not part of the agreement model, so its law is unknown "
+                       "here")
+            elif accountant in ("basic", "advanced"):
+                why = ("composes the same steps as pld by a looser bound on their (epsilon, delta): never more steps "
+                       "than pld's exact privacy loss distribution, up to its discretisation")
+            elif accountant == "target-charging":
+                why = ("the target-charging accountant charges only q-target queries (a boundary-wrapped mechanism or "
+                       "BetweenThresholds)")
+            elif name.startswith("boundary-"):
+                why = ("as a plain step the wrapper costs (2 epsilon, 2 delta) of its inner and releases less than it: "
+                       "its plain inner is compared instead")
+            elif (name, "pld") not in compared:
+                why = "plan best has no law of this mechanism on the agreement model"
+            else:
+                why = "not compared"
+            out.append({"mechanism": name, "accountant": accountant, "why": why})
+    if "individual-charging" not in registry.run_accountant_names():
+        out.append({"mechanism": "between-thresholds", "accountant": "individual-charging",
+                    "why": f"generate does not run individual charging; {INDIVIDUAL_CHARGING_WHY}"})
+    return out
+
+
+#: Why ``plan best`` does not compare individual charging.
+INDIVIDUAL_CHARGING_WHY = (
+    "individual charging charges only the teachers each hit counts, so what a run costs depends on how often the "
+    "same teachers are counted (their overlap), which the agreement model does not give (nor whether the public "
+    "model's candidate is the shared token); `plan compare` costs it for a run shape you state, with charges spread "
+    "evenly")
+
+
+def _entry_lines(rank: int | None, entry: dict) -> list[str]:
+    """The text of one compared run: what it is, what it buys, its limits and its command."""
+    groups = entry["groups"]
+    what = (f"{entry['mechanism']} charged by {entry['accountant']}, "
+            f"{'1 group' if groups == 1 else f'{groups} groups'} of {entry['teachers_per_group']} teachers, step "
+            f"epsilon {_number(entry['step_epsilon'])}, step delta {_number(entry['step_delta'])}")
+    head = "best run: " if rank is None else f"{rank}. "
+    pad = "  " if rank is None else " " * (len(head) + 2)
+    limits = entry["limits"]
+    if "steps_per_group" in limits:
+        afford = (f"its budget affords {'at least ' if limits['capped'] else ''}{limits['steps_per_group']} charged "
+                  f"steps{' per group' if groups > 1 else ''}")
+    else:
+        afford = (f"its budget affords {limits['hits_per_group']} target hits{' per group' if groups > 1 else ''} and "
+                  f"{limits['queries']} queries{' in all' if groups > 1 else ''}")
+    lines = [
+        f"{head}{what}",
+        (f"{pad}expected private tokens {entry['expected_private_tokens']:.1f} ({entry['figure']}): "
+        f"{entry['tokens_per_epsilon']:.1f} per unit of epsilon, {entry['tokens_per_record']:.2f} per record of "
+        f"{entry['max_tokens']} tokens"),
+        f"{pad}{afford}; {entry['expected_steps']:.0f} steps expected, each releasing a private token with "
+        f"probability {entry['token_probability']:.3g}"
+        + (f" (and hitting the target with {entry['target_probability']:.3g})" if "hits_per_group" in limits else ""),
+        f"{pad}{entry['run']['command']}",
+    ]
+    return lines
+
+
+def _not_compared_lines(items: list[dict]) -> list[str]:
+    """One line per reason: the mechanisms and accountants it covers (``every run mechanism`` when it covers
+    them all)."""
+    from mechanisms import registry as mechanisms_registry
+
+    by_reason: dict = {}
+    for item in items:
+        by_reason.setdefault(item["why"], []).append((item["mechanism"], item["accountant"]))
+    every = set(mechanisms_registry.run_mechanism_names())
+    lines = []
+    for why, pairs in by_reason.items():
+        mechanisms = sorted({m for m, _ in pairs})
+        accountants = sorted({a for _, a in pairs})
+        if len(pairs) == len(mechanisms) * len(accountants):  # a product: say it once
+            who = "every run mechanism" if set(mechanisms) == every else ", ".join(mechanisms)
+            what = f"{who} under {', '.join(accountants)}"
+        else:
+            what = ", ".join(f"{m} under {a}" for m, a in pairs)
+        lines.append(f"  - {what}: {why}")
+    return lines
+
+
+def _best_assumptions(args) -> list[str]:
+    deltas = ", ".join(_number(d) for d in best_step_deltas(args.budget_delta))
+    return [
+        (f"agreement (paper Section 6, the alpha mixture): every teacher puts mass alpha = {args.alpha:g} on one shared "
+        "token and the rest on a token of its own; with coordinated votes the shared token's count is BetaBin(n, "
+        "alpha/(1-alpha), 1) and each other teacher votes for its own token, at every step independently. Real "
+        "text agrees more at some steps and less at others: the token figures hold for this model, not for your "
+        "data."),
+        ("privacy: the hits, queries and steps are the limits the printed run's own accountant puts on it at this "
+        "budget (generate stops the run there), computed by that accountant's code: no figure assumes more."),
+        ("tokens: private tokens (released by the mechanism; public fallbacks are not counted), from the "
+        "mechanisms' exact laws on the model's histograms; an 'expected value' is the expectation under the "
+        "model, a 'lower bound' is less than it: GNMax counted only where the top voted token wins outright against "
+        f"the other {args.vocab_size - 1} tokens of the vocabulary (a union bound; GNMax also releases tokens nobody "
+        "voted for), and several groups under target charging counted up to an even share each of the one query "
+        "limit they share. 'No run releases a private token' means none is expected to release one."),
+        (f"records: each record runs to --max-tokens ({args.max_tokens}); a record that stops earlier at a newline "
+        "leaves steps, and budget, unused. Without --records the run gets enough records for its budget to end it "
+        f"first with probability {RECORDS_QUANTILE:g}. With groups, generate gives the records to the groups in turn "
+        "(a group whose budget is spent drops out); the plan counts each group up to an even share of them."),
+        ("groups: --groups G (a divisor of --teachers) splits the records at random into G disjoint groups, each an "
+        "ensemble of teachers / G teachers; the run's guarantee is the largest of the groups' (parallel composition, "
+        "docs/groups.md), so each group may spend the budget while the tokens add up. Target charging shares its "
+        "query limit between the groups."),
+        (f"step parameters: each configuration's best step epsilon on the 1-2-5 grid from 1e-5 to 50 and step delta "
+        f"among {deltas} (the Gaussian ones at {_number(gaussian_step_delta(args.budget_delta))}: PLD charges a GNMax "
+        "step by its noise alone, which the step epsilon sweeps). Skipped: a step epsilon above twice the budget's, "
+        f"a budget search past the planning limit ({LIMITS['MAX_SEARCH_STEPS']:.0e} steps), a step generate would "
+        "refuse (a release threshold out of the teachers' reach), GNMax noise above twice the votes, and a step whose "
+        "charged steps alone could not beat the best found."),
+    ]
+
+
+def _run_plan_best(args: argparse.Namespace) -> int:
+    from pate_accountant import planning
+    from pate_accountant.validation import check_epsilon
+    from pate_app.run import RunInputError
+
+    _plan_no_top_plot(args)
+    _plan_call(args, check_epsilon, name="epsilon", value=args.budget_epsilon, maximum=planning.MAX_BUDGET_EPSILON,
+               why="docs/ranges.md")
+    planner = BestPlanner(budget_epsilon=args.budget_epsilon, budget_delta=args.budget_delta, relation=args.relation,
+                          alpha=args.alpha, max_tokens=args.max_tokens, records=args.records,
+                          vocab_size=args.vocab_size)
+    entries = []
+    for entry in planner.compare(args.teachers, group_counts(args.teachers)):
+        built = entry.pop("built")
+        _finish_entry(entry, args)
+        try:
+            check_best_run(entry, args.relation, built)
+        except RunInputError:  # generate would refuse it: never printed
+            continue
+        entries.append(entry)
+    ranking, seen = [], set()
+    for entry in entries:  # the best of each (mechanism, accountant), best first
+        if (entry["mechanism"], entry["accountant"]) not in seen:
+            seen.add((entry["mechanism"], entry["accountant"]))
+            ranking.append(entry)
+    fits = bool(ranking) and ranking[0]["expected_private_tokens"] >= 1.0
+    payload = {
+        "command": "plan best", "teachers": args.teachers, "alpha": args.alpha,
+        "budget": {"epsilon": args.budget_epsilon, "delta": args.budget_delta}, "relation": args.relation,
+        "records": args.records, "max_tokens": args.max_tokens, "vocab_size": args.vocab_size, "fits": fits,
+        "best": ranking[0] if fits else None, "runners_up": ranking[1:1 + args.runners_up] if fits else [],
+        "configurations": entries, "needed_teachers": None, "with_needed_teachers": None,
+        "not_compared": _not_compared(planner, entries), "assumptions": _best_assumptions(args),
+    }
+    if not fits:
+        m = needed_teachers(planner, args.teachers)
+        payload["needed_teachers"] = m
+        if m is not None:
+            for entry in planner.compare(m, (1,)):
+                built = entry.pop("built")
+                _finish_entry(entry, args)
+                try:
+                    check_best_run(entry, args.relation, built)
+                except RunInputError:
+                    continue
+                payload["with_needed_teachers"] = entry
+                break
+    if args.json:
+        print_json(payload)
+        return 0
+    print(f"plan best: {args.teachers} teachers, agreement alpha {args.alpha:g}, budget (epsilon "
+          f"{args.budget_epsilon:g}, delta {args.budget_delta:g}), {args.relation}, "
+          + (f"{args.records} records" if args.records is not None else "records as the budget needs")
+          + f" of at most {args.max_tokens} tokens")
+    if fits:
+        for line in _entry_lines(None, ranking[0]):
+            print(line)
+        if payload["runners_up"]:
+            print("runners-up:")
+            for rank, entry in enumerate(payload["runners_up"], start=2):
+                for line in _entry_lines(rank, entry):
+                    print(f"  {line}")
+    else:
+        m = payload["needed_teachers"]
+        if m is None:
+            print(f"no run releases a private token at this budget with {args.teachers} teachers; no number of "
+                  f"teachers up to {planning.MAX_PLAN_TEACHERS} does at agreement alpha {args.alpha:g}: raise the budget")
+        else:
+            print(f"no run releases a private token at this budget with {args.teachers} teachers; you need about {m}")
+            print(f"(every run compared is expected to release less than one private token at agreement alpha "
+                  f"{args.alpha:g})")
+            if payload["with_needed_teachers"] is not None:
+                print(f"with {m} teachers (one group) the best run is expected to release "
+                      f"{payload['with_needed_teachers']['expected_private_tokens']:.1f} private tokens:")
+                for line in _entry_lines(None, payload["with_needed_teachers"])[1:]:
+                    print(line)
+    print("not compared:")
+    for line in _not_compared_lines(payload["not_compared"]):
+        print(line)
+    print("assumptions:")
+    for item in payload["assumptions"]:
+        print(f"  - {item}")
+    return 0
+
+
+def _finish_entry(entry: dict, args) -> None:
+    """The figures derived from an entry, and its ``generate`` command."""
+    entry["budget"] = {"epsilon": args.budget_epsilon, "delta": args.budget_delta}
+    entry["relation"] = args.relation
+    entry["tokens_per_epsilon"] = entry["expected_private_tokens"] / args.budget_epsilon
+    entry["tokens_per_record"] = entry["max_tokens"] * entry["token_probability"]
+    argv = best_run_argv(entry, args.relation)
+    entry["run"] = {"command": " ".join(argv), "argv": argv, "placeholders": RUN_PLACEHOLDERS}
