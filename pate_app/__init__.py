@@ -32,7 +32,7 @@ COMMANDS = {
 #: Each command's one-line help (its module's ``HELP``; a test keeps the two equal).
 COMMAND_HELP = {
     "demo": "generate a few synthetic records privately from the bundled sample on the embedded model",
-    "generate": "generate synthetic records privately from a Dolly-format JSONL file on a local model",
+    "generate": "generate synthetic records privately from your records (JSON lines, JSON or CSV) on a local model",
     "plan": "answer budget questions before a run (target hits, yields, teachers, accounting, margin)",
     "audit": "verify a privacy ledger and print the budget it spent",
     "sign": "verify a ledger and append a signed checkpoint of its head",
@@ -47,6 +47,7 @@ EXPERIMENTS = {
     "planet-z": "pate_app.experiments.planet_z",
     "instructions": "pate_app.experiments.instructions",
     "end-to-end": "pate_app.experiments.end_to_end",
+    "tokens-per-epsilon": "pate_app.experiments.tokens_per_epsilon",
 }
 
 __all__ = ["COMMANDS", "COMMAND_HELP", "EXPERIMENTS", "load_module"]

@@ -29,10 +29,13 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import ipaddress
+import math
 import re
+import signal
 import socket
 import sqlite3
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -50,7 +53,7 @@ from ensembles.data import partition_records, split_by_label, teacher_prompts
 from ensembles.public_prior import as_public_mix, as_public_support
 from ensembles.templates import INSTRUCTIONS, PromptTemplate
 from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable
-from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedSampling
+from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedSampling, GaussianNoisyArgMax
 from mechanisms import registry as mechanisms_registry
 from pate_accountant import __version__
 from pate_accountant import registry as accountants_registry
@@ -65,6 +68,7 @@ from pate_accountant.errors import PateAccountantError, UnsupportedEventError
 from pate_accountant.ledger import Ledger, describe_mechanism
 from pate_accountant.ledger_home import LedgerHome, dataset_fingerprint
 from pate_app.library_output import quiet_libraries
+from pate_app.records_out import RecordsOut, check_out_path
 from pate_app.options import DEFAULT_RAY_TIMEOUT
 
 __all__ = [
@@ -172,6 +176,29 @@ def check_reachable(mechanism, num_teachers: int) -> None:
             check_between_thresholds_reachable(inner, n)
         except ValueError as exc:
             raise RunInputError(str(exc)) from None
+
+
+def release_rule(mechanism, num_teachers: int) -> str:
+    """When the mechanism releases a token, in words, for the run header (public: the mechanism's parameters and
+    the configured teachers ``n``)."""
+    inner = mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
+    n = int(num_teachers)
+    if isinstance(inner, DPArgMax):
+        need = math.floor(n / 2 + int(inner.error_bound)) + 1
+        return (f"a token needs a noisy count above n/2 + L = {n / 2:g} + {int(inner.error_bound)}, i.e. about {need} of "
+                f"{n} votes")
+    if isinstance(inner, DPWeightedSampling):
+        return (f"a voted token is kept surely with 2L = {2 * int(inner.error_bound)} of {n} votes, by chance with "
+                "fewer")
+    if isinstance(inner, BetweenThresholds):
+        return (f"the public model's token is released when a noisy count of the teachers included at a random rate "
+                f"who vote it is at least {inner.low} (free from {inner.high})")
+    threshold = getattr(inner, "threshold", None)
+    if isinstance(inner, GaussianNoisyArgMax) and threshold is not None:
+        return f"a token needs a noisy count of at least {threshold} of {n} votes (Gaussian noise)"
+    if isinstance(inner, GaussianNoisyArgMax):
+        return "the token with the largest noisy count is released at every step (Gaussian noise, no threshold)"
+    return type(inner).__name__
 
 
 def check_groups(groups, num_teachers: int, accountant_name: str) -> int:
@@ -499,10 +526,13 @@ def private_run(
     labels=None,
     public_mix: float = 0.0,
     public_top_k: int | None = None,
+    out_path=None,
+    keep_partial: bool = False,
 ) -> dict:
     """Run private generation end to end and return a JSON-able result (module docstring).
 
-    ``model``: a local model folder, ``.gguf`` file or folder holding one; ``records``: Dolly-format dicts;
+    ``model``: a local model folder, ``.gguf`` file or folder holding one; ``records``: dicts with the fields the ``template``
+    shows (Dolly-format, or ``{"text", "label"}`` from :func:`ensembles.data.load_records`);
     ``ledger_path``: the data set's ledger (created if missing, appended to if it exists); ``None``: the one
     the ledger home ``ledger_home`` (a :class:`~pate_accountant.ledger_home.LedgerHome` or its folder; default
     the user's) keeps for these records, found by their fingerprint.  A ``ledger_path`` other than the one the
@@ -536,6 +566,13 @@ def private_run(
     the public model is the same model given only the open slot and the released tokens): data-independent, so
     free; recorded in the run metadata.
 
+    ``out_path``: a new file (JSON lines, or CSV by its name) that gets each record as it finishes
+    (:mod:`pate_app.records_out`); a record the budget cut short only with ``keep_partial``.
+
+    Interrupts: the first Ctrl-C (SIGINT, in the main thread) stops the run at the next step boundary, keeping
+    every finished record and the charges made; the result then says ``"interrupted": true``.  A second one
+    interrupts at once.
+
     ``signing_key``: an Ed25519 private key file (:mod:`pate_accountant.checkpoints`); when given, a run whose
     ledger verifies ends with a signed checkpoint of its head appended to ``checkpoints`` (default
     ``LEDGER.checkpoints.jsonl``).  The key is loaded before anything is written.
@@ -557,6 +594,10 @@ def private_run(
         raise RunInputError(f"--dataset must be a printable name of 1 to 200 characters, got {dataset!r}")
     budget = (float(epsilon), float(delta))
     template = INSTRUCTIONS if template is None else template
+    try:
+        out_file = None if out_path is None else check_out_path(out_path)
+    except ValueError as exc:
+        raise RunInputError(str(exc)) from None
     try:
         as_public_mix(public_mix), as_public_support(public_top_k)
     except (TypeError, ValueError) as exc:
@@ -629,6 +670,7 @@ def private_run(
                 "command": command,
                 "mechanism": describe_mechanism(mech),
                 "mechanism_name": mechanism,
+                "release_rule": release_rule(mech, group_teachers),
                 "accountant": accountant,
                 "budget": {"epsilon": budget[0], "delta": budget[1]},
                 "seeded": seed is not None,
@@ -674,7 +716,21 @@ def private_run(
                 temperature=temperature, public_mix=public_mix, public_support=public_top_k,
             ) for group_acct in accountants]
             bar = RunProgress(num_records, progress)
-            out_records, storage_error = [], None
+            out_records, storage_error, interrupted = [], None, False
+            writer = None
+            if out_file is not None:
+                writer = RecordsOut(out_file, labels=labels is not None, keep_partial=keep_partial)
+                try:
+                    writer.open()
+                except OSError as exc:
+                    raise RunInputError(f"--out {str(out_file)!r}: cannot create it: {exc.strerror or exc}") from None
+                stack.callback(writer.close)
+            stop = stack.enter_context(_StopOnInterrupt())
+
+            def on_step(outcome: str) -> None:
+                bar.step(outcome)
+                stop.check()  # a Ctrl-C: stop here, after this step's charge
+
             try:
                 active = list(range(groups))  # groups whose budget is not spent, taken in turn
                 while len(out_records) < num_records and active:
@@ -683,13 +739,14 @@ def private_run(
                     shared_prefix, prompts = ensembles[g]
                     result = generators[g].generate(prompts, shared_prefix=shared_prefix, rng=rng,
                                                     mechanism_rng=rng if seed is not None else None,
-                                                    on_step=bar.step)
+                                                    on_step=on_step)
                     counts = result.outcome_counts()
                     out_records.append({
                         "text": result.text.strip(),
                         **({"group": g} if groups > 1 else {}),
                         **({"label": labels[g]} if labels is not None else {}),
                         "stop_reason": result.stop_reason,
+                        "complete": result.stop_reason != "budget",
                         "num_tokens": len(result.token_ids),
                         "charged_runs": result.num_charged_runs,
                         "outcomes": counts,
@@ -697,8 +754,13 @@ def private_run(
                         "fallback_tokens": counts.get("fallback", 0),
                     })
                     bar.record_ends()
+                    if writer is not None:
+                        writer.write(out_records[-1])
                     if result.stop_reason == "budget":
                         active.remove(g)
+                    stop.check()  # a Ctrl-C between records
+            except _Interrupted:
+                interrupted = True  # the record under way is dropped; its charges stay in the ledger
             except sqlite3.Error as exc:
                 # The ledger could not take a charge (a full disk, a file made read-only meanwhile): the failed
                 # charge released nothing (the accountant raised before its mechanism's output left), so the run
@@ -708,6 +770,10 @@ def private_run(
             finally:
                 bar.close()
             spent = tuple(float(x) for x in acct.spent())
+            try:  # whether the data set's budget pays for one more step of this mechanism (a next run)
+                another_step = bool(acct.can_afford(mech.event))
+            except (PateAccountantError, sqlite3.Error):
+                another_step = False
             heads = ledger.head_record  # rows, head hash, runs and run head hash, read together
             run_rows = sum(1 for row in ledger.rows() if row.run == run_id)
             verdict = ledger.verify()
@@ -726,11 +792,20 @@ def private_run(
     except sqlite3.Error:  # closing checkpoints the write-ahead log; on a full disk its rows stay in the log,
         pass  # where the next open of the ledger finds them
 
+    complete = sum(1 for r in out_records if r["complete"])
+    cut = len(out_records) - complete
     return {
         "command": command,
         "records": out_records,
+        "summary": {"requested": num_records, "complete": complete, "cut_by_budget": cut,
+                    "missing": num_records - complete - cut},
+        "interrupted": interrupted,
+        "out": None if out_file is None else {"path": str(out_file), "written": writer.written,
+                                              "keep_partial": bool(keep_partial)},
         "spent": {"epsilon": spent[0], "delta": spent[1]},
         "spent_before": {"epsilon": spent_before[0], "delta": spent_before[1]},
+        "remaining": {"epsilon": max(0.0, budget[0] - spent[0]), "delta": max(0.0, budget[1] - spent[1]),
+                      "another_step": another_step},
         "budget": {"epsilon": budget[0], "delta": budget[1]},
         "within_budget": bool(spent[0] <= budget[0] * (1 + 1e-9) and spent[1] <= budget[1] * (1 + 1e-9)),
         "charged_runs": sum(r["charged_runs"] for r in out_records),
@@ -751,6 +826,38 @@ def private_run(
         "parameters": metadata,
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
+
+
+class _Interrupted(Exception):
+    """Raised at a step boundary after a Ctrl-C (:class:`_StopOnInterrupt`)."""
+
+
+class _StopOnInterrupt:
+    """While a run generates: the first SIGINT only asks the run to stop at the next step boundary (the run
+    calls :meth:`check` there); a second one interrupts at once.  Does nothing outside the main thread."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def check(self) -> None:
+        if self.requested:
+            raise _Interrupted
+
+    def __exit__(self, *exc_info):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        return False
 
 
 def _first_line(exc: BaseException) -> str:

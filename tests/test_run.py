@@ -1020,3 +1020,58 @@ def test_the_public_prior_options_run_and_are_recorded(model_dir, tmp_path, caps
         [r["text"] for r in mixed["records"]] != [r["text"] for r in plain["records"]]
     assert main(_generate_argv(model_dir, data, tmp_path / "bad.sqlite", "--public-mix", "1.5")) == 2
     assert "argument --public-mix: must be a number in [0, 1], got 1.5" in capsys.readouterr().err
+
+
+def test_out_file_keeps_finished_records_and_marks_a_budget_cut(model_dir, tmp_path, capsys):
+    """Issue 24, item 3: --out gets each finished record as a JSON line (text, token counts, stop reason,
+    complete); a record the budget cut is left out unless --keep-partial; the summary says it in words; an
+    existing --out file is refused before anything is charged."""
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    out, ledger = tmp_path / "synthetic.jsonl", tmp_path / "out.sqlite"
+    argv = _generate_argv(model_dir, data, ledger, "--out", str(out), "--records", "3", "--max-tokens", "6",
+                          "--budget-epsilon", "72")  # nine steps of epsilon 8: the second record is cut
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 1 and lines[0]["complete"] is True
+    assert set(lines[0]) == {"text", "complete", "private_tokens", "public_tokens", "num_tokens", "stop_reason"}
+    assert "1 of 3 requested records; 1 cut by the budget; 1 missing; 1 record written to" in text
+    assert "remaining   : spent: no budget left" in text
+    assert MARKER not in out.read_text()
+    before = _ledger_content(ledger)
+    assert main(argv) == 2  # the file exists: refused before the ledger is touched
+    assert "already exists" in capsys.readouterr().err and _ledger_content(ledger) == before
+    partial = tmp_path / "partial.csv"
+    argv = _generate_argv(model_dir, data, tmp_path / "p.sqlite", "--out", str(partial), "--keep-partial",
+                          "--records", "3", "--max-tokens", "6", "--budget-epsilon", "72", "--json")
+    argv[argv.index("--ledger") + 1] = str(ledger)  # one data set, one ledger: its budget is spent now
+    assert main(argv) == 2
+    assert "cannot pay for another step" in capsys.readouterr().err and not partial.exists()
+
+
+def test_ctrl_c_stops_at_a_step_boundary_and_keeps_the_finished_records(model_dir, tmp_path, capsys, monkeypatch):
+    """Issue 24, item 3: a Ctrl-C after the first record stops the run at the next step boundary; the finished
+    record is in --out, the ledger audits with every charge made, and the command exits 130 with one line."""
+    import signal
+
+    from pate_app.run import RunProgress
+
+    data, out, ledger = tmp_path / "data.jsonl", tmp_path / "kept.jsonl", tmp_path / "ctrl-c.sqlite"
+    _write_jsonl(data, _records(8))
+    ends = RunProgress.record_ends
+
+    def record_ends(self):
+        ends(self)
+        signal.raise_signal(signal.SIGINT)  # the user presses Ctrl-C as the first record finishes
+
+    monkeypatch.setattr(RunProgress, "record_ends", record_ends)
+    assert main(_generate_argv(model_dir, data, ledger, "--out", str(out), "--records", "3")) == 130
+    captured = capsys.readouterr()
+    assert len(out.read_text().splitlines()) == 1
+    last = captured.err.strip().splitlines()[-1]
+    assert last.startswith("generate: interrupted: stopped at a step boundary; 1 of 3 requested records")
+    assert "audit OK" in last
+    with Ledger.open(str(ledger), read_only=True) as opened:
+        assert opened.verify().ok
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back

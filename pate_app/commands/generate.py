@@ -1,4 +1,4 @@
-"""``pate-accountant generate``: synthetic records generated privately from a Dolly-format file on a local
+"""``pate-accountant generate``: synthetic records generated privately from your records (JSON lines, JSON or CSV) on a local
 model (the embedded SmolLM2 by default), charged to the data set's ledger and audited (docs/demo.md)."""
 
 from __future__ import annotations

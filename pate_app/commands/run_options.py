@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import sys
 
 from pate_app.options import (
     BUDGET_DELTA_HELP,
@@ -85,6 +86,12 @@ def add_run_options(p) -> None:
                         "(default: no signature; docs/ledger.md)")
     p.add_argument("--checkpoints", metavar="FILE", default=None,
                    help="where --signing-key appends the checkpoint (default LEDGER.checkpoints.jsonl)")
+    p.add_argument("--out", metavar="FILE", default=None,
+                   help="write the synthetic records to FILE, a new file: JSON lines, or CSV when the name ends in "
+                        ".csv; each record as it finishes, with its label, token counts and stop reason "
+                        "(docs/data.md)")
+    p.add_argument("--keep-partial", action="store_true",
+                   help="also write a record the budget cut short (marked complete: false)")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     p.add_argument("--no-progress", action="store_true", help="do not show the progress bar (stderr)")
     add_verbose_option(p)
@@ -125,6 +132,7 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
                 model_label=model_label, data_label=data_label, dataset=dataset, signing_key=args.signing_key,
                 checkpoints=args.checkpoints, public_records=public_records, groups=args.groups,
                 template=template, labels=labels, public_mix=args.public_mix, public_top_k=args.public_top_k,
+                out_path=args.out, keep_partial=args.keep_partial,
             )
     except RunInputError as exc:
         args.parser.error(str(exc))
@@ -132,25 +140,37 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
         args.parser.error(f"argument --model: {exc}" if command == "generate" else str(exc))
     led = result["ledger"]
     ok = result["audit"]["ok"] and led["checkpoint_error"] is None and led["write_error"] is None
+    status = INTERRUPTED if result["interrupted"] else 0 if ok else 1
     if args.json:
         print_json(result)
-        return 0 if ok else 1
+        return status
     p = result["parameters"]
     teachers = (f"{p['num_teachers']} teachers" if p["groups"] == 1 else
                 f"{p['num_teachers']} teachers in {p['groups']} groups of {p['teachers_per_group']}")
     print(f"{command}: {teachers}, data set {p['dataset']!r} ({p['data']}), "
           f"model {p['model']}, {p['mechanism_name']} (step epsilon {args.step_epsilon:g}, delta "
           f"{args.step_delta:g}), {p['accountant']} accountant, {'seeded' if p['seeded'] else 'OS entropy'}")
+    print(f"release     : {p['release_rule']}")
     for i, record in enumerate(result["records"], start=1):
         group = (f" ({record['label']})" if "label" in record else
                  f" (group {record['group']})" if "group" in record else "")
-        print(f"  record {i}{group}: {record['text']!r}")
-        print(f"            {record['num_tokens']} tokens: {record['private_tokens']} private, "
-              f"{record['fallback_tokens']} public fallbacks; stop: {record['stop_reason']}")
+        text = "\n              ".join(record["text"].splitlines()) or "(empty)"
+        print(f"  record {i}{group}: {text}")
+        cut = "" if record["complete"] else ", cut short by the budget"
+        print(f"            {plural(record['num_tokens'], 'token')}: {record['private_tokens']} private, "
+              f"{record['fallback_tokens']} public fallback{'' if record['fallback_tokens'] == 1 else 's'}; stop: "
+              f"{record['stop_reason']}{cut}")
+    print(f"records     : {records_sentence(result)}")
     s, b, before = result["spent"], result["budget"], result["spent_before"]
     print(f"spent       : epsilon {s['epsilon']:.6g}, delta {s['delta']:.3g} of the data set's budget epsilon "
           f"{b['epsilon']:g}, delta {b['delta']:g} ({result['charged_runs']} charged runs in this run; epsilon "
           f"{before['epsilon']:.6g} was spent before it)")
+    r = result["remaining"]
+    if r["another_step"]:
+        print(f"remaining   : epsilon {r['epsilon']:.6g}, delta {r['delta']:.3g} of the data set's budget")
+    else:
+        print("remaining   : spent: no budget left for another step of this mechanism (the budget was fixed when "
+              "the ledger was created)")
     print(f"ledger      : {led['path']} ({led['rows']} rows; run {led['run']} of {led['runs']}"
           f"{', appended' if led['appended'] else ', new'})")
     print(f"head        : {led['head_hash']} ({led['rows']} rows; runs head {led['run_head_hash']}, {led['runs']} runs)")
@@ -168,4 +188,28 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
     audit = result["audit"]
     print(f"audit       : {'OK' if audit['ok'] else 'FAILED'}: {audit['message']}")
     print(f"wall time   : {result['wall_seconds']:.1f} s")
-    return 0 if ok else 1
+    if result["interrupted"]:
+        print(f"{command}: interrupted: stopped at a step boundary; {records_sentence(result)}; every charge made is in "
+              f"the ledger (audit {'OK' if audit['ok'] else 'FAILED'})", file=sys.stderr)
+    return status
+
+
+#: The exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 record``, ``2 records``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def records_sentence(result: dict) -> str:
+    """What the run produced, in words: ``2 of 3 requested records; 1 cut by the budget; 0 missing`` (and
+    where they were written)."""
+    s = result["summary"]
+    text = (f"{s['complete']} of {plural(s['requested'], 'requested record')}; {s['cut_by_budget']} cut by the "
+            f"budget; {s['missing']} missing")
+    out = result.get("out")
+    if out is not None:
+        text += f"; {plural(out['written'], 'record')} written to {out['path']}"
+    return text
