@@ -28,6 +28,14 @@ class Parser(argparse.ArgumentParser):
                     args[i] = spellings[old] + eq + value
         return super().parse_known_args(args, namespace)
 
+    def error(self, message: str):
+        """A usage error is one line naming the option and the value, then where to read more (exit status 2):
+        argparse's whole usage block buried that line.  A missing or unknown command still gets the usage, which
+        is then the useful part."""
+        if "invalid choice" in message or "COMMAND" in message or "EXPERIMENT" in message:  # which command
+            self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` for the options)\n")
+
 
 def add_option(parser, name: str, *deprecated: str, **kwargs):
     """``parser.add_argument(name, **kwargs)`` that also accepts the ``deprecated`` spellings for one release

@@ -138,10 +138,31 @@ def check_inputs(records, num_teachers: int, mechanism, accountant_name: str, bu
     try:
         affordable = probe.can_afford(mechanism.event)
     except PateAccountantError as exc:
-        raise RunInputError(f"accountant {accountant_name} cannot account for this mechanism: {exc}") from None
+        takes = mechanisms_for(accountant_name, mechanism, num_teachers)
+        remedy = f" (it takes --mechanism {', '.join(takes)})" if takes else ""
+        raise RunInputError(f"accountant {accountant_name} cannot account for this mechanism: {exc}{remedy}") from None
     if not affordable:
         raise RunInputError(f"the budget (epsilon {budget[0]:g}, delta {budget[1]:g}) cannot pay for a single "
                             f"step of this mechanism under the {accountant_name} accountant")
+
+
+def mechanisms_for(accountant_name: str, mechanism, num_teachers: int) -> list[str]:
+    """The run mechanisms (at ``mechanism``'s step epsilon, delta and relation) whose events the accountant
+    ``accountant_name`` accounts for, budget aside: the remedy a refusal names."""
+    inner = mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
+    epsilon = getattr(inner, "epsilon", 1.0)
+    delta = getattr(inner, "delta", None) or 1e-6
+    relation = getattr(mechanism.event, "relation", None) or "replace-one"
+    takes = []
+    for name in mechanisms_registry.run_mechanism_names():
+        try:
+            candidate = mechanisms_registry.build_mechanism(name, epsilon, delta, relation, num_teachers=num_teachers)
+            accountant = build_accountant(accountant_name, None, mechanism=candidate, num_teachers=num_teachers)
+            accountant.can_afford(candidate.event)
+        except (PateAccountantError, RunInputError, TypeError, ValueError):
+            continue
+        takes.append(name)
+    return takes
 
 
 def check_reachable(mechanism, num_teachers: int) -> None:
@@ -257,7 +278,9 @@ def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budge
             acct = build_accountant(accountant_name, budget, ledger, mechanism=mechanism,
                                     num_teachers=num_teachers)
         except RunInputError as exc:
-            raise RunInputError(f"{where} is kept by another accountant or budget: {exc}") from None
+            fixed = (" (a data set's budget is fixed when its ledger is created: run with the ledger's budget, shown "
+                     f"by `pate-accountant audit {path}`)") if "budget" in str(exc) else ""
+            raise RunInputError(f"{where} is kept by another accountant or budget: {exc}{fixed}") from None
         except PateAccountantError as exc:
             raise RunInputError(f"{where}: {exc}") from None
         _check_affords(acct, mechanism, where, dataset, budget)

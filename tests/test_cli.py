@@ -180,6 +180,15 @@ def test_missing_or_unknown_command_is_a_usage_error(capsys, argv):
     assert "usage:" in capsys.readouterr().err
 
 
+def test_an_argument_error_is_one_line_and_the_help_hint(capsys):
+    """Issue 24, item 4: a bad option value is one line naming the option and the value, and where to read more,
+    not argparse's whole usage block."""
+    assert main(["plan", "yields", "--eps0", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "argument --eps0" in err[0] and "-1" in err[0]
+    assert err[0].endswith("(`pate-accountant plan yields --help` for the options)")
+
+
 def test_help_returns_zero(capsys):
     assert main(["experiment", "histograms", "--help"]) == 0
     assert "--common-size" in capsys.readouterr().out

@@ -99,7 +99,7 @@ def test_old_spellings_still_work_and_warn(capsys):
 def test_a_missing_budget_names_the_new_option(capsys):
     assert main(["generate", "--data", "bundled", "--ledger", "x.sqlite", "--budget-delta", "1e-5"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.endswith("the following arguments are required: --budget-epsilon")
+    assert "error: the following arguments are required: --budget-epsilon (`" in last
 
 
 def test_generate_defaults_are_shown_in_help(capsys):

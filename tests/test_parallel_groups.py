@@ -366,3 +366,17 @@ def test_a_group_is_refused_before_running_when_a_miss_could_not_be_paid():
     with pytest.raises(BudgetExhaustedError):  # registration itself refuses: not one query is affordable
         groups[1].register(mechanism)
     assert not calls
+
+
+def test_audit_prints_the_remaining_budget(tmp_path, capsys):
+    from pate_accountant.cli import main
+
+    path = tmp_path / "left.sqlite"
+    with Ledger.open(path) as ledger:
+        BasicCompositionAccountant(budget=(1.0, DELTA), ledger=ledger).compose(E1, 4)
+    assert main(["audit", str(path)]) == 0
+    assert "remaining   : epsilon 0.6, delta 9.96e-07" in capsys.readouterr().out  # 4 x (0.1, 1e-9) spent
+    with Ledger.open(path) as ledger:
+        BasicCompositionAccountant(budget=(1.0, DELTA), ledger=ledger).compose(E1, 6)
+    assert main(["audit", str(path)]) == 0
+    assert "remaining   : spent: no budget left" in capsys.readouterr().out

@@ -203,6 +203,11 @@ def main(args: argparse.Namespace) -> int:
             print(f"queries     : {result.queries} with an outcome, {result.hits} target hits")
         print(f"spent       : {spent}{'' if chain_ok or result.spent is None else ' (up to the first bad row)'}")
         print(f"budget      : {budget}")
+        if result.budget is not None and result.spent is not None:
+            left = (max(0.0, result.budget[0] - result.spent[0]), max(0.0, result.budget[1] - result.spent[1]))
+            some = left[0] > 1e-12 * result.budget[0] and left[1] > 1e-12 * result.budget[1]  # not float dust
+            print(f"remaining   : epsilon {left[0]:.6g}, delta {left[1]:.3g}" if some else
+                  "remaining   : spent: no budget left")
         if result.run_metadata is not None:
             print("metadata    :")
             for line in metadata_lines(result.run_metadata, "  "):

@@ -151,6 +151,10 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
           f"model {p['model']}, {p['mechanism_name']} (step epsilon {args.step_epsilon:g}, delta "
           f"{args.step_delta:g}), {p['accountant']} accountant, {'seeded' if p['seeded'] else 'OS entropy'}")
     print(f"release     : {p['release_rule']}")
+    if command == "demo":
+        print("note        : the demo's epsilon illustrates the pipeline at a CPU-sized ensemble of a few dozen "
+              "teachers; it is not a meaningful privacy level. `pate-accountant plan best --teachers N --alpha A` "
+              "plans a meaningful one for your data (docs/planning.md)")
     for i, record in enumerate(result["records"], start=1):
         group = (f" ({record['label']})" if "label" in record else
                  f" (group {record['group']})" if "group" in record else "")
