@@ -257,7 +257,13 @@ class AggregationStep(abc.ABC):
 class HistogramAggregation(AggregationStep):
     """The paper's ensemble sampler ``M = A o H`` (Section 4.3): the histogram of all active teachers' votes
     goes to the mechanism ``A`` through ``accountant.register`` (check, run, record); a token is released
-    unless ``A`` fails or hits its target (a boundary wrapper's target releases nothing)."""
+    unless ``A`` fails or hits its target (a boundary wrapper's target releases nothing).
+
+    Under a public support (``prior.support``, ``k`` tokens) the mechanism runs on the histogram over the
+    support alone, votes outside it counted as the tail: a mechanism that adds noise to every count (GNMax)
+    then adds it to ``k`` counts, not to the whole vocabulary, and can only release a token of the support.
+    The support is public, so this is the same mechanism on a relabelled, smaller histogram: one teacher's
+    change still moves one vote by one, and the events do not depend on the number of tokens."""
 
     def __init__(self, mechanism, accountant, vocab_size: int):
         self.mechanism, self.accountant, self.vocab_size = mechanism, accountant, vocab_size
@@ -267,9 +273,25 @@ class HistogramAggregation(AggregationStep):
         self._run = self.accountant.register(self.mechanism)  # BudgetExhaustedError: not one run affordable
 
     def run(self, votes, active, rng, secret, prior=None):
-        release = self._run(VoteHistogram.from_votes(votes, self.vocab_size), rng=secret.mechanism)
-        token = None if (release.failed or release.target_hit) else int(release.value)
+        support = None if prior is None else prior.support
+        if support is None:
+            release = self._run(VoteHistogram.from_votes(votes, self.vocab_size), rng=secret.mechanism)
+            token = None if (release.failed or release.target_hit) else int(release.value)
+            return StepOutcome(release, token)
+        release = self._run(VoteHistogram.from_votes(support_votes(votes, support), len(support)),
+                            rng=secret.mechanism)
+        token = None if (release.failed or release.target_hit) else int(support[int(release.value)])
         return StepOutcome(release, token)
+
+
+def support_votes(votes: np.ndarray, support: np.ndarray) -> np.ndarray:
+    """``votes`` relabelled to positions in the sorted public ``support``; a vote outside it (or a tail vote)
+    becomes ``TAIL_VOTE``."""
+    votes = np.asarray(votes)
+    positions = np.searchsorted(support, votes)
+    clipped = np.minimum(positions, len(support) - 1)
+    inside = (votes != TAIL_VOTE) & (support[clipped] == votes)
+    return np.where(inside, clipped, TAIL_VOTE).astype(np.int64)
 
 
 class IndividualChargingAggregation(AggregationStep):

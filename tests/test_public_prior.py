@@ -559,3 +559,36 @@ def test_device_kernel_checks_its_prior():
         device_votes(logits, StepKey(1), public={"mix": 0.5})
     with pytest.raises(ValueError, match="the public prior is over 4 tokens, the teachers over 5"):
         device_votes(logits, StepKey(1), public=PublicPrior(np.full(4, 0.25), mix=0.5))
+
+
+@pytest.mark.parametrize("name", ["gaussian-argmax", "gaussian-threshold-argmax"])
+def test_gnmax_under_a_support_noises_and_releases_only_the_support(name):
+    """Under a public support the step runs the mechanism on the histogram over the support alone (tail
+    outside): GNMax adds noise to k counts, not to the vocabulary, so every private token lies in its step's
+    support, at the same charge per step.  Without the support the same (very noisy) GNMax releases tokens
+    outside it: the check has teeth."""
+    from pate_app.run import build_mechanism
+
+    def run(support):
+        seen = []
+
+        class Recording(ToyBackend):
+            def votes(self, key, **kwargs):
+                prior = kwargs.get("public")
+                seen.append(None if prior is None else set(prior.support.tolist()))
+                return super().votes(key, **kwargs)
+
+        mechanism = build_mechanism(name, 0.05, 1e-6, num_teachers=40)  # sigma of dozens of votes: noise wins
+        acc = BasicCompositionAccountant()
+        gen = PrivateGenerator(Recording(varied, VOCAB), mechanism, acc, max_tokens=12, fallback="public",
+                               public_backend=ToyBackend(public_chain, VOCAB), public_prompt="on",
+                               public_support=support, seed=2)
+        result = gen.generate(prompts(40), mechanism_rng=np.random.default_rng(2))
+        assert acc.spent()[0] == pytest.approx(mechanism.event.epsilon * result.num_charged_runs)
+        return [(step.token, allowed) for step, allowed in zip(result.steps, seen, strict=True)
+                if step.outcome == "token"]
+
+    supported = run(2)
+    assert supported and all(token in allowed for token, allowed in supported)
+    public_top2 = {W["the"], W["cat"], W["sat"], W["on"]}  # the chain's words: each step's top 2 lie among them
+    assert any(token not in public_top2 for token, _ in run(None))
