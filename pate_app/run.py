@@ -770,7 +770,7 @@ def private_run(
                         **({"label": labels[g]} if labels is not None else {}),
                         "stop_reason": result.stop_reason,
                         "complete": result.stop_reason != "budget",
-                        "num_tokens": len(result.token_ids),
+                        "num_tokens": counts.get("token", 0) + counts.get("fallback", 0),  # end of text included
                         "charged_runs": result.num_charged_runs,
                         "outcomes": counts,
                         "private_tokens": counts.get("token", 0),
