@@ -50,7 +50,17 @@ EXPERIMENTS = {
     "tokens-per-epsilon": "pate_app.experiments.tokens_per_epsilon",
 }
 
-__all__ = ["COMMANDS", "COMMAND_HELP", "EXPERIMENTS", "load_module"]
+__all__ = ["COMMANDS", "COMMAND_HELP", "EXPERIMENTS", "RunSpec", "load_module", "synthesize"]
+
+
+def __getattr__(name: str):
+    """``pate_app.RunSpec`` and ``pate_app.synthesize`` (:mod:`pate_app.spec`), imported when first used, so that
+    the command line's ``--help`` stays fast."""
+    if name in ("RunSpec", "synthesize"):
+        from pate_app import spec
+
+        return getattr(spec, name)
+    raise AttributeError(f"module 'pate_app' has no attribute {name!r}")
 
 
 def load_module(kind: str, table: dict, name: str, required: tuple):

@@ -551,6 +551,7 @@ def private_run(
     public_top_k: int | None = None,
     out_path=None,
     keep_partial: bool = False,
+    spec: dict | None = None,
 ) -> dict:
     """Run private generation end to end and return a JSON-able result (module docstring).
 
@@ -595,6 +596,9 @@ def private_run(
     Interrupts: the first Ctrl-C (SIGINT, in the main thread) stops the run at the next step boundary, keeping
     every finished record and the charges made; the result then says ``"interrupted": true``.  A second one
     interrupts at once.
+
+    ``spec``: the shareable part of the run's :class:`~pate_app.spec.RunSpec` (``RunSpec.shareable()``), kept in
+    the run metadata and echoed in the result.
 
     ``signing_key``: an Ed25519 private key file (:mod:`pate_accountant.checkpoints`); when given, a run whose
     ledger verifies ends with a signed checkpoint of its head appended to ``checkpoints`` (default
@@ -718,6 +722,7 @@ def private_run(
                 "stop": template.stop,
                 "workers": workers,
                 "executor": "ray" if ray_address is not None else "in-process",
+                **({"spec": spec} if spec is not None else {}),
             }
 
             if seed is not None:
@@ -847,6 +852,7 @@ def private_run(
             "head_hash": verdict.head_hash,
         },
         "parameters": metadata,
+        "spec": spec,
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
 

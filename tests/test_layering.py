@@ -100,6 +100,8 @@ LOCAL_IMPORTS = {
     # the mechanism registry lists names without importing a mechanism (fast --help): built-ins are imported
     # when first built or audited
     ("mechanisms/registry.py", "mechanisms"),
+    # the application's package names RunSpec and synthesize without importing them (a fast --help)
+    ("pate_app/__init__.py", "pate_app"),
     # the accountant base hands out group views, which subclass it (docs/groups.md)
     ("pate_accountant/accountants/base.py", "pate_accountant.accountants.parallel"),
     DOOR,

@@ -1075,3 +1075,28 @@ def test_ctrl_c_stops_at_a_step_boundary_and_keeps_the_finished_records(model_di
     with Ledger.open(str(ledger), read_only=True) as opened:
         assert opened.verify().ok
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+
+
+def test_a_config_file_and_the_python_api_run_the_same_spec(model_dir, tmp_path, capsys):
+    """Issue 24, item 5: one RunSpec, from a TOML file (generate --config) or from Python
+    (pate_app.synthesize): the run's metadata and --json carry its shareable part (no seed, no local paths)."""
+    import pate_app
+
+    data = tmp_path / "support.csv"
+    _support_csv(data)
+    spec = pate_app.RunSpec(data=str(data), text_field="message", template="records", model=str(model_dir),
+                            teachers=4, records=1, max_tokens=4, mechanism="dp-argmax", accountant="basic",
+                            step_epsilon=8.0, step_delta=1e-3, relation="add-remove-one", budget_epsilon=200.0,
+                            budget_delta=0.5, threads=1, ledger=str(tmp_path / "spec.sqlite"), seed=987654321)
+    config = tmp_path / "run.toml"
+    config.write_text(spec.to_toml())
+    assert main(["generate", "--config", str(config), "--seed", "987654321", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["audit"]["ok"] and out["spec"] == spec.shareable()
+    assert out["spec"]["data"]["path"] == "support.csv" and str(tmp_path) not in json.dumps(out["spec"])
+    with Ledger.open(str(tmp_path / "spec.sqlite"), read_only=True) as opened:
+        assert opened.runs[0]["metadata"]["spec"] == spec.shareable()
+    again = pate_app.synthesize(spec)
+    assert again["spec"] == spec.shareable() and again["ledger"]["runs"] == 2
+    assert [r["text"] for r in again["records"]] == [r["text"] for r in out["records"]]  # the same seed
+    assert b"987654321" not in (tmp_path / "spec.sqlite").read_bytes()

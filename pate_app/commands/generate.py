@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import os
+
+import attr
 from pathlib import Path
 
 from mechanisms import registry as mechanisms_registry
@@ -13,6 +15,7 @@ from pate_app.commands.run_options import (
     DEMO_DEFAULTS,
     add_budget_options,
     add_run_options,
+    require,
     run_and_report,
 )
 from pate_app.options import DEFAULT_RAY_TIMEOUT, positive_float, positive_int
@@ -37,10 +40,10 @@ def add_arguments(p) -> None:
     """``--model``, ``--data``, the mechanism and accountant (from the registries), the budget, the ledger,
     and the run options shared with ``demo``."""
     d = DEMO_DEFAULTS
-    p.add_argument("--data", metavar="FILE", required=True,
+    p.add_argument("--data", metavar="FILE", default=None,
                    help=f"your records: JSON lines, JSON or CSV (by the suffix), the text in --text-field; Dolly-"
                         f"format records are still understood; or '{BUNDLED}' for the invented Dolly sample shipped "
-                        "with the package (required; docs/data.md)")
+                        "with the package (required, here or in --config; docs/data.md)")
     p.add_argument("--text-field", metavar="NAME", default="text",
                    help="the field (CSV: column) holding each record's text (default text)")
     p.add_argument("--label-field", metavar="NAME", default=None,
@@ -96,6 +99,8 @@ def main(args: argparse.Namespace) -> int:
     from pate_app.run import demo_model_path
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    require(args, "data", "budget_epsilon", "budget_delta")
+    spec = _spec(args)
     if args.model != EMBEDDED and not os.path.exists(os.path.expanduser(args.model)):
         args.parser.error(f"argument --model: no model at {args.model!r} (model hubs are not used: give a local "
                           f"path, or '{EMBEDDED}')")
@@ -136,7 +141,23 @@ def main(args: argparse.Namespace) -> int:
         model = args.model
     return run_and_report(args, command="generate", model=model, records=records, ledger=args.ledger,
                           model_label=model_label(args.model), data_label=data_label, dataset=dataset,
-                          public_records=args.data == BUNDLED, template=template, labels=labels)
+                          public_records=args.data == BUNDLED, template=template, labels=labels,
+                          spec=spec.shareable())
+
+
+def _spec(args):
+    """The run's :class:`~pate_app.spec.RunSpec` from the flags (and ``--config``), checked once; ``args`` then
+    mirrors it, so that what runs is what the spec says (usage errors name the key and the value)."""
+    from pate_app.spec import RunSpec, SpecError
+
+    try:
+        spec = RunSpec.from_args(args, args.parser)
+    except SpecError as exc:
+        args.parser.error(str(exc))
+    for field in attr.fields(RunSpec):
+        value = getattr(spec, field.name)
+        setattr(args, field.name, ",".join(value) if field.name == "labels" and value is not None else value)
+    return spec
 
 
 def _labels(args) -> list[str] | None:

@@ -36,14 +36,27 @@ DEMO_DEFAULTS = {
 
 def add_budget_options(p, *, default: bool) -> None:
     """``--budget-epsilon``/``--budget-delta`` (formerly ``--epsilon``/``--delta``): the data set's total budget;
-    ``default``: the demo's, else required (a budget is the data owner's decision: docs/cli.md)."""
+    ``default``: the demo's, else required unless a ``--config`` file gives it (a budget is the data owner's
+    decision: docs/cli.md; :func:`require` checks)."""
     d = DEMO_DEFAULTS
     add_option(p, "--budget-epsilon", "--epsilon", metavar="E", type=positive_float,
-               default=d["epsilon"] if default else None, required=not default,
-               help=BUDGET_EPSILON_HELP + (f" (default {d['epsilon']:g})" if default else " (required)"))
+               default=d["epsilon"] if default else None,
+               help=BUDGET_EPSILON_HELP + (f" (default {d['epsilon']:g})" if default else
+                                           " (required, here or in --config)"))
     add_option(p, "--budget-delta", "--delta", metavar="D", type=open_unit,
-               default=d["delta"] if default else None, required=not default,
-               help=BUDGET_DELTA_HELP + (f" (default {d['delta']:g})" if default else " (required)"))
+               default=d["delta"] if default else None,
+               help=BUDGET_DELTA_HELP + (f" (default {d['delta']:g})" if default else " (required, here or in --config)"))
+
+
+def require(args, *names: str) -> None:
+    """Without ``--config``, the options ``names`` (dests) must be given: the usage error argparse gives for a
+    required option."""
+    if getattr(args, "config", None) is not None:
+        return
+    missing = [name for name in names if getattr(args, name) is None]
+    if missing:
+        args.parser.error("the following arguments are required: " +
+                          ", ".join("--" + name.replace("_", "-") for name in missing))
 
 
 def add_run_options(p) -> None:
@@ -92,6 +105,9 @@ def add_run_options(p) -> None:
                         "(docs/data.md)")
     p.add_argument("--keep-partial", action="store_true",
                    help="also write a record the budget cut short (marked complete: false)")
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="a run described in a TOML file (tables data, task, model, mechanism, accountant, budget, "
+                        "output, signing; docs/data.md); options given here take precedence over it")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     p.add_argument("--no-progress", action="store_true", help="do not show the progress bar (stderr)")
     add_verbose_option(p)
@@ -109,7 +125,7 @@ def pin_command(ledger: dict) -> str:
 
 
 def run_and_report(args, *, command: str, model, records, ledger, model_label: str, data_label: str,
-                   dataset: str, public_records: bool = False, template=None, labels=None) -> int:
+                   dataset: str, public_records: bool = False, template=None, labels=None, spec=None) -> int:
     """One private run (:func:`pate_app.run.private_run`) from the parsed options, printed (or ``--json``);
     0 when the ledger audits (and took every charge, and a requested signed checkpoint was written), 1
     otherwise.  Bad input is a usage error (exit 2) before anything is written."""
@@ -132,7 +148,7 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
                 model_label=model_label, data_label=data_label, dataset=dataset, signing_key=args.signing_key,
                 checkpoints=args.checkpoints, public_records=public_records, groups=args.groups,
                 template=template, labels=labels, public_mix=args.public_mix, public_top_k=args.public_top_k,
-                out_path=args.out, keep_partial=args.keep_partial,
+                out_path=args.out, keep_partial=args.keep_partial, spec=spec,
             )
     except RunInputError as exc:
         args.parser.error(str(exc))
