@@ -22,15 +22,19 @@ the seed (``--seed`` on the command line, for tests, still works).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
 
 import attr
 
+from ensembles.data import load_bundled, load_records
+from ensembles.templates import get_template
 from pate_accountant.validation import MAX_STEP_EPSILON, MIN_DELTA, check_int, check_real
 from pate_app.commands.run_options import DEMO_DEFAULTS as _D
 from pate_app.options import DEFAULT_RAY_TIMEOUT
+from pate_app.run import RunInputError, demo_model_path, private_run
 
 __all__ = ["SECTIONS", "RunSpec", "SpecError", "synthesize"]
 
@@ -238,8 +242,6 @@ def _toml_value(value) -> str:
         return repr(value)
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    import json
-
     return json.dumps(str(value))  # a JSON string is a valid TOML basic string
 
 
@@ -248,10 +250,6 @@ def synthesize(spec: RunSpec, *, progress: bool = False, ledger_home=None) -> di
     private generation (:func:`pate_app.run.private_run`); the JSON-able result, with ``"spec"`` its shareable
     part.  Raises :class:`~pate_app.run.RunInputError` (or :class:`SpecError`) for bad input, before anything is
     charged."""
-    from ensembles.data import load_bundled, load_records
-    from ensembles.templates import get_template
-    from pate_app.run import RunInputError, demo_model_path, private_run
-
     if not isinstance(spec, RunSpec):
         raise TypeError(f"spec must be a RunSpec, got {type(spec).__name__}")
     try:
