@@ -46,8 +46,10 @@ def _commands() -> list[list[str]]:
 
 def test_the_tutorial_runs_as_written(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "support.csv").write_text(_blocks("csv")[0], encoding="utf-8")  # "save these messages as ..."
     commands = _commands()
-    assert [argv[1] for argv in commands] == ["plan", "generate", "audit", "keygen", "sign", "audit", "plan"]
+    assert [argv[1] for argv in commands] == ["plan", "generate", "audit", "keygen", "sign", "audit", "generate",
+                                              "audit", "plan"]
     outputs = []
     for argv in commands:
         assert main(argv[1:]) == 0, argv
@@ -76,6 +78,14 @@ def test_the_tutorial_runs_as_written(tmp_path, monkeypatch, capsys):
     for line in shown:
         if line.strip() not in ("(DATA: ...)", "(LEDGER: ...)"):
             assert line in real, line
+
+    # The second path: one record per label in the file, the ledger's groups are the labels, audit shows what is left.
+    lines = [json.loads(line) for line in (tmp_path / "synthetic.jsonl").read_text().splitlines()]
+    assert 1 <= len(lines) <= 3 and {line["label"] for line in lines} <= {"account", "billing", "shipping"}
+    assert all(line["complete"] and line["private_tokens"] + line["public_tokens"] == line["num_tokens"]
+               for line in lines)
+    assert "remaining   : " in outputs[7] and "groups: 3 disjoint groups" in outputs[7]
+    assert b"courier" not in (tmp_path / "support.sqlite").read_bytes()
 
     # The for-tokens numbers the text quotes.
     assert main([*commands[-1][1:], "--json"]) == 0
