@@ -1256,20 +1256,9 @@ def step_limits(accountant: str, event, epsilon: float, delta: float) -> StepLim
 
     if not fits(1):
         return StepLimits(accountant, epsilon, delta, 0, None, None, False)
-    lo, hi = 1, 2
-    while hi <= MAX_PLAN_STEPS and fits(hi):
-        lo, hi = hi, 2 * hi
-    if hi > MAX_PLAN_STEPS:
-        if fits(MAX_PLAN_STEPS):
-            return StepLimits(accountant, epsilon, delta, MAX_PLAN_STEPS, None, None, True)
-        hi = MAX_PLAN_STEPS
-    while hi - lo > 1:
-        middle = (lo + hi) // 2
-        if fits(middle):
-            lo = middle
-        else:
-            hi = middle
-    return StepLimits(accountant, epsilon, delta, lo, None, None, False)
+    if fits(MAX_PLAN_STEPS):
+        return StepLimits(accountant, epsilon, delta, MAX_PLAN_STEPS, None, None, True)
+    return StepLimits(accountant, epsilon, delta, largest_fitting(fits, start=1), None, None, False)
 
 
 @dataclasses.dataclass(frozen=True)
