@@ -1,0 +1,298 @@
+"""``experiment tokens-per-epsilon``: the protocol, runs that stop by refusal, ledgers that verify, tokens per
+*budget* epsilon, and the peers' accounting against dp-accounting and against the mechanisms' exact laws."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from dp_accounting import dp_event, pld, rdp
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+from pate_app.experiments import tokens_per_epsilon as tpe
+
+SMALL = {"teachers": 600, "alphas": "0.9", "budgets": "8", "cap": 300, "rows": "hot-dpargmax-tct,invisibleink"}
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A small run of two rows with cheap accountants (one alpha, one budget): under a second once the libraries
+    are imported.  The PLD and the Tang rows are exercised by the tests of their runs below."""
+    return tpe.run(quick=True, seed=3, progress=False, **SMALL)
+
+
+# -- the protocol and the table ------------------------------------------------------------------------------------
+
+
+def test_the_module_follows_the_experiment_protocol():
+    import pate_app
+    from pate_app.experiments import load
+
+    assert pate_app.EXPERIMENTS[tpe.NAME] == "pate_app.experiments.tokens_per_epsilon"
+    module = load(tpe.NAME)
+    assert module is tpe and module.NAME == "tokens-per-epsilon"
+    assert set(tpe.SIZES) == {"full", "quick"}
+    assert tpe.SIZES["full"]["alphas"] == [0.95, 0.7, 0.5, 0.3] and tpe.SIZES["full"]["teachers"] == 4000
+    assert tpe.SIZES["full"]["budgets"] == [1.0, 3.0, 8.0, 10.0]
+    for name in ("HELP", "DESCRIPTION", "FULL_RUNTIME", "add_arguments", "run", "plot", "summary"):
+        assert getattr(tpe, name)
+    from pate_accountant.events import ADD_REMOVE_ONE, REPLACE_ONE
+
+    assert (tpe.REPLACE_ONE, tpe.ADD_REMOVE_ONE) == (REPLACE_ONE, ADD_REMOVE_ONE)
+
+
+def test_every_row_is_declared_once_with_a_grid():
+    rows = tpe.row_specs(4000, 20000, 1e-6)
+    assert tuple(rows) == tpe.ROW_NAMES
+    assert {r.family for r in rows.values()} == {"hot", "cold", "peer"}
+    assert [r.name for r in rows.values() if not r.published] == ["invisibleink-one-batch"]
+    for row in rows.values():
+        assert row.grid and all(isinstance(p, dict) for p in row.grid)
+    # the published InvisibleInk batch sizes, and the per-query delta that pays for the cap
+    assert {p["batch"] for p in rows["invisibleink"].grid} == {8, 16, 32}
+    assert rows["hot-dpargmax-tct"].grid[0]["delta0"] <= 0.5 * 1e-6 / 20000
+
+
+def test_bad_options_are_refused_by_name():
+    with pytest.raises(ValueError, match="--rows"):
+        tpe.run(quick=True, progress=False, rows="no-such-row")
+    with pytest.raises(ValueError, match="--alphas"):
+        tpe.run(quick=True, progress=False, alphas="1.0")
+    with pytest.raises(ValueError, match="--pool"):
+        tpe.run(quick=True, progress=False, common=50, pool=20)
+
+
+def test_a_small_run_stops_by_refusal_or_at_the_cap_and_every_ledger_verifies(small):
+    assert [r["row"] for r in small["results"]] == SMALL["rows"].split(",")
+    for r in small["results"]:
+        assert r["stop"] in {"refused", "cap"}
+        assert (r["stop"] == "cap") == (r["steps"] >= small["parameters"]["cap"]) or r["row"] == "invisibleink"
+        assert r["ledgers_verified"] and r["ledgers"] >= 1
+        assert r["spent_epsilon"] <= r["budget_epsilon"] and r["spent_delta"] <= r["budget_delta"]
+    assert all(c["holds"] for c in small["claims"][:2])
+
+
+def test_tokens_per_epsilon_is_against_the_budget_epsilon_not_the_spent_one(small):
+    for r in small["results"]:
+        assert r["tokens_per_epsilon"] == pytest.approx(r["private_tokens"] / r["budget_epsilon"])
+        assert r["tokens_per_record"] == pytest.approx(r["private_tokens"] / small["parameters"]["teachers"])
+    # a run stopped at the cap after spending a quarter of its budget: per budget epsilon, not per epsilon spent
+    world = tpe.build_world(50, 0.9)
+    outcome = tpe.Outcome(100, np.zeros(80, dtype=np.int64), 5, 15, "cap", (2.0, 1e-7), 5000)
+    m = tpe.metrics(outcome, world, (8.0, 1e-6))
+    assert m["tokens_per_epsilon"] == 10.0 and m["tokens_per_record"] == 1.6 and m["passes_per_token"] == 62.5
+    assert m["capped"] and m["precision"] == 1.0 and m["distinct_tokens"] == 1
+
+
+def test_the_grid_choice_comes_from_the_calibration_seed(small):
+    for c in small["calibration"]:
+        chosen = c["grid"][c["chosen"]]
+        good = [g for g in c["grid"] if (g["precision_estimate"] or 0) >= small["parameters"]["min_precision"]]
+        if good:
+            assert chosen["private_tokens"] == max(g["private_tokens"] for g in good)
+    measured = {(r["row"], r["budget_epsilon"]): r for r in small["results"]}
+    for c in small["calibration"]:
+        r = measured[(c["row"], c["budget_epsilon"])]
+        assert {k: v for k, v in r["params"].items() if k != "clip"} == {
+            k: v for k, v in c["grid"][c["chosen"]]["params"].items() if k != "clip"}
+
+
+def test_summary_and_json_say_where_a_peer_wins():
+    row = {"family": "hot", "published": True, "alpha": 0.5, "budget_epsilon": 1.0, "admissible": True,
+           "capped": False, "private_tokens": 10}
+    results = [dict(row, row="hot-gnmax-pld"),
+               dict(row, row="tang-pld", family="peer", private_tokens=50),
+               dict(row, row="invisibleink", family="peer", private_tokens=5, capped=True)]
+    result = {"parameters": {"budgets": [1.0], "alphas": [0.5]}, "results": results}
+    [c] = tpe.comparison(result)
+    assert c["order"][0] == "tang-pld" and c["winner"] == "peer" and c["best_peer"] == "tang-pld"
+    # a count at the cap is a lower bound: it wins only where it already exceeds the other's exact count
+    results[1]["private_tokens"] = 3
+    assert tpe.comparison(result)[0]["winner"] == "undecided"
+    results[2]["capped"] = False
+    assert tpe.comparison(result)[0]["winner"] == "pate"
+    results[0]["admissible"] = False
+    assert tpe.comparison(result)[0]["winner"] == "peer"
+
+
+def test_the_summary_prints_the_best_row_first_and_the_verdicts(small):
+    text = tpe.summary(small)
+    assert "tokens-per-epsilon: n=600" in text and "claims:" in text
+    first = text.split("parameters\n")[1].splitlines()[0]
+    best = small["comparison"][0]["order"][0]
+    assert best in first
+    assert "against the published peers" in text
+
+
+# -- the runs' mechanics ----------------------------------------------------------------------------------------------
+
+
+def test_a_fixed_charge_run_stops_exactly_where_its_accountant_refuses():
+    from mechanisms import GaussianNoisyArgMax
+
+    world = tpe.build_world(100, 0.8)
+    mech = GaussianNoisyArgMax(20.0, vocab_size=world.vocab_size)
+    tape = tpe.Tape(mech, tpe.VoteStream(world, "coordinated", np.random.default_rng(1)), np.random.default_rng(2))
+    out = tpe.run_fixed("pld", mech.event, tape, (2.0, 1e-6), 10_000, {})
+    assert out.stop == "refused" and out.verified and 0 < out.steps < 10_000
+    fresh = tpe._accountant("pld", (2.0, 1e-6))
+    assert fresh.can_afford(mech.event, out.steps) and not fresh.can_afford(mech.event, out.steps + 1)
+    capped = tpe.run_fixed("pld", mech.event, tape, (2.0, 1e-6), out.steps // 2, {})
+    assert capped.stop == "cap" and capped.steps == out.steps // 2
+
+
+def test_a_target_charged_run_records_every_query_and_ends_refused():
+    from mechanisms import BoundaryWrapper, DPArgMax
+
+    world = tpe.build_world(1000, 0.9)
+    mech = BoundaryWrapper(DPArgMax(0.1, 1e-8))
+    tape = tpe.Tape(mech, tpe.VoteStream(world, "coordinated", np.random.default_rng(4)), np.random.default_rng(5))
+    out = tpe.run_tct(tape, (8.0, 1e-6), 5000)
+    assert out.stop == "refused" and out.verified
+    assert out.hits >= 1 and out.tokens.size > out.hits  # a hit buys several tokens at high agreement
+    assert out.steps == out.tokens.size + out.hits + out.fails == out.ledger_queries  # the ledger counted each
+
+
+def test_vote_streams_keep_the_laws_of_the_ensembles():
+    """Coordinated: the common winner's count is BetaBin(n, alpha/(1-alpha), 1), mean alpha n.  Independent:
+    the common tokens get Bin(n, alpha) votes in all.  Tolerances: 5 standard errors over 1,024 steps."""
+    n, alpha, steps = 200, 0.6, 1024
+    world = tpe.build_world(n, alpha)
+    hot = tpe.VoteStream(world, "coordinated", np.random.default_rng(7))
+    hot.ensure(steps)
+    top = hot.common[:steps].max(axis=1) / n
+    a = alpha / (1 - alpha)
+    sd = math.sqrt(a / ((a + 1) ** 2 * (a + 2)))
+    assert abs(top.mean() - alpha) < 5 * sd / math.sqrt(steps)
+    assert (np.count_nonzero(hot.common[:steps], axis=1) <= 1).all()  # one common winner per coordinated step
+    cold = tpe.VoteStream(world, "independent", np.random.default_rng(8))
+    cold.ensure(steps)
+    total = cold.common[:steps].sum(axis=1)
+    assert abs(total.mean() - alpha * n) < 5 * math.sqrt(n * alpha * (1 - alpha) / steps)
+    batch = hot.batch(0, 16)
+    for i in range(16):
+        h = batch.histogram(i)
+        assert h.counts.sum() == n and (h.counts[h.tokens >= world.common] == 1).all()
+
+
+def test_distinct_n_known_values():
+    assert tpe.distinct_n(np.array([1, 2, 1, 2]), 1) == 0.5
+    assert tpe.distinct_n(np.array([1, 2, 1, 2]), 2) == pytest.approx(2 / 3)
+    assert tpe.distinct_n(np.array([7]), 2) is None
+
+
+# -- the peers' accounting -----------------------------------------------------------------------------------------------
+
+
+def test_tang_accounting_matches_dp_accounting_known_values():
+    """One step is dp-accounting's Poisson-sampled Gaussian under add-or-remove-one: our PLD and RDP
+    accountants report what dp-accounting's own accountants report for 50 such steps."""
+    event = dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(4.0))
+    ours = tpe._accountant("tang-pld", None)
+    ours.compose(event, 50)
+    theirs = pld.PLDAccountant()
+    theirs.compose(event, 50)
+    assert ours.get_epsilon(1e-6) == pytest.approx(theirs.get_epsilon(1e-6), rel=2e-3)
+    ours_rdp = tpe._accountant("tang-rdp", None)
+    ours_rdp.compose(event, 50)
+    theirs_rdp = rdp.RdpAccountant()
+    theirs_rdp.compose(event, 50)
+    assert ours_rdp.get_epsilon(1e-6) == pytest.approx(theirs_rdp.get_epsilon(1e-6), rel=1e-9)
+    assert ours_rdp.get_epsilon(1e-6) >= ours.get_epsilon(1e-6)  # PLD is the tighter of the two here
+
+
+def test_the_replace_one_budget_of_tang_is_implied_by_its_add_remove_budget():
+    """Remove-then-add: delta_rep(eps) <= delta_ar(eps/2) (1 + e^(eps/2)).  Checked on the Gaussian, where
+    replace-one is a shift of 2 and add/remove a shift of 1, and the budget conversion is the same formula."""
+    assert tpe.add_remove_budget(2.0, 1e-6) == (1.0, pytest.approx(1e-6 / (1 + math.e)))
+    assert tpe.replace_one_spent(*tpe.add_remove_budget(2.0, 1e-6)) == (2.0, pytest.approx(1e-6))
+    for sigma in (2.0, 5.0, 20.0):
+        add_remove = pld_lib.from_gaussian_mechanism(sigma, sensitivity=1.0)
+        replace = pld_lib.from_gaussian_mechanism(sigma, sensitivity=2.0)
+        for eps in (0.5, 1.0, 3.0):
+            bound = add_remove.get_delta_for_epsilon(eps / 2) * (1 + math.exp(eps / 2))
+            assert replace.get_delta_for_epsilon(eps) <= bound
+
+
+def _renyi(p: np.ndarray, q: np.ndarray, order: float) -> float:
+    return float(np.log(np.sum(p ** order * q ** (1 - order))) / (order - 1))
+
+
+def test_invisibleink_is_charged_what_its_exact_law_needs_under_replace_one():
+    """Two candidate tokens, one reference replaced by its mirror image (clipped differences +C/-C swapped):
+    the output laws' Renyi divergences stay within our rho = 2 (C/(B' tau))^2 at every order, and exceed the
+    paper's (C/(B' tau))^2 / 2, which holds only when a reference moves each coordinate by C."""
+    references, clip, tau = 7, 2.0, 1.0
+    rho = tpe.invisibleink_rho(clip, references, tau)
+    assert rho == pytest.approx(2 * (clip / (references * tau)) ** 2)
+    shift = 2 * clip / references  # one coordinate up, the other down, by 2C/B' each
+    base = np.zeros(2)  # public logits equal: the worst case of the Bernoulli (probabilities near 1/2)
+    p = np.exp(base + np.array([shift / 2, -shift / 2]) / tau)
+    q = np.exp(base + np.array([-shift / 2, shift / 2]) / tau)
+    p, q = p / p.sum(), q / q.sum()
+    worst = max(_renyi(p, q, a) / a for a in (1.01, 1.5, 2.0, 4.0, 8.0, 32.0))
+    assert worst <= rho
+    assert worst > rho / 4  # the paper's figure would under-count this pair
+
+
+def test_invisibleink_clip_is_calibrated_so_the_text_length_exhausts_the_budget():
+    rho_total = tpe.max_rho(3.0, 1e-6)
+    fresh = tpe._accountant("zcdp", (3.0, 1e-6))
+    fresh.compose(dp_event.ZCDpEvent(rho_total))
+    assert fresh.get_epsilon(1e-6) <= 3.0
+    over = tpe._accountant("zcdp", None)
+    over.compose(dp_event.ZCDpEvent(rho_total * 1.001))
+    assert over.get_epsilon(1e-6) > 3.0
+    clip = tpe.invisibleink_clip(rho_total, 40, 31, 1.2)
+    event = dp_event.ZCDpEvent(tpe.invisibleink_rho(clip, 31, 1.2))
+    memo: dict = {}
+    assert tpe.affordable_steps("zcdp", (3.0, 1e-6), event, 10_000, memo) == 40
+    assert tpe.refused_after("zcdp", (3.0, 1e-6), event, 10_000, memo)
+    # exactly at the cap the text is exhausted (refused); a cap below it stops the run first
+    assert tpe.affordable_steps("zcdp", (3.0, 1e-6), event, 40, memo) == 40
+    assert tpe.refused_after("zcdp", (3.0, 1e-6), event, 40, memo)
+    assert tpe.affordable_steps("zcdp", (3.0, 1e-6), event, 30, memo) == 30
+    assert not tpe.refused_after("zcdp", (3.0, 1e-6), event, 30, memo)
+
+
+def test_invisibleink_step_law_is_the_closed_form_on_the_alpha_mixture():
+    """All teachers agree on s, so the batch average of clipped log-ratios is log(alpha P/K) (clipped) on the
+    common tokens and -C on the decoys; the on-support probability follows."""
+    world = tpe.build_world(60, 0.5, common=4, pool=20)
+    clip, tau = 1.5, 1.1
+    ids, probs = tpe.invisibleink_distribution(world, np.arange(60), clip, tau)
+    assert set(ids.tolist()) == set(np.flatnonzero(world.public > 0).tolist())
+    a = min(clip, math.log(0.5 * 20 / 4))
+    support = 4 * math.exp(a / tau) / (4 * math.exp(a / tau) + 16 * math.exp(-clip / tau))
+    assert probs[ids < 4].sum() == pytest.approx(support, rel=1e-9)
+
+
+def test_a_tang_run_reports_its_replace_one_spend_within_the_budget():
+    world = tpe.build_world(200, 0.7)
+    tape = tpe.TangTape(world, 0.1, 4.0, np.random.default_rng(11))
+    out = tpe.run_fixed("tang-rdp", tape.event(), tape, (3.0, 1e-6), 10_000, {})
+    assert out.stop == "refused" and out.verified and out.steps > 0
+    assert 2.5 < out.spent[0] <= 3.0 and out.spent[1] <= 1e-6  # in replace-one terms, not the add/remove half
+
+
+def test_tang_releases_the_argmax_of_the_noisy_sum_on_the_public_top_k():
+    world = tpe.build_world(400, 0.7)
+    tape = tpe.TangTape(world, 1.0, 0.5, np.random.default_rng(9))
+    tape.ensure(10)
+    assert (tape.sampled[:10] == 400).all() and tape.passes(10) == 4010
+    assert (tape.values[:10] < world.common).all()  # 400/20 votes of mass on each common token, noise 0.5
+    assert tape.tokens.size == tpe.TANG_TOP_K
+
+
+# -- the whole quick run ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_quick_run_stops_every_row_by_refusal_or_the_cap_and_plots(tmp_path):
+    result = tpe.run(quick=True, progress=False)
+    assert {r["row"] for r in result["results"]} == set(tpe.ROW_NAMES)
+    assert all(r["stop"] in {"refused", "cap"} and r["ledgers_verified"] for r in result["results"])
+    assert result["claims"][0]["holds"] and result["claims"][1]["holds"]
+    [png] = tpe.plot(result, tmp_path)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
