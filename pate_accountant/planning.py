@@ -1256,9 +1256,9 @@ def step_limits(accountant: str, event, epsilon: float, delta: float) -> StepLim
 
     if not fits(1):
         return StepLimits(accountant, epsilon, delta, 0, None, None, False)
-    if fits(MAX_PLAN_STEPS):
-        return StepLimits(accountant, epsilon, delta, MAX_PLAN_STEPS, None, None, True)
-    return StepLimits(accountant, epsilon, delta, largest_fitting(fits, start=1), None, None, False)
+    # never probe beyond the cap: an accountant composing that many steps at once needs memory in proportion
+    steps = largest_fitting(lambda k: k <= MAX_PLAN_STEPS and fits(k), start=1)
+    return StepLimits(accountant, epsilon, delta, steps, None, None, steps == MAX_PLAN_STEPS)
 
 
 @dataclasses.dataclass(frozen=True)

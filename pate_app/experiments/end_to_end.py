@@ -555,9 +555,9 @@ def _options(quick, teachers, records, max_tokens, synthetic_teachers, synthetic
 
 def _check_model_setting(setting: dict, n: int, records) -> None:
     """Refuse budgets that cannot pay for one step, naming the option, before the model is loaded."""
-    for configuration, option in (("target-dp-argmax", "--target-epsilon"),
-                                  ("target-dp-weighted-sampling", "--target-epsilon"),
-                                  ("individual-between-thresholds", "--individual-epsilon")):
+    for configuration, option in (("target-dp-argmax", "--target-budget-epsilon"),
+                                  ("target-dp-weighted-sampling", "--target-budget-epsilon"),
+                                  ("individual-between-thresholds", "--individual-budget-epsilon")):
         key = "target" if configuration.startswith("target-") else "individual"
         try:
             build_configuration(configuration, setting, n, records)
