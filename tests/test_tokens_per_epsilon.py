@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import attr
 import numpy as np
 import pytest
 from dp_accounting import dp_event, pld, rdp
@@ -296,3 +297,103 @@ def test_the_quick_run_stops_every_row_by_refusal_or_the_cap_and_plots(tmp_path)
     assert result["claims"][0]["holds"] and result["claims"][1]["holds"]
     [png] = tpe.plot(result, tmp_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- groups and the public prior (issue 23) ---------------------------------------------------------------------------
+
+
+def test_the_new_rows_are_appended_so_the_old_rows_keep_their_seeds():
+    assert tpe.ROW_NAMES[:10] == (
+        "hot-dpargmax-tct", "hot-dpargmax-pld", "hot-gnmax-pld", "hot-gnmax-threshold-pld",
+        "cold-dpargmax-tct", "cold-gnmax-pld", "tang-pld", "tang-rdp", "invisibleink", "invisibleink-one-batch")
+    rows = tpe.row_specs(4000, 20000, 1e-6)
+    groups, prior = rows["hot-gnmax-threshold-pld-groups"], rows["hot-gnmax-threshold-pld-prior"]
+    assert {p["groups"] for p in groups.grid} == set(tpe.GROUPS)
+    for p in groups.grid:  # sigma and threshold scale with the group's n/G teachers
+        m = 4000 // p["groups"]
+        assert p["threshold"] == m // 2 + 1 and p["sigma"] in {m * f for f in (1 / 256, 1 / 64, 1 / 16, 1 / 4)}
+    assert {p["mix"] for p in prior.grid} == set(tpe.PRIOR_MIXES) and prior.base == "hot-gnmax-threshold-pld"
+    assert all({k: v for k, v in p.items() if k != "mix"} in rows[prior.base].grid for p in prior.grid)
+
+
+def _group_tapes(world, mech, groups, seed):
+    size = world.num_teachers // groups
+    return [tpe.Tape(mech, tpe.VoteStream(world, "coordinated", np.random.default_rng([seed, g]),
+                                          members=(g * size, size)), np.random.default_rng([seed, 100 + g]))
+            for g in range(groups)]
+
+
+def test_a_groups_run_pays_once_by_the_envelope_and_releases_about_g_times_one_group():
+    from mechanisms import GaussianThresholdArgMax
+
+    n, groups, budget = 400, 4, (2.0, 1e-6)
+    world = tpe.build_world(n, 0.9)
+    m = n // groups
+    mech = GaussianThresholdArgMax(m / 16, vocab_size=world.vocab_size, threshold=m // 2 + 1)
+    out = tpe.run_groups("pld", mech.event, _group_tapes(world, mech, groups, 5), budget, 100_000, {})
+    assert out.stop == "refused" and out.verified and out.ledgers == 1 and out.steps > 0
+    # one group alone, on group 0's own stream and noise: the same steps, the same spend, the same tokens
+    alone_tape = _group_tapes(world, mech, groups, 5)[0]
+    alone = tpe.run_fixed("pld", mech.event, alone_tape, budget, 100_000, {})
+    assert alone.steps == out.steps and alone.verified
+    assert out.spent == pytest.approx(alone.spent, rel=1e-9)
+    assert out.group_tokens[0] == alone.tokens.size and sum(out.group_tokens) == out.tokens.size
+    assert 0.8 * groups * alone.tokens.size <= out.tokens.size <= 1.2 * groups * alone.tokens.size
+    # sequential composition of the G groups' charges would not afford them: the envelope is what pays
+    assert not tpe._accountant("pld", budget).can_afford(mech.event, 2 * out.steps)
+    assert out.passes == groups * m * out.steps
+    # each group votes with its own teachers: a private token released by group g is one of its members'
+    start = 0
+    for g, count in enumerate(out.group_tokens):
+        tokens = out.tokens[start:start + count]
+        private = tokens[tokens >= world.common]
+        assert ((private >= world.common + g * m) & (private < world.common + (g + 1) * m)).all()
+        start += count
+
+
+def test_the_groups_row_in_a_run_verifies_and_sums_its_groups():
+    result = tpe.run(quick=True, seed=1, progress=False, teachers=400, alphas="0.9", budgets="3", cap=200,
+                     rows="hot-gnmax-threshold-pld-groups")
+    [r] = result["results"]
+    assert r["ledgers_verified"] and r["stop"] in {"refused", "cap"} and len(r["group_tokens"]) == r["params"]["groups"]
+    assert sum(r["group_tokens"]) == r["private_tokens"] and r["spent_epsilon"] <= 3.0
+    assert r["tokens_per_record"] == pytest.approx(r["private_tokens"] / 400)
+
+
+def test_public_prior_votes_move_to_the_public_pool_as_lambda_grows():
+    n, steps = 300, 1024
+    world = tpe.build_world(n, 0.6)
+    decoy_share = {}
+    for lam in (0.0, 0.1, 0.25):
+        stream = tpe.VoteStream(tpe.prior_world(world, lam), "coordinated", np.random.default_rng(21), decoys=True)
+        stream.ensure(steps)
+        decoy_share[lam] = stream.decoys[:steps].sum() / (n * steps)
+        batch = stream.batch(0, 32)
+        for i in range(32):
+            h = batch.histogram(i)
+            assert h.counts.sum() == n
+            decoys = (h.tokens >= world.common + n)
+            assert (h.tokens[(h.tokens >= world.common) & ~decoys] < world.common + n).all()
+    # each teacher votes a decoy with probability lambda (P - K) / P = 0.8 lambda (coordinated: correlated steps)
+    assert decoy_share[0.0] == 0.0
+    assert abs(decoy_share[0.1] - 0.08) < 0.04 and abs(decoy_share[0.25] - 0.2) < 0.06
+    assert decoy_share[0.25] > decoy_share[0.1] > 0
+
+
+def test_public_prior_at_lambda_zero_is_the_plain_row_and_lambda_changes_the_releases():
+    n, cap, delta = 300, 400, 1e-6
+    world = tpe.build_world(n, 0.9)
+    specs = tpe.row_specs(n, cap, delta)
+    plain = specs["hot-gnmax-threshold-pld"]
+    point = 1
+    params = plain.grid[point]
+    prior = attr.evolve(specs["hot-gnmax-threshold-pld-prior"],
+                        grid=[dict(params, mix=lam) for lam in (0.0, 0.25)])
+    plan = {plain.name: {point: [8.0]}, prior.name: {0: [8.0], 1: [8.0]}}
+    out = tpe.run_pass(world, [plain, prior], plan, delta, cap, 7, {}, precision_steps=cap)
+    base, zero, mixed = out[(plain.name, point, 8.0)], out[(prior.name, 0, 8.0)], out[(prior.name, 1, 8.0)]
+    assert zero == base  # every metric, the precision estimate included
+    assert zero[0]["ledgers_verified"] and mixed[0]["ledgers_verified"]
+    assert mixed[0]["steps"] == base[0]["steps"]  # the same event per step: the prior costs no budget
+    assert mixed[0]["private_tokens"] != base[0]["private_tokens"] or mixed[0]["precision"] != base[0]["precision"]
+    assert mixed[0]["precision"] < 1.0 == base[0]["precision"]  # decoys released: the bias towards the public model

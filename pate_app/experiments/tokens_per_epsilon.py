@@ -39,7 +39,19 @@ model's guess.
 * ``hot-dpargmax-pld``: the plain DPArgMax, every query charged, composed by
   :class:`~pate_accountant.accountants.PldAccountant`;
 * ``hot-gnmax-pld`` / ``cold-gnmax-pld`` / ``hot-gnmax-threshold-pld``: Gaussian aggregators (GNMax on every
-  count; the thresholded form releases only above a strict majority), composed by PLD.
+  count; the thresholded form releases only above a strict majority), composed by PLD;
+* ``hot-gnmax-threshold-pld-groups`` (parallel composition, docs/groups.md): the teachers split into ``G``
+  disjoint groups of ``m = n // G`` (``G`` in :data:`GROUPS`), each group its own coordinated vote stream over
+  its own teachers and its own thresholded GNMax (``sigma`` a fraction of ``m``, threshold ``m/2 + 1``), every
+  group charged through ``parallel_groups(G)`` of ONE PLD accountant on ONE ledger (``begin_run`` first), which
+  pays by the envelope rule: each group runs until its view refuses, the data set pays what one group alone
+  would, the private tokens are summed over the groups.  The cap is per group (a group's step is ``m``
+  forward passes, so ``G`` groups at the cap make as many passes as one ensemble at the cap);
+* ``hot-gnmax-threshold-pld-prior`` (public-prior mixing, :mod:`ensembles.public_prior`): every teacher votes
+  from ``lambda p_pub + (1 - lambda) p^(i)`` (``lambda`` in :data:`PRIOR_MIXES`, ``p_pub`` the world's public
+  pool), the plain thresholded row's mechanism and charge otherwise; its votes reuse the plain row's seeds, so
+  ``lambda = 0`` is that row exactly.  Tokens the public model proposes (decoys among them) gain votes: the
+  precision column is the bias, and the precision floor applies as to every row.
 
 Peers, computed on the same teacher distributions (docs/results.md states each accounting argument):
 
@@ -92,14 +104,15 @@ DESCRIPTION = (
     "on-support fraction, distinct-1/2 and distinct tokens, and whether every ledger verified. Rows: Hot and "
     "Cold PATE (DPArgMax under target charging and plain PLD, Gaussian aggregators under PLD) and the peers "
     "Tang et al. (Gaussian on averaged, Poisson-subsampled distributions; PLD and RDP) and InvisibleInk "
-    "(clipped-logit exponential mechanism; zCDP). Per-step parameters are chosen from a small grid on a "
-    "separate calibration seed. Model-free."
+    "(clipped-logit exponential mechanism; zCDP), and two variants of Hot PATE's thresholded GNMax: disjoint "
+    "groups of teachers under parallel composition (one accountant, envelope rule) and public-prior mixing. "
+    "Per-step parameters are chosen from a small grid on a separate calibration seed. Model-free."
 )
 SIZES = {
     "full": {"teachers": 4000, "alphas": [0.95, 0.7, 0.5, 0.3], "budgets": [1.0, 3.0, 8.0, 10.0], "cap": 20000},
     "quick": {"teachers": 1000, "alphas": [0.95, 0.5], "budgets": [1.0, 8.0], "cap": 1000},
 }
-FULL_RUNTIME = "13-18 min wall, 13-14 min CPU on a shared 2-core CPU"  # docs/results.md, section tokens-per-epsilon
+FULL_RUNTIME = "about 35 min wall on a shared 2-core CPU (estimated)"  # docs/results.md, section tokens-per-epsilon
 
 DEFAULT_BUDGET_DELTA = 1e-6
 #: The world: common tokens K (the Planet Z task's 20 common numbers, Section 5.2) and the public pool P.
@@ -124,7 +137,13 @@ ROW_NAMES = (
     "hot-dpargmax-tct", "hot-dpargmax-pld", "hot-gnmax-pld", "hot-gnmax-threshold-pld",
     "cold-dpargmax-tct", "cold-gnmax-pld",
     "tang-pld", "tang-rdp", "invisibleink", "invisibleink-one-batch",
+    # appended (issue 23): the rows above keep their indices, hence their seeds
+    "hot-gnmax-threshold-pld-groups", "hot-gnmax-threshold-pld-prior",
 )
+#: Groups of the ``-groups`` rows (each of ``n // G`` teachers; leftover teachers sit out).
+GROUPS = (2, 4, 8)
+#: Public-prior weights ``lambda`` of the ``-prior`` rows.
+PRIOR_MIXES = (0.1, 0.25)
 
 
 # -- rows --------------------------------------------------------------------------------------------------
@@ -147,6 +166,9 @@ class RowSpec:
     grid: tuple = attr.ib(converter=tuple)
     #: A peer row at its published settings (``False``: a variant beyond them, reported apart).
     published: bool = attr.ib(default=True)
+    #: The row whose vote streams and tape seeds a variant shares (a ``-prior`` row: its plain row, so that
+    #: ``lambda = 0`` is that row exactly); ``None``: its own.
+    base: str | None = attr.ib(default=None)
 
 
 def _per_query_delta(delta: float, cap: int) -> float:
@@ -169,7 +191,11 @@ def row_specs(num_teachers: int, cap: int, delta: float, *, quick: bool = False)
     * InvisibleInk: batch ``B`` in the published ``{8, 16, 32}`` (public prompt included), temperature
       ``tau`` in ``{0.8, 1.2}`` (the published range), text length ``T`` (which sets ``C``) in
       ``{2, 8, 32, 128, 500}`` (500 published); one batch: ``T`` in ``{cap/16, cap/4, cap, 4 cap}`` (a run
-      stops at the cap first when ``T`` exceeds it).
+      stops at the cap first when ``T`` exceeds it);
+    * groups (``hot-gnmax-threshold-pld-groups``): ``G`` in :data:`GROUPS` times ``sigma / m`` in the GNMax set,
+      ``m = n // G`` teachers a group, threshold ``m/2 + 1``;
+    * public prior (``hot-gnmax-threshold-pld-prior``): ``lambda`` in :data:`PRIOR_MIXES` times the GNMax
+      ``sigma``, threshold ``n/2 + 1``.
     """
     delta0 = _per_query_delta(delta, cap)
     levels = (0.02, 0.05, 0.1, 0.2, 0.4)
@@ -182,6 +208,10 @@ def row_specs(num_teachers: int, cap: int, delta: float, *, quick: bool = False)
         tang = tuple({"q": q, "z": z} for q in (0.02, 0.1, 0.5) for z in (1.0, 4.0, 16.0))
         ink = tuple({"batch": b, "tau": tau, "text": t} for b in (8, 16, 32) for tau in (0.8, 1.2)
                     for t in (2, 8, 32, 128, 500))
+    fractions = (1 / 256, 1 / 64, 1 / 16, 1 / 4)
+    groups = tuple({"sigma": max(0.1, (num_teachers // g) * f), "threshold": (num_teachers // g) // 2 + 1, "groups": g}
+                   for g in GROUPS if num_teachers // g >= 1 for f in fractions)
+    prior = tuple({"sigma": s, "threshold": num_teachers // 2 + 1, "mix": lam} for lam in PRIOR_MIXES for s in sigmas)
     one_batch = tuple({"batch": num_teachers + 1, "tau": tau, "text": max(1, round(cap * f))}
                       for tau in ((1.2,) if quick else (0.8, 1.2)) for f in (1 / 16, 1 / 4, 1, 4))
     rows = [
@@ -204,6 +234,12 @@ def row_specs(num_teachers: int, cap: int, delta: float, *, quick: bool = False)
                 None, "invisibleink", "zcdp", ink),
         RowSpec("invisibleink-one-batch", "peer", "InvisibleInk: all teachers in one batch (beyond published); zCDP",
                 None, "invisibleink", "zcdp", one_batch, published=False),
+        RowSpec("hot-gnmax-threshold-pld-groups", "hot",
+                "Hot PATE: G disjoint groups of n/G teachers, each its own votes and GNMax above its majority; "
+                "one PLD accountant, parallel composition (envelope)", "coordinated", "groups", "pld", groups),
+        RowSpec("hot-gnmax-threshold-pld-prior", "hot",
+                "Hot PATE: every teacher mixed with the public model (lambda), GNMax above a strict majority, PLD",
+                "coordinated", "fixed", "pld", prior, base="hot-gnmax-threshold-pld"),
     ]
     return {row.name: row for row in rows}
 
@@ -240,6 +276,14 @@ def build_world(num_teachers: int, alpha: float, common: int = DEFAULT_COMMON, p
     return World(num_teachers, float(alpha), common, pool, teachers, public)
 
 
+def prior_world(world: World, mix: float) -> World:
+    """The world whose teachers are ``lambda p_pub + (1 - lambda) p^(i)`` (public-prior mixing before the vote,
+    :func:`ensembles.public_prior.mix_with_public`; ``lambda = 0`` returns the same teachers)."""
+    from ensembles.public_prior import mix_with_public
+
+    return attr.evolve(world, teachers=mix_with_public(world.teachers, world.public, mix))
+
+
 class VoteStream:
     """The vote histograms of one world, one ensemble kind and one seed, generated by Algorithm 1
     (:func:`ensembles.histograms.coordinated_votes`) or the independent ensemble, ``CHUNK`` steps at a time.
@@ -248,11 +292,23 @@ class VoteStream:
     world a private vote is a teacher's own token, so those ``m`` tokens have one vote each.  A histogram is
     rebuilt with ``m`` singletons on a random arc of the private tokens: every mechanism here treats tokens
     alike, and the released singleton is then uniform over the private tokens, as it is for the real set
-    (the private voters are an exchangeable subset given ``m``), so the law of every release is unchanged."""
+    (the private voters are an exchangeable subset given ``m``), so the law of every release is unchanged.
 
-    def __init__(self, world: World, kind: str, rng: np.random.Generator):
+    ``members = (start, size)``: only the teachers ``start .. start + size - 1`` vote (one group of a
+    ``-groups`` row; their private tokens are theirs in the world's numbering).  ``decoys``: also count the
+    votes on the public pool's decoys (a teacher mixed with the public model votes them; without mixing they
+    are always zero, and the histograms are the same)."""
+
+    def __init__(self, world: World, kind: str, rng: np.random.Generator, *, members: tuple | None = None,
+                 decoys: bool = False):
         self.world, self.kind, self.rng = world, kind, rng
+        self.start, self.size = (0, world.num_teachers) if members is None else (int(members[0]), int(members[1]))
+        self.teachers = (world.teachers if members is None
+                         else world.teachers.subset(np.arange(self.start, self.start + self.size)))
+        self.decoy_ids = (np.arange(world.common + world.num_teachers, world.vocab_size) if decoys
+                          else np.zeros(0, dtype=np.int64))
         self.common = np.zeros((0, world.common), dtype=np.int64)
+        self.decoys = np.zeros((0, self.decoy_ids.size), dtype=np.int64)
         self.private = np.zeros(0, dtype=np.int64)
         self.offsets = np.zeros(0, dtype=np.int64)
 
@@ -265,11 +321,25 @@ class VoteStream:
         w = self.world
         sampler = coordinated_votes if self.kind == "coordinated" else independent_votes
         while len(self) < steps:
-            votes = sampler(w.teachers, CHUNK, self.rng)
-            common = np.stack([np.count_nonzero(votes == j, axis=1) for j in range(w.common)], axis=1)
+            votes = sampler(self.teachers, CHUNK, self.rng)
+            if self.decoy_ids.size:
+                pool = np.concatenate([np.arange(w.common), self.decoy_ids])
+                column = np.full(w.vocab_size, -1, dtype=np.int64)
+                column[pool] = np.arange(pool.size)
+                where = column[np.where(votes >= 0, votes, 0)]
+                where[votes < 0] = -1
+                rows = np.repeat(np.arange(CHUNK), votes.shape[1]).reshape(votes.shape)
+                keep = where >= 0
+                counts = np.bincount(rows[keep] * pool.size + where[keep],
+                                     minlength=CHUNK * pool.size).reshape(CHUNK, pool.size)
+                common, decoys = counts[:, :w.common], counts[:, w.common:]
+            else:
+                common = np.stack([np.count_nonzero(votes == j, axis=1) for j in range(w.common)], axis=1)
+                decoys = np.zeros((CHUNK, 0), dtype=np.int64)
             self.common = np.concatenate([self.common, common])
-            self.private = np.concatenate([self.private, w.num_teachers - common.sum(axis=1)])
-            self.offsets = np.concatenate([self.offsets, self.rng.integers(0, w.num_teachers, CHUNK)])
+            self.decoys = np.concatenate([self.decoys, decoys])
+            self.private = np.concatenate([self.private, self.size - common.sum(axis=1) - decoys.sum(axis=1)])
+            self.offsets = np.concatenate([self.offsets, self.rng.integers(0, self.size, CHUNK)])
 
     def batch(self, start: int, stop: int):
         """The histograms of steps ``start .. stop - 1`` as a :class:`mechanisms.histogram.HistogramBatch`."""
@@ -283,10 +353,14 @@ class VoteStream:
         s_sample = np.repeat(np.arange(rows), singles)
         first = np.repeat(np.cumsum(singles) - singles, singles)
         position = np.arange(s_sample.size) - first
-        s_token = w.common + (np.repeat(self.offsets[start:stop], singles) + position) % w.num_teachers
-        return HistogramBatch(np.concatenate([c_sample, s_sample]), np.concatenate([c_token, s_token]),
-                              np.concatenate([common[c_sample, c_token], np.ones(s_sample.size, np.int64)]),
-                              rows, w.num_teachers)
+        s_token = w.common + self.start + (np.repeat(self.offsets[start:stop], singles) + position) % self.size
+        decoys = self.decoys[start:stop]
+        d_sample, d_column = np.nonzero(decoys)
+        return HistogramBatch(np.concatenate([c_sample, d_sample, s_sample]),
+                              np.concatenate([c_token, self.decoy_ids[d_column], s_token]),
+                              np.concatenate([common[c_sample, c_token], decoys[d_sample, d_column],
+                                              np.ones(s_sample.size, np.int64)]),
+                              rows, self.size)
 
 
 class Tape:
@@ -309,7 +383,7 @@ class Tape:
             self.outcomes = np.concatenate([self.outcomes, np.asarray(release.outcomes, dtype=object)])
 
     def passes(self, steps: int) -> int:
-        return steps * self.stream.world.num_teachers
+        return steps * self.stream.size
 
 
 def _vote_mechanism(row: RowSpec, params: dict, world: World):
@@ -514,6 +588,8 @@ class Outcome:
     verified: bool = attr.ib(default=False)
     #: The queries the ledger's verification counted (target charging records each query's outcome class).
     ledger_queries: int | None = attr.ib(default=None)
+    #: A ``-groups`` row: each group's private tokens (``steps`` is then each group's number of steps).
+    group_tokens: tuple | None = attr.ib(default=None)
 
 
 _NO_SPENT = (math.nan, math.nan)
@@ -551,6 +627,42 @@ def run_fixed(kind: str, event, tape, budget, cap: int, memo: dict, *, calibrate
     tokens, hits, fails = _releases(tape, k)
     spent = replace_one_spent(*acc.spent()) if kind.startswith("tang-") else acc.spent()
     return Outcome(k, tokens, hits, fails, stop, spent, tape.passes(k), 1, bool(ledger.verify().ok))
+
+
+def run_groups(kind: str, event, tapes: list, budget, cap: int, memo: dict, *, row: str = "",
+               calibrate: bool = False) -> Outcome:
+    """A ``-groups`` row (docs/groups.md): ``G = len(tapes)`` disjoint groups of teachers, each with its own vote
+    stream and tape, charged through ``parallel_groups(G)`` of ONE accountant on ONE in-memory ledger
+    (``begin_run`` first).  Each group's view affords the steps a fresh accountant affords (the envelope rule:
+    a group pays only where it passes the largest count any group was charged), so each group runs ``k`` steps,
+    ``can_afford(event, k)`` and ``compose(event, k)`` on its own view; the data set pays once.  The run ends
+    when every group's view refuses the next step (or at the cap); private tokens are summed over the groups.
+    ``calibrate``: the memoised count and the releases, no accountant or ledger."""
+    from pate_accountant.ledger import Ledger
+
+    k = affordable_steps(kind, budget, event, cap, memo)
+    releases = [_releases(tape, k) for tape in tapes]
+    tokens = np.concatenate([r[0] for r in releases])
+    hits, fails = sum(r[1] for r in releases), sum(r[2] for r in releases)
+    passes = sum(tape.passes(k) for tape in tapes)
+    per_group = tuple(int(r[0].size) for r in releases)
+    if calibrate:
+        stop = "refused" if refused_after(kind, budget, event, cap, memo) else "cap"
+        return Outcome(k, tokens, hits, fails, stop, _NO_SPENT, passes, 0, True, group_tokens=per_group)
+    ledger = Ledger.in_memory()
+    acc = _accountant(kind, budget, ledger)
+    ledger.begin_run({"experiment": NAME, "row": row, "groups": len(tapes), "seeded": True})
+    views = acc.parallel_groups(len(tapes))
+    for view in views:
+        if k:
+            if not view.can_afford(event, k):  # pragma: no cover - the envelope affords what one group alone does
+                raise RuntimeError(f"{kind}: {k} steps of {event!r} are not affordable for {view!r}")
+            view.compose(event, k)
+    stops = {_stop(view, event, k, cap) for view in views}
+    stop = "cap" if "cap" in stops else "refused"
+    verification = ledger.verify()
+    return Outcome(k, tokens, hits, fails, stop, acc.spent(), passes, 1, bool(verification.ok),
+                   verification.queries, group_tokens=per_group)
 
 
 def _stop(acc, event, steps: int, cap: int) -> str:
@@ -689,6 +801,7 @@ def metrics(outcome: Outcome, world: World, budget) -> dict:
         "ledgers": outcome.ledgers,
         "ledgers_verified": outcome.verified,
         "ledger_queries": outcome.ledger_queries,
+        **({} if outcome.group_tokens is None else {"group_tokens": list(outcome.group_tokens)}),
     }
 
 
@@ -712,24 +825,51 @@ def run_pass(world: World, rows: list[RowSpec], plan: dict, delta: float, cap: i
     ``{(row, point, epsilon): (metrics, extra)}``.  With ``precision_steps``, ``extra["precision_estimate"]`` is
     the per-step mechanism's on-support fraction over that many steps (exact for InvisibleInk), whatever number
     of steps the budget affords: what the calibration chooses by."""
-    streams = {kind: VoteStream(world, kind, _rng(seed, 1, k)) for k, kind in enumerate(("coordinated", "independent"))}
+    kinds = ("coordinated", "independent")
+    streams = {kind: VoteStream(world, kind, _rng(seed, 1, k)) for k, kind in enumerate(kinds)}
+    specs = None
     out = {}
     for r, row in enumerate(rows):
         for p, budgets in plan.get(row.name, {}).items():
             params = row.grid[p]
             tape_rng = _rng(seed, 2, ROW_NAMES.index(row.name), p)
-            if row.runner in ("tct", "fixed"):
+            if "mix" in params:
+                # the public prior: its own stream on the mixed teachers, with the plain row's votes noise
+                # (the same generator seed), and the plain row's tape seed at the same per-step parameters
+                if specs is None:
+                    specs = row_specs(world.num_teachers, cap, delta)
+                plain = {k: v for k, v in params.items() if k != "mix"}
+                base = specs[row.base]
+                tape_rng = _rng(seed, 2, ROW_NAMES.index(base.name), list(base.grid).index(plain))
+                key = (row.votes, params["mix"])
+                if key not in streams:
+                    streams[key] = VoteStream(prior_world(world, params["mix"]), row.votes,
+                                              _rng(seed, 1, kinds.index(row.votes)), decoys=True)
+                tape = Tape(_vote_mechanism(row, params, world), streams[key], tape_rng)
+            elif row.runner == "groups":
+                g_count, size = params["groups"], world.num_teachers // params["groups"]
+                mechanism = _vote_mechanism(row, params, world)
+                tape = [Tape(mechanism, VoteStream(world, row.votes, _rng(seed, 4, g_count, g),
+                                                   members=(g * size, size)),
+                             _rng(seed, 2, ROW_NAMES.index(row.name), p, g)) for g in range(g_count)]
+            elif row.runner in ("tct", "fixed"):
                 tape = Tape(_vote_mechanism(row, params, world), streams[row.votes], tape_rng)
             elif row.runner == "tang":
                 tape = TangTape(world, params["q"], params["z"], tape_rng)
             estimate = None
-            if precision_steps and row.runner != "invisibleink":
+            if precision_steps and row.runner == "groups":
+                tokens = np.concatenate([_releases(t, precision_steps)[0] for t in tape])
+                estimate = float(np.mean(tokens < world.common)) if tokens.size else None
+            elif precision_steps and row.runner != "invisibleink":
                 estimate = tape_precision(tape, precision_steps, world)
             for eps in budgets:
                 budget = (eps, delta)
                 extra = {"precision_estimate": estimate} if precision_steps else {}
                 if row.runner == "tct":
                     outcome = run_tct(tape, budget, cap, calibrate=calibrate)
+                elif row.runner == "groups":
+                    outcome = run_groups(row.accountant, tape[0].mechanism.event, tape, budget, cap, memo,
+                                         row=row.name, calibrate=calibrate)
                 elif row.runner == "fixed":
                     outcome = run_fixed(row.accountant, tape.mechanism.event, tape, budget, cap, memo,
                                         calibrate=calibrate)
@@ -1025,6 +1165,8 @@ _STYLES = {
     "tang-rdp": ("olive", "v", "-."),
     "invisibleink": ("tab:purple", "P", "-."),
     "invisibleink-one-batch": ("indigo", "X", "-."),
+    "hot-gnmax-threshold-pld-groups": ("saddlebrown", "H", "--"),
+    "hot-gnmax-threshold-pld-prior": ("coral", "d", "--"),
 }
 
 
@@ -1110,7 +1252,8 @@ def summary(result: dict) -> str:
         "d1/d2 = distinct-1/2, dist = distinct tokens, stop, ok = every ledger verified; * = below the precision floor "
         "(by the calibration's estimate); rows marked + are peer variants beyond their published settings"),
     ]
-    header = (f"  {'row':<24} {'tokens':>9} {'tok/eps':>9} {'tok/rec':>8} {'passes/tok':>10} {'prec':>5} "
+    width = max([24, *(len(name) for name in p["rows"])])
+    header = (f"  {'row':<{width}} {'tokens':>9} {'tok/eps':>9} {'tok/rec':>8} {'passes/tok':>10} {'prec':>5} "
               f"{'d1':>6} {'d2':>6} {'dist':>5} {'stop':>7} {'ok':>3}  parameters")
     for c in result["comparison"]:
         entries = {r["row"]: r for r in result["results"] if r["alpha"] == c["alpha"]
@@ -1121,7 +1264,7 @@ def summary(result: dict) -> str:
         for name in c["order"]:
             r = entries[name]
             lines.append(
-                f" {'+' if not r['published'] else ' '}{name:<24} {_count(r):>9} {r['tokens_per_epsilon']:>9.1f} {r['tokens_per_record']:>8.3f} "
+                f" {'+' if not r['published'] else ' '}{name:<{width}} {_count(r):>9} {r['tokens_per_epsilon']:>9.1f} {r['tokens_per_record']:>8.3f} "
                 f"{_f(r['passes_per_token'], '.3g'):>10} {_f(r['precision'], '.3f'):>5}{' ' if r['admissible'] else '*'}"
                 f"{_f(r['distinct_1'], '.3f'):>6} {_f(r['distinct_2'], '.3f'):>6} {r['distinct_tokens']:>5} "
                 f"{r['stop']:>7} {'yes' if r['ledgers_verified'] else 'NO':>3}  {_params(r['params'])}")
