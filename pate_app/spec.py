@@ -36,7 +36,7 @@ from pate_app.commands.run_options import DEMO_DEFAULTS as _D
 from pate_app.options import DEFAULT_RAY_TIMEOUT
 from pate_app.run import RunInputError, demo_model_path, private_run
 
-__all__ = ["SECTIONS", "RunSpec", "SpecError", "synthesize"]
+__all__ = ["SECTIONS", "RunSpec", "SpecError", "Task", "load_task", "synthesize"]
 
 #: The TOML tables and, for each key, the ``RunSpec`` field it sets.
 SECTIONS = {
@@ -245,13 +245,26 @@ def _toml_value(value) -> str:
     return json.dumps(str(value))  # a JSON string is a valid TOML basic string
 
 
-def synthesize(spec: RunSpec, *, progress: bool = False, ledger_home=None) -> dict:
-    """Run ``spec``: load its records and template, resolve its model (``embedded``: the shipped SmolLM2) and run
-    private generation (:func:`pate_app.run.private_run`); the JSON-able result, with ``"spec"`` its shareable
-    part.  Raises :class:`~pate_app.run.RunInputError` (or :class:`SpecError`) for bad input, before anything is
-    charged."""
-    if not isinstance(spec, RunSpec):
-        raise TypeError(f"spec must be a RunSpec, got {type(spec).__name__}")
+@attr.s(frozen=True, auto_attribs=True)
+class Task:
+    """What a run's data and task resolve to (:func:`load_task`): the records as the teachers see them (a label
+    run's records carry ``"label"``), the prompt template, and the data's label and data set name."""
+
+    records: tuple
+    template: object
+    data_label: str
+    dataset: str
+
+
+def load_task(spec: RunSpec) -> Task:
+    """Load ``spec``'s records (``bundled``: the shipped Dolly sample) and its template (default: the one that
+    fits the records' layout), checked against each other; :class:`~pate_app.run.RunInputError` naming the option
+    (``argument --data: ...``), before anything is charged.  Never quotes a record."""
+    if (spec.labels is None) != (spec.label_field is None):
+        if spec.labels is None:
+            raise RunInputError("argument --label-field: give the labels to generate for with --labels A,B,... (they "
+                                "are part of the task, and public; the labels found in the data are not)")
+        raise RunInputError("argument --labels: needs --label-field NAME (the field holding each record's label)")
     try:
         if spec.data == "bundled":
             loaded = load_bundled(text_field=spec.text_field, label_field=spec.label_field)
@@ -260,20 +273,31 @@ def synthesize(spec: RunSpec, *, progress: bool = False, ledger_home=None) -> di
             loaded = load_records(os.path.expanduser(spec.data), text_field=spec.text_field,
                                   label_field=spec.label_field)
             data_label = dataset = os.path.basename(spec.data)
-    except (OSError, ValueError) as exc:
-        raise RunInputError(f"--data: {getattr(exc, 'strerror', None) or exc}") from None
+    except (FileNotFoundError, ValueError) as exc:
+        raise RunInputError(f"argument --data: {exc}") from None
+    except OSError as exc:  # unreadable: no permission, a folder, an I/O error
+        raise RunInputError(f"argument --data: cannot read {spec.data!r}: {exc.strerror or exc}") from None
     if not loaded.records:
-        raise RunInputError(f"--data: no records left in {spec.data!r} (every text was empty)")
-    if (spec.labels is None) != (spec.label_field is None):
-        raise RunInputError("--label-field and --labels go together (the labels to generate for are public)")
+        raise RunInputError(f"argument --data: no records left in {spec.data!r} (every text was empty)")
     try:
         template = loaded.default_template if spec.template is None else get_template(spec.template)
         template.check_fields(loaded.fields)
     except (OSError, ValueError) as exc:
-        raise RunInputError(f"--template: {getattr(exc, 'strerror', None) or exc}") from None
+        raise RunInputError(f"argument --template: {getattr(exc, 'strerror', None) or exc}") from None
     records = loaded.records
-    if spec.labels is not None and loaded.label_key != "label":
+    if spec.labels is not None and loaded.label_key != "label":  # a Dolly field named as the label
         records = tuple({**record, "label": record[loaded.label_key]} for record in records)
+    return Task(records, template, data_label, spec.dataset if spec.dataset is not None else dataset)
+
+
+def synthesize(spec: RunSpec, *, progress: bool = False, ledger_home=None) -> dict:
+    """Run ``spec``: load its records and template, resolve its model (``embedded``: the shipped SmolLM2) and run
+    private generation (:func:`pate_app.run.private_run`); the JSON-able result, with ``"spec"`` its shareable
+    part.  Raises :class:`~pate_app.run.RunInputError` (or :class:`SpecError`) for bad input, before anything is
+    charged."""
+    if not isinstance(spec, RunSpec):
+        raise TypeError(f"spec must be a RunSpec, got {type(spec).__name__}")
+    task = load_task(spec)
     if spec.model == "embedded":
         model, model_label = demo_model_path(announce=progress), "SmolLM2-135M-Instruct (embedded)"
     else:
@@ -282,15 +306,15 @@ def synthesize(spec: RunSpec, *, progress: bool = False, ledger_home=None) -> di
             raise RunInputError(f"--model: no model at {spec.model!r} (model hubs are not used: give a local path)")
         model_label = Path(model).resolve().name
     result = private_run(
-        model=model, records=records, num_teachers=spec.teachers, ledger_path=spec.ledger,
+        model=model, records=task.records, num_teachers=spec.teachers, ledger_path=spec.ledger,
         mechanism=spec.mechanism, accountant=spec.accountant, step_epsilon=spec.step_epsilon,
         step_delta=spec.step_delta, relation=spec.relation, epsilon=spec.budget_epsilon, delta=spec.budget_delta,
         num_records=spec.records, max_tokens=spec.max_tokens, seed=spec.seed, temperature=spec.temperature,
         top_p=spec.top_p, threads=spec.threads, workers=spec.workers, ray_address=spec.ray_address,
-        ray_timeout=spec.ray_timeout, progress=progress, model_label=model_label, data_label=data_label,
-        dataset=spec.dataset if spec.dataset is not None else dataset, signing_key=spec.signing_key,
+        ray_timeout=spec.ray_timeout, progress=progress, model_label=model_label, data_label=task.data_label,
+        dataset=task.dataset, signing_key=spec.signing_key,
         checkpoints=spec.checkpoints, ledger_home=ledger_home, public_records=spec.data == "bundled",
-        groups=spec.groups, template=template, labels=spec.labels, public_mix=spec.public_mix,
+        groups=spec.groups, template=task.template, labels=spec.labels, public_mix=spec.public_mix,
         public_top_k=spec.public_top_k, out_path=spec.out, keep_partial=spec.keep_partial,
         spec=spec.shareable(),
     )

@@ -307,12 +307,12 @@ def test_an_unreadable_data_file_is_a_usage_error(tmp_path, capsys, monkeypatch)
     taken away, so the read is made to fail the way it would) is one line under --data, exit 2, no ledger."""
     import errno
 
-    import ensembles.data
+    import pate_app.spec
 
     def unreadable(path, **kwargs):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 
-    monkeypatch.setattr(ensembles.data, "load_records", unreadable)
+    monkeypatch.setattr(pate_app.spec, "load_records", unreadable)
     assert main(_generate_argv(tmp_path)) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "argument --data: cannot read" in last and "Permission denied" in last

@@ -94,9 +94,8 @@ def model_label(model: str) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Run the generation; 0 when its ledger audits."""
-    from ensembles.data import load_bundled, load_records
-    from ensembles.templates import get_template
-    from pate_app.run import demo_model_path
+    from pate_app.run import RunInputError, demo_model_path
+    from pate_app.spec import load_task
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     require(args, "data", "budget_epsilon", "budget_delta")
@@ -104,30 +103,10 @@ def main(args: argparse.Namespace) -> int:
     if args.model != EMBEDDED and not os.path.exists(os.path.expanduser(args.model)):
         args.parser.error(f"argument --model: no model at {args.model!r} (model hubs are not used: give a local "
                           f"path, or '{EMBEDDED}')")
-    labels = _labels(args)
     try:
-        if args.data == BUNDLED:
-            loaded = load_bundled(text_field=args.text_field, label_field=args.label_field)
-            data_label, dataset = "bundled sample", "bundled-sample"
-        else:
-            loaded = load_records(args.data, text_field=args.text_field, label_field=args.label_field)
-            data_label = dataset = os.path.basename(args.data)
-    except (FileNotFoundError, ValueError) as exc:
-        args.parser.error(f"argument --data: {exc}")
-    except OSError as exc:  # unreadable: no permission, a folder, an I/O error
-        args.parser.error(f"argument --data: cannot read {args.data!r}: {exc.strerror or exc}")
-    if not loaded.records:
-        args.parser.error(f"argument --data: no records left in {args.data!r} (every text was empty)")
-    try:
-        template = loaded.default_template if args.template is None else get_template(args.template)
-        template.check_fields(loaded.fields)
-    except (OSError, ValueError) as exc:
-        args.parser.error(f"argument --template: {getattr(exc, 'strerror', None) or exc}")
-    records = loaded.records
-    if labels is not None and loaded.label_key != "label":  # a Dolly field named as the label
-        records = tuple({**record, "label": record[loaded.label_key]} for record in records)
-    if args.dataset is not None:
-        dataset = args.dataset
+        task = load_task(spec)
+    except RunInputError as exc:
+        args.parser.error(str(exc))
     if args.model == EMBEDDED:
         try:
             model = demo_model_path(announce=not (args.json or args.no_progress))
@@ -139,10 +118,10 @@ def main(args: argparse.Namespace) -> int:
                               "folder)")
     else:
         model = args.model
-    return run_and_report(args, command="generate", model=model, records=records, ledger=args.ledger,
-                          model_label=model_label(args.model), data_label=data_label, dataset=dataset,
-                          public_records=args.data == BUNDLED, template=template, labels=labels,
-                          spec=spec.shareable())
+    return run_and_report(args, command="generate", model=model, records=task.records, ledger=args.ledger,
+                          model_label=model_label(args.model), data_label=task.data_label, dataset=task.dataset,
+                          public_records=args.data == BUNDLED, template=task.template,
+                          labels=None if spec.labels is None else list(spec.labels), spec=spec.shareable())
 
 
 def _spec(args):
@@ -158,19 +137,3 @@ def _spec(args):
         value = getattr(spec, field.name)
         setattr(args, field.name, ",".join(value) if field.name == "labels" and value is not None else value)
     return spec
-
-
-def _labels(args) -> list[str] | None:
-    """``--labels`` as a list (``None`` without it), checked against ``--label-field`` (usage errors)."""
-    if args.labels is None:
-        if args.label_field is not None:
-            args.parser.error("argument --label-field: give the labels to generate for with --labels A,B,... (they "
-                              "are part of the task, and public; the labels found in the data are not)")
-        return None
-    if args.label_field is None:
-        args.parser.error("argument --labels: needs --label-field NAME (the field holding each record's label)")
-    labels = [label.strip() for label in args.labels.split(",")]
-    if any(not label for label in labels) or len(set(labels)) != len(labels):
-        args.parser.error(f"argument --labels: must be distinct non-empty labels separated by commas, got "
-                          f"{args.labels!r}")
-    return labels
