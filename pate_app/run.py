@@ -26,6 +26,7 @@ stderr, and the seed is never written into a shareable artifact (ledger, JSON re
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib.util
 import ipaddress
@@ -552,6 +553,7 @@ def private_run(
     out_path=None,
     keep_partial: bool = False,
     spec: dict | None = None,
+    per_label: int | None = None,
 ) -> dict:
     """Run private generation end to end and return a JSON-able result (module docstring).
 
@@ -597,6 +599,9 @@ def private_run(
     every finished record and the charges made; the result then says ``"interrupted": true``.  A second one
     interrupts at once.
 
+    ``per_label``: with ``labels``, generate this many records of each label (``num_records`` is then
+    ``per_label * len(labels)``); a label whose budget is spent stops early.
+
     ``spec``: the shareable part of the run's :class:`~pate_app.spec.RunSpec` (``RunSpec.shareable()``), kept in
     the run metadata and echoed in the result.
 
@@ -632,6 +637,12 @@ def private_run(
     if not isinstance(template, PromptTemplate):
         raise RunInputError(f"--template must be a prompt template, got {type(template).__name__}")
     by_label = None
+    if per_label is not None:
+        if labels is None:
+            raise RunInputError("--per-label needs --label-field and --labels (records per label)")
+        if isinstance(per_label, bool) or not isinstance(per_label, int) or per_label < 1:
+            raise RunInputError(f"--per-label must be a positive integer, got {per_label!r}")
+        num_records = per_label * len(list(labels))
     if labels is not None:
         if groups != 1:
             raise RunInputError(f"--groups {groups}: with labels the groups are the labels (leave --groups out)")
@@ -760,9 +771,10 @@ def private_run(
                 stop.check()  # a Ctrl-C: stop here, after this step's charge
 
             try:
-                active = list(range(groups))  # groups whose budget is not spent, taken in turn
-                while len(out_records) < num_records and active:
-                    g = active[len(out_records) % len(active)]
+                turns = collections.deque(range(groups))  # groups whose budget is not spent, taken in turn
+                made = [0] * groups
+                while len(out_records) < num_records and turns:
+                    g = turns.popleft()
                     bar.record_starts()
                     shared_prefix, prompts = ensembles[g]
                     result = generators[g].generate(prompts, shared_prefix=shared_prefix, rng=rng,
@@ -784,8 +796,9 @@ def private_run(
                     bar.record_ends()
                     if writer is not None:
                         writer.write(out_records[-1])
-                    if result.stop_reason == "budget":
-                        active.remove(g)
+                    made[g] += 1
+                    if result.stop_reason != "budget" and (per_label is None or made[g] < per_label):
+                        turns.append(g)  # its next turn comes after every other group's
                     stop.check()  # a Ctrl-C between records
             except _Interrupted:
                 interrupted = True  # the record under way is dropped; its charges stay in the ledger

@@ -8,7 +8,7 @@ local paths, which are reduced to their file names) is what the ledger's run met
 The TOML file has one table per part of the run (every key optional, the defaults are ``generate``'s)::
 
     [data]        path, text_field, label_field, labels, dataset
-    [task]        template, records, max_tokens, temperature, top_p
+    [task]        template, records, per_label, max_tokens, temperature, top_p
     [model]       path, teachers, groups, threads, workers, ray_address, ray_timeout
     [mechanism]   name, step_epsilon, step_delta, relation, public_mix, public_top_k
     [accountant]  name
@@ -42,8 +42,8 @@ __all__ = ["SECTIONS", "RunSpec", "SpecError", "Task", "load_task", "synthesize"
 SECTIONS = {
     "data": {"path": "data", "text_field": "text_field", "label_field": "label_field", "labels": "labels",
              "dataset": "dataset"},
-    "task": {"template": "template", "records": "records", "max_tokens": "max_tokens", "temperature": "temperature",
-             "top_p": "top_p"},
+    "task": {"template": "template", "records": "records", "per_label": "per_label", "max_tokens": "max_tokens",
+             "temperature": "temperature", "top_p": "top_p"},
     "model": {"path": "model", "teachers": "teachers", "groups": "groups", "threads": "threads",
               "workers": "workers", "ray_address": "ray_address", "ray_timeout": "ray_timeout"},
     "mechanism": {"name": "mechanism", "step_epsilon": "step_epsilon", "step_delta": "step_delta",
@@ -121,6 +121,7 @@ class RunSpec:
     # task
     template: str | None = attr.ib(default=None, validator=_check("text"))
     records: int = attr.ib(default=_D["records"], validator=_check("int", minimum=1))
+    per_label: int | None = attr.ib(default=None, validator=_check("int", minimum=1))
     max_tokens: int = attr.ib(default=_D["max_tokens"], validator=_check("int", minimum=1))
     temperature: float = attr.ib(default=_D["temperature"], validator=_check("real", minimum=0.0, min_open=True))
     top_p: float | None = attr.ib(default=_D["top_p"], validator=_check("real", minimum=0.0, maximum=1.0, min_open=True))
@@ -316,6 +317,6 @@ def synthesize(spec: RunSpec, *, progress: bool = False, ledger_home=None) -> di
         checkpoints=spec.checkpoints, ledger_home=ledger_home, public_records=spec.data == "bundled",
         groups=spec.groups, template=task.template, labels=spec.labels, public_mix=spec.public_mix,
         public_top_k=spec.public_top_k, out_path=spec.out, keep_partial=spec.keep_partial,
-        spec=spec.shareable(),
+        spec=spec.shareable(), per_label=spec.per_label,
     )
     return result

@@ -993,6 +993,14 @@ def test_cli_generate_per_label_from_a_csv_of_free_text(model_dir, tmp_path, cap
     with Ledger.open(str(ledger), read_only=True) as opened:
         assert {row.group for row in opened.rows()} <= {0, 1, 2} and opened.verify().ok
     assert MARKER.encode() not in ledger.read_bytes()
+    per_label = list(argv)
+    per_label[per_label.index("--records"):per_label.index("--records") + 2] = ["--per-label", "2"]
+    per_label[per_label.index("--ledger") + 1] = str(ledger)
+    assert main(per_label) == 0  # two of each label, in turn
+    out2 = json.loads(capsys.readouterr().out)
+    assert [r["label"] for r in out2["records"]] == ["account", "billing", "shipping"] * 2, \
+        [(r["label"], r["stop_reason"]) for r in out2["records"]]
+    assert out2["summary"]["requested"] == 6
     # the labels are the user's public list: a label field without it, or a label outside it, is refused
     assert main(argv[:6] + argv[8:]) == 2
     assert "give the labels to generate for with --labels" in capsys.readouterr().err

@@ -52,6 +52,8 @@ def add_arguments(p) -> None:
     p.add_argument("--labels", metavar="A,B,...", default=None,
                    help="the labels to generate for, comma-separated (needed with --label-field: the labels are "
                         "part of the task and public, while the ones found in the data are not)")
+    p.add_argument("--per-label", metavar="K", type=positive_int, default=None,
+                   help="with --labels: generate K records of each label (instead of --records in turn)")
     p.add_argument("--template", metavar="NAME|FILE", default=None,
                    help="the prompt template: 'instructions' (write a new instruction; the default for Dolly "
                         "records), 'records' (write a new record of the same kind; the default otherwise), or a "

@@ -149,6 +149,7 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
                 checkpoints=args.checkpoints, public_records=public_records, groups=args.groups,
                 template=template, labels=labels, public_mix=args.public_mix, public_top_k=args.public_top_k,
                 out_path=args.out, keep_partial=args.keep_partial, spec=spec,
+                per_label=getattr(args, "per_label", None),
             )
     except RunInputError as exc:
         args.parser.error(str(exc))
