@@ -194,7 +194,8 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
               "the ledger was created)")
     print(f"ledger      : {led['path']} ({led['rows']} rows; run {led['run']} of {led['runs']}"
           f"{', appended' if led['appended'] else ', new'})")
-    print(f"head        : {led['head_hash']} ({led['rows']} rows; runs head {led['run_head_hash']}, {led['runs']} runs)")
+    print(f"head        : {led['head_hash']} ({plural(led['rows'], 'row')}; runs head {led['run_head_hash']}, "
+          f"{plural(led['runs'], 'run')})")
     print(f"pin         : {pin_command(led)}  (write it down somewhere this machine cannot change: it fails if this "
           "history is ever rewritten)")
     if led["checkpoint"] is not None:
