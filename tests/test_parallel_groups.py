@@ -380,3 +380,22 @@ def test_audit_prints_the_remaining_budget(tmp_path, capsys):
         BasicCompositionAccountant(budget=(1.0, DELTA), ledger=ledger).compose(E1, 6)
     assert main(["audit", str(path)]) == 0
     assert "remaining   : spent: no budget left" in capsys.readouterr().out
+
+
+def test_a_groups_vector_of_outcomes_is_charged_as_one_by_one_and_never_refused_after_its_check():
+    """Target charging's record_outcomes as a group's: the same state as recording the queries one by one in
+    order, for every small pattern, and a batch that can_afford accepted is never refused."""
+    import numpy as np
+
+    event = BetweenThresholdsEvent(0.05, 1 / 3, "replace-one")
+    for pattern in itertools.product([True, False], repeat=4):
+        one, batch = TargetChargingAccountant(budget=(2.0, DELTA)), TargetChargingAccountant(budget=(2.0, DELTA))
+        for acc in (one, batch):
+            acc.parallel_groups(2)[0].record(Release("between", event, target_hit=True))  # a first run charged a hit
+        g_one, g_batch = one.parallel_groups(1)[0], batch.parallel_groups(1)[0]
+        for hit in pattern:
+            g_one.record(Release("between" if hit else "below", event, target_hit=hit))
+        assert g_batch.can_afford(event, len(pattern))
+        g_batch.record_outcomes(event, np.array(pattern))
+        assert (batch.hits, batch.queries) == (one.hits, one.queries)
+        assert batch.spent()[0] >= one.spent()[0] * (1 - 1e-12)  # at least: a free last hit may leave it pending

@@ -32,7 +32,11 @@ same rule gives back the same totals, so ``audit`` and ``verify`` check the enve
 
 from __future__ import annotations
 
+import attr
+
 from pate_accountant.accountants.base import Accountant, Charge, _release_charge
+from pate_accountant.errors import UnsupportedEventError
+from pate_accountant.release import batch_outcomes
 from pate_accountant.validation import check_int
 
 __all__ = ["GroupAccountant", "ParallelGroups"]
@@ -63,7 +67,8 @@ class ParallelGroups:
 class GroupAccountant(Accountant):
     """One group's accountant: the data set accountant it was made from, charged as this group.
 
-    It has the accountant contract (``compose``, ``record``, ``record_many``, ``can_afford``, ``register``);
+    It has the accountant contract (``compose``, ``record``, ``record_many``, ``can_afford``, ``register``, and
+    ``record_outcomes``/``record_batch`` of target charging);
     ``spent()``, ``get_epsilon`` and the
     budget are the data set's (every run, every group, as the parent reports them).  It has no state of its
     own: ``state()``/``restore()``/``replay()`` belong to the parent."""
@@ -116,6 +121,26 @@ class GroupAccountant(Accountant):
 
     def record_many(self, releases) -> None:
         self._parent._charge_many([_release_charge(r, "releases", group=self._group) for r in releases])
+
+    def record_outcomes(self, event, target_hit, failed=None, *, outcomes=None) -> None:
+        """A vector of queries of one ``event`` as this group's (target charging:
+        :meth:`~pate_accountant.accountants.target_charging.TargetChargingAccountant.record_outcomes`).  A batch
+        that ``can_afford(event, len(target_hit))`` accepted cannot be refused: that check covers the batch all
+        hits (free up to the envelope) and all misses (charged as they come), and a mixed batch costs no more
+        than the larger of the two in hits and in queries."""
+        build = getattr(self._parent, "_outcome_charges", None)
+        if build is None:
+            raise AttributeError(f"{type(self._parent).__name__} records no vector of outcomes")
+        self._parent._charge_many([attr.evolve(c, group=self._group)
+                                   for c in build(event, target_hit, failed, outcomes)])
+
+    def record_batch(self, batch) -> None:
+        """:meth:`record_outcomes` for a mechanism's ``BatchRelease``."""
+        target_hit = getattr(batch, "target_hit", None)
+        if target_hit is None:
+            raise UnsupportedEventError(
+                f"cannot account for a batch of {getattr(batch, 'event', None)!r} without target outcomes")
+        self.record_outcomes(batch.event, target_hit, outcomes=batch_outcomes(batch))
 
     def can_afford(self, event, count: int = 1) -> bool:
         return self._parent._can_afford(event, count, self._group)

@@ -574,12 +574,16 @@ class TargetChargingAccountant(Accountant):
         per query.  Check ``can_afford(event, len(target_hit))`` *before* running a batch: that guarantees the
         batch's record cannot be refused.
         """
+        self._charge_many(self._outcome_charges(event, target_hit, failed, outcomes))
+
+    def _outcome_charges(self, event, target_hit, failed=None, outcomes=None) -> list:
+        """The charges of :meth:`record_outcomes` (a group's accountant records them as its own)."""
         hit = np.asarray(target_hit)
         if hit.dtype != np.bool_ or hit.ndim != 1:
             raise TypeError(f"target_hit must be a 1-d boolean array, got dtype {hit.dtype} and shape {hit.shape}")
         size = int(hit.size)
         if size == 0:
-            return
+            return []
         hits = int(np.count_nonzero(hit))
         classes = batch_outcome_classes(hit, failed, outcomes)
         others = [Charge(event, n, outcome) for outcome in OUTCOMES if outcome != TARGET
@@ -587,7 +591,7 @@ class TargetChargingAccountant(Accountant):
         targets = [Charge(event, hits, TARGET)] if hits else []
         # Sequential semantics: query i needs hits_before_i < max_hits; the binding query is the last one, so
         # the non-hits go first when the last query hit, and last otherwise.
-        self._charge_many(others + targets if bool(hit[-1]) else targets + others)
+        return others + targets if bool(hit[-1]) else targets + others
 
     def record_batch(self, batch) -> None:
         """:meth:`record_outcomes` for a mechanism's ``BatchRelease`` (anything with ``event``, a boolean
