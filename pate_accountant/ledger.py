@@ -1012,12 +1012,16 @@ class Ledger:
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged schema can fail either way
             raise LedgerError(f"{self._path or ':memory:'!r} is not a usable pate-accountant ledger: {exc}") from None
 
-    def _row_columns(self, conn=None) -> str:
+    def _charge_columns(self) -> set:
+        """The names of the ``charges`` table's columns (empty before the table exists)."""
+        return {row[1] for row in self._conn.execute("PRAGMA table_info(charges)")}
+
+    def _row_columns(self) -> str:
         """The row columns to select: a ledger written before groups existed has no ``grp`` column (opened for
         writing it gets one, :meth:`_add_group_column`; read-only, its rows are read as ungrouped)."""
         columns = self._columns
         if columns is None:
-            names = {row[1] for row in (self._conn if conn is None else conn).execute("PRAGMA table_info(charges)")}
+            names = self._charge_columns()
             columns = _ROW_COLUMNS if "grp" in names or not names else _ROW_COLUMNS_BEFORE_GROUPS
             if names:
                 self._columns = columns
@@ -1027,11 +1031,11 @@ class Ledger:
         """Give a ledger written before groups existed the nullable ``grp`` column (no stored value changes, so
         every hash stays valid); a no-op on any other ledger."""
         conn = self._conn
-        if "grp" in {row[1] for row in conn.execute("PRAGMA table_info(charges)")}:
+        if "grp" in self._charge_columns():
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if "grp" not in {row[1] for row in conn.execute("PRAGMA table_info(charges)")}:
+            if "grp" not in self._charge_columns():  # another writer may have added it meanwhile
                 conn.execute("ALTER TABLE charges ADD COLUMN grp INTEGER")
             conn.execute("COMMIT")
         except BaseException:
@@ -1836,7 +1840,7 @@ class Ledger:
             ledger_created = json.loads(meta.get("created") or "null")
         own_times = 0
         spent = (0.0, 0.0) if accountant is None or not full else tuple(float(x) for x in accountant.spent())
-        for raw in conn.execute(f"SELECT {self._row_columns(conn)} FROM charges ORDER BY id"):
+        for raw in conn.execute(f"SELECT {self._row_columns()} FROM charges ORDER BY id"):
             rows = expected - 1
             if accountant is None:
                 return result(False, expected, "the ledger has rows but no accountant config", rows)

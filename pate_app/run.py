@@ -637,16 +637,16 @@ def private_run(
     if not isinstance(template, PromptTemplate):
         raise RunInputError(f"--template must be a prompt template, got {type(template).__name__}")
     by_label = None
-    if per_label is not None:
-        if labels is None:
-            raise RunInputError("--per-label needs --label-field and --labels (records per label)")
-        if isinstance(per_label, bool) or not isinstance(per_label, int) or per_label < 1:
-            raise RunInputError(f"--per-label must be a positive integer, got {per_label!r}")
-        num_records = per_label * len(list(labels))
+    if per_label is not None and labels is None:
+        raise RunInputError("--per-label needs --label-field and --labels (records per label)")
     if labels is not None:
         if groups != 1:
             raise RunInputError(f"--groups {groups}: with labels the groups are the labels (leave --groups out)")
         labels = list(labels)
+        if per_label is not None:
+            if isinstance(per_label, bool) or not isinstance(per_label, int) or per_label < 1:
+                raise RunInputError(f"--per-label must be a positive integer, got {per_label!r}")
+            num_records = per_label * len(labels)
         try:
             by_label = split_by_label(records, key="label", labels=labels)
         except (TypeError, ValueError) as exc:

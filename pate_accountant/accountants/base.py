@@ -405,7 +405,7 @@ class Accountant(abc.ABC):
         """The key under which a grouped charge is paid once per block (the largest count any group reached),
         or ``None``: charged as it comes (see :attr:`parallel_composition`)."""
         mode = self.parallel_composition
-        if mode == "hits" and not (charge.outcome is None or charge.outcome == "target"):
+        if mode == "hits" and not (charge.outcome is None or charge.target_hit):
             return None
         if mode not in ("event", "hits"):
             return None

@@ -35,8 +35,7 @@ from __future__ import annotations
 import attr
 
 from pate_accountant.accountants.base import Accountant, Charge, _release_charge
-from pate_accountant.errors import UnsupportedEventError
-from pate_accountant.release import batch_outcomes
+from pate_accountant.accountants.target_charging import TargetChargingAccountant
 from pate_accountant.validation import check_int
 
 __all__ = ["GroupAccountant", "ParallelGroups"]
@@ -134,13 +133,9 @@ class GroupAccountant(Accountant):
         self._parent._charge_many([attr.evolve(c, group=self._group)
                                    for c in build(event, target_hit, failed, outcomes)])
 
-    def record_batch(self, batch) -> None:
-        """:meth:`record_outcomes` for a mechanism's ``BatchRelease``."""
-        target_hit = getattr(batch, "target_hit", None)
-        if target_hit is None:
-            raise UnsupportedEventError(
-                f"cannot account for a batch of {getattr(batch, 'event', None)!r} without target outcomes")
-        self.record_outcomes(batch.event, target_hit, outcomes=batch_outcomes(batch))
+    #: :meth:`record_outcomes` for a mechanism's ``BatchRelease``: target charging's own, which calls this
+    #: group's ``record_outcomes``.
+    record_batch = TargetChargingAccountant.record_batch
 
     def can_afford(self, event, count: int = 1) -> bool:
         return self._parent._can_afford(event, count, self._group)
