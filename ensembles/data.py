@@ -440,7 +440,8 @@ def _token_prefix(text: str, max_tokens: int, count_tokens) -> str:
 
 def fit_records(records, *, max_tokens: int | None = None, count_tokens: Callable[[str], int] | None = None,
                 max_chars: int | None = None, on_long: str = "refuse",
-                truncate: Callable[[str, int], str] | None = None, field: str | None = None) -> FittedRecords:
+                truncate: Callable[[str, int], str] | None = None, field: str | None = None,
+                keep_places: bool = False) -> FittedRecords:
     """Apply a length limit to each record's text (``field``: a :class:`LoadedRecords`' ``text_key``, else
     ``"text"``): at most ``max_tokens`` tokens as ``count_tokens(text) -> int`` counts them, and/or at most
     ``max_chars`` characters.  Records over a limit are, by ``on_long``:
@@ -450,7 +451,9 @@ def fit_records(records, *, max_tokens: int | None = None, count_tokens: Callabl
       max_tokens)`` when given (its result is counted again and must fit), else the longest prefix of the text,
       cut between characters, that ``count_tokens`` puts within ``max_tokens`` (found by bisection, so a cut
       may fall inside a word).  Whitespace at the end of a cut is removed; other fields are kept.
-    * ``"skip"``: left out.
+    * ``"skip"``: left out; with ``keep_places``, its place holds ``None`` instead, so that every other record
+      keeps its position (a partition by position, :func:`partition_records`, then gives each teacher the same
+      records as before minus the skipped ones: replacing one record still changes one teacher's prompt only).
 
     Returns a :class:`FittedRecords` with the counts.  ``ValueError`` when nothing is left or a truncation
     keeps no visible text; every message names the parameter and gives counts only.
@@ -500,6 +503,8 @@ def fit_records(records, *, max_tokens: int | None = None, count_tokens: Callabl
                 blank += 1
                 continue
             kept.append({**record, field: cut})
+        elif keep_places:  # skipped, its place kept
+            kept.append(None)
     if on_long == "refuse" and too_long:
         raise RecordsTooLongError(
             f"{too_long} of {len(records)} records are longer than {limit} (on_long='refuse'); truncate or "
@@ -508,7 +513,7 @@ def fit_records(records, *, max_tokens: int | None = None, count_tokens: Callabl
     if blank:
         raise ValueError(f"max_tokens/max_chars: truncating to {limit} leaves no visible text of {blank} "
                          "record(s); allow longer records")
-    if not kept:
+    if not any(record is not None for record in kept):
         raise ValueError(f"on_long='skip': all {len(records)} records are longer than {limit}; nothing is left")
     return FittedRecords(records=tuple(kept), total=len(records), too_long=too_long,
                          truncated=too_long if on_long == "truncate" else 0,
@@ -592,7 +597,7 @@ def partition_records(records, num_teachers: int, rng: np.random.Generator) -> l
 
 
 def teacher_prompts(parts, template: PromptTemplate | str = DEFAULT_TEMPLATE, shared_prefix: str | None = None,
-                    open_slot: str | None = None) -> tuple[str, list[str]]:
+                    open_slot: str | None = None, *, allow_empty: bool = False) -> tuple[str, list[str]]:
     """Few-shot in-context prompts: ``(shared_prefix, prompts)`` where teacher ``i``'s prompt lists its part's
     records as examples and ends with the open slot (the place for the new record).  The full context of
     teacher ``i`` is ``shared_prefix + prompts[i]``.
@@ -602,12 +607,13 @@ def teacher_prompts(parts, template: PromptTemplate | str = DEFAULT_TEMPLATE, sh
     ``open_slot`` must then be left out), or, as before templates existed, a ``str.format`` string of one
     record, with ``shared_prefix`` (default :data:`DEFAULT_HEADER`) and ``open_slot`` (default
     :data:`OPEN_SLOT`); that form shows the fields as they are.  The built-in ``instructions`` template gives
-    today's prompts byte for byte on records without line breaks."""
+    today's prompts byte for byte on records without line breaks.  ``allow_empty``: a part may be empty (its
+    teacher sees the header and the open slot only; records skipped for their length leave such parts)."""
     parts = list(parts)
     if not parts:
         raise ValueError("parts is empty")
     for i, part in enumerate(parts):
-        if not part:
+        if not part and not allow_empty:
             raise ValueError(f"part {i} is empty")
     if isinstance(template, PromptTemplate):
         if shared_prefix is not None or open_slot is not None:

@@ -31,6 +31,7 @@ import contextlib
 import importlib.util
 import ipaddress
 import math
+import os
 import re
 import signal
 import socket
@@ -40,6 +41,7 @@ import threading
 import time
 from pathlib import Path
 
+import attr
 import numpy as np
 
 from ensembles.backends import transformers_backend as tb
@@ -50,8 +52,14 @@ from ensembles.backends.sharded import (
     TransformersSpec,
 )
 from ensembles.backends.transformers_backend import TransformersBackend
-from ensembles.data import partition_records, split_by_label, teacher_prompts
-from ensembles.public_prior import as_public_mix, as_public_support
+from ensembles.data import (
+    RecordsTooLongError,
+    fit_records,
+    partition_records,
+    record_token_limit,
+    split_by_label,
+    teacher_prompts,
+)
 from ensembles.templates import INSTRUCTIONS, PromptTemplate
 from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable
 from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedSampling, GaussianNoisyArgMax
@@ -71,6 +79,7 @@ from pate_accountant.ledger_home import LedgerHome, dataset_fingerprint
 from pate_app.library_output import quiet_libraries
 from pate_app.records_out import RecordsOut, check_out_path
 from pate_app.options import DEFAULT_RAY_TIMEOUT
+from pate_app.spec import RunInputError, model_label
 
 __all__ = [
     "RunInputError",
@@ -86,10 +95,6 @@ __all__ = [
 ]
 
 RELATIONS = ("replace-one", "add-remove-one")
-
-
-class RunInputError(ValueError):
-    """A bad input found before anything was charged (the CLI turns it into exit status 2)."""
 
 
 def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "replace-one",
@@ -245,10 +250,12 @@ def group_prompts(records, num_teachers: int, groups: int, rng: np.random.Genera
     ``num_teachers`` teachers (:func:`~ensembles.data.partition_records`), the teachers taken in order into
     ``groups`` equal groups.  The partition is a random permutation of the records' positions, so a record's
     teacher and group depend on its position and the random draw only, never on the records' contents:
-    replacing one record changes one teacher's prompt, in one group (docs/groups.md)."""
+    replacing one record changes one teacher's prompt, in one group (docs/groups.md).  A ``None`` holds the
+    place of a record skipped for its length (:func:`_fit_to_window`): its teacher shows the others only."""
     parts = partition_records(records, num_teachers, rng)
+    parts = [[record for record in part if record is not None] for part in parts]  # a skipped record's place
     size = num_teachers // groups
-    return [teacher_prompts(parts[g * size:(g + 1) * size], template) for g in range(groups)]
+    return [teacher_prompts(parts[g * size:(g + 1) * size], template, allow_empty=True) for g in range(groups)]
 
 
 def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budget, mechanism,
@@ -514,163 +521,75 @@ class RunProgress:
             self.bar.close()
 
 
-def private_run(
-    *,
-    model,
-    records,
-    num_teachers: int,
-    ledger_path=None,
-    mechanism: str = "dp-argmax",
-    accountant: str = "basic",
-    step_epsilon: float = 2.0,
-    step_delta: float = 1e-6,
-    relation: str = "replace-one",
-    epsilon: float = 100.0,
-    delta: float = 1e-5,
-    num_records: int = 3,
-    max_tokens: int = 24,
-    seed: int | None = None,
-    temperature: float = 1.0,
-    top_p: float | None = None,
-    threads: int | None = None,
-    workers: int = 1,
-    ray_address: str | None = None,
-    ray_timeout: float = DEFAULT_RAY_TIMEOUT,
-    progress: bool = False,
-    command: str = "generate",
-    model_label: str | None = None,
-    data_label: str | None = None,
-    dataset: str | None = None,
-    signing_key=None,
-    checkpoints=None,
-    ledger_home=None,
-    public_records: bool = False,
-    groups: int = 1,
-    template: PromptTemplate | None = None,
-    labels=None,
-    public_mix: float = 0.0,
-    public_top_k: int | None = None,
-    out_path=None,
-    keep_partial: bool = False,
-    spec: dict | None = None,
-    per_label: int | None = None,
-) -> dict:
-    """Run private generation end to end and return a JSON-able result (module docstring).
+def private_run(spec, *, records=None, progress: bool = False, command: str = "generate", ledger_home=None) -> dict:
+    """Run the private generation ``spec`` (a :class:`~pate_app.spec.RunSpec`) end to end and return a JSON-able
+    result (module docstring); :func:`pate_app.synthesize` is the public name of this call.
 
-    ``model``: a local model folder, ``.gguf`` file or folder holding one; ``records``: dicts with the fields the ``template``
-    shows (Dolly-format, or ``{"text", "label"}`` from :func:`ensembles.data.load_records`);
-    ``ledger_path``: the data set's ledger (created if missing, appended to if it exists); ``None``: the one
-    the ledger home ``ledger_home`` (a :class:`~pate_accountant.ledger_home.LedgerHome` or its folder; default
-    the user's) keeps for these records, found by their fingerprint.  A ``ledger_path`` other than the one the
-    home has registered for the same records is refused (one budget per data set, docs/ledger.md), except for
-    ``public_records`` (the bundled sample: public and invented, so a second budget harms nobody; without
-    ``ledger_path`` its runs still share the home's one ledger);
-    ``dataset``: the data set's name (default ``data_label``, else ``"records"``), stored in the ledger;
-    ``(step_epsilon, step_delta)``: the mechanism's per-step parameters; ``(epsilon, delta)``: the data
-    set's total budget (an existing ledger must have the same accountant and budget).  ``seed``: for
-    reproducible tests only (see the module docstring).  ``workers``: teacher shards
-    (:class:`~ensembles.backends.sharded.ShardedBackend`; 1, the default, is one unsharded backend), in this
-    process, or as Ray actors on the cluster at ``ray_address`` (``"local"`` starts one here; any other address
-    must answer within ``ray_timeout`` seconds, checked before the ledger is claimed); docs/distributed.md.
-    Raises :class:`RunInputError` (or ``ValueError`` from the backend for an unknown model path) before anything
-    is written.
+    ``records``: records held in memory (dicts the template shows; :func:`~pate_app.spec.task_from_records`)
+    instead of the file ``spec.data``; ``progress``: the progress bar and one-line notices on stderr;
+    ``command``: the command named in the run metadata; ``ledger_home``: the ledger home (a
+    :class:`~pate_accountant.ledger_home.LedgerHome` or its folder; default the user's) whose index finds the data
+    set's ledger when ``spec.ledger`` is not given.
 
-    ``groups``: split the records at random into this many disjoint groups, each with ``num_teachers / groups``
-    teachers of its own and its own share of the ``num_records`` records (taken in turn); the data set's
-    accountant charges each group as a parallel group (:meth:`~pate_accountant.accountants.base.Accountant.
-    parallel_groups`: the run costs what its costliest group costs), docs/groups.md.  ``num_teachers`` must be
-    a multiple of it.
+    The spec's values were checked when it was built.  What is checked here comes in order of cost, and all of
+    it before anything is written: the data and task alone (records, labels, template, teachers, mechanism,
+    accountant and budget; :func:`_plan_run`), then the model's path (the embedded one converted once), then the
+    records against the model's window with its tokenizer only (``spec.long_records``: refuse, truncate or skip
+    a record too long for its share of the window; counts on stderr, never a text), then the ledger, which is
+    claimed before the model loads.
 
-    ``template``: the prompt template (:mod:`ensembles.templates`; default the built-in ``instructions``, for
-    Dolly records): its header, how each record is shown, the open slot (also the public fallback's whole
-    prompt) and the stop string that ends a record.  ``labels``: label-conditional generation, one group per
-    label of this public list (records carry ``"label"``; each label's records make their own ``num_teachers /
-    len(labels)`` teachers, and the records are generated in turn over the labels): the same parallel groups as
-    ``groups``, which must then be left at 1.
+    The data set's ledger: ``spec.ledger`` (created if missing, appended to if it exists); ``None``: the one the
+    ledger home keeps for these records, found by their fingerprint.  A ledger other than the one the home has
+    registered for the same records is refused (one budget per data set, docs/ledger.md), except for the bundled
+    sample (public and invented, so a second budget harms nobody; without ``spec.ledger`` its runs still share
+    the home's one ledger).  An existing ledger must have the same data set name, accountant and budget.
 
-    ``public_mix``, ``public_top_k``: the public prior (``PrivateGenerator``'s ``public_mix`` and ``public_support``;
-    the public model is the same model given only the open slot and the released tokens): data-independent, so
-    free; recorded in the run metadata.
-
-    ``out_path``: a new file (JSON lines, or CSV by its name) that gets each record as it finishes
-    (:mod:`pate_app.records_out`); a record the budget cut short only with ``keep_partial``.
+    ``spec.groups``: the records split at random into that many disjoint groups of ``teachers / groups`` teachers,
+    each with its own share of the records requested (taken in turn); the data set's accountant charges each as a
+    parallel group (:meth:`~pate_accountant.accountants.base.Accountant.parallel_groups`: the run costs what its
+    costliest group costs), docs/groups.md.  ``spec.labels``: one group per label of this public list (each
+    label's records make its own teachers; ``spec.per_label`` records of each, else ``spec.records`` in turn).
+    ``spec.workers``/``spec.ray_address``: teacher shards (docs/distributed.md).  ``spec.public_mix``/
+    ``spec.public_top_k``: the public prior, data-independent, so free.  ``spec.out``: a new file (JSON lines,
+    or CSV by its name) that gets each record as it finishes (:mod:`pate_app.records_out`).
+    ``spec.signing_key``: a run whose ledger verifies ends with a signed checkpoint of its head.
+    ``spec.seed``: for reproducible tests only (module docstring).
 
     Interrupts: the first Ctrl-C (SIGINT, in the main thread) stops the run at the next step boundary, keeping
     every finished record and the charges made; the result then says ``"interrupted": true``.  A second one
     interrupts at once.
 
-    ``per_label``: with ``labels``, generate this many records of each label (``num_records`` is then
-    ``per_label * len(labels)``); a label whose budget is spent stops early.
-
-    ``spec``: the shareable part of the run's :class:`~pate_app.spec.RunSpec` (``RunSpec.shareable()``), kept in
-    the run metadata and echoed in the result.
-
-    ``signing_key``: an Ed25519 private key file (:mod:`pate_accountant.checkpoints`); when given, a run whose
-    ledger verifies ends with a signed checkpoint of its head appended to ``checkpoints`` (default
-    ``LEDGER.checkpoints.jsonl``).  The key is loaded before anything is written.
-
     The result's ``spent`` is the data set's total spent after this run (every run in the ledger) and
-    ``spent_before`` what it was when this run started.
+    ``spent_before`` what it was when this run started.  Raises :class:`RunInputError` before anything is
+    written.
     """
+    from pate_app.spec import RunSpec, load_task, task_from_records
 
+    if not isinstance(spec, RunSpec):
+        raise TypeError(f"spec must be a RunSpec, got {type(spec).__name__}")
     started = time.perf_counter()
-    records = list(records)
-    if num_records < 1:
-        raise RunInputError(f"--records must be at least 1, got {num_records}")
-    if max_tokens < 1:
-        raise RunInputError(f"--max-tokens must be at least 1, got {max_tokens}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise RunInputError(f"--seed must be a non-negative integer or None, got a {type(seed).__name__}")
-    dataset = dataset if dataset is not None else (data_label if data_label is not None else "records")
-    if not isinstance(dataset, str) or not dataset.strip() or len(dataset) > 200 or not dataset.isprintable():
-        raise RunInputError(f"--dataset must be a printable name of 1 to 200 characters, got {dataset!r}")
-    budget = (float(epsilon), float(delta))
-    template = INSTRUCTIONS if template is None else template
+    bundled = records is None and spec.data == "bundled"  # public and invented: a second budget harms nobody
+    # 1. the data and the task alone
+    task = load_task(spec) if records is None else task_from_records(spec, records)
+    plan = _plan_run(spec, task)
+    records, template, dataset, labels = list(task.records), task.template, task.dataset, plan.labels
+    num_records, groups, group_teachers, mech = spec.requested, plan.groups, plan.group_teachers, plan.mechanism
+    budget, seed = (float(spec.budget_epsilon), float(spec.budget_delta)), spec.seed
     try:
-        out_file = None if out_path is None else check_out_path(out_path)
+        out_file = None if spec.out is None else check_out_path(spec.out)
     except ValueError as exc:
         raise RunInputError(str(exc)) from None
-    try:
-        as_public_mix(public_mix), as_public_support(public_top_k)
-    except (TypeError, ValueError) as exc:
-        raise RunInputError(f"--public-mix/--public-top-k: {exc}") from None
-    if not isinstance(template, PromptTemplate):
-        raise RunInputError(f"--template must be a prompt template, got {type(template).__name__}")
-    by_label = None
-    if per_label is not None and labels is None:
-        raise RunInputError("--per-label needs --label-field and --labels (records per label)")
-    if labels is not None:
-        if groups != 1:
-            raise RunInputError(f"--groups {groups}: with labels the groups are the labels (leave --groups out)")
-        labels = list(labels)
-        if per_label is not None:
-            if isinstance(per_label, bool) or not isinstance(per_label, int) or per_label < 1:
-                raise RunInputError(f"--per-label must be a positive integer, got {per_label!r}")
-            num_records = per_label * len(labels)
-        try:
-            by_label = split_by_label(records, key="label", labels=labels)
-        except (TypeError, ValueError) as exc:
-            raise RunInputError(f"--labels: {exc}") from None
-        groups = len(labels)
-    group_teachers = check_groups(groups, num_teachers, accountant)
-    if by_label is not None:
-        for label in labels:
-            if len(by_label[label]) < group_teachers:
-                raise RunInputError(f"--labels: label {label!r} has fewer records than the {group_teachers} teachers "
-                                    f"each label needs (--teachers {num_teachers} over {groups} labels)")
-    try:
-        template.check_records(records)
-    except ValueError as exc:
-        raise RunInputError(f"--template: {exc}") from None
-    mech = build_mechanism(mechanism, step_epsilon, step_delta, relation, num_teachers=group_teachers)
-    check_inputs(records, num_teachers, mech, accountant, budget)
-    check_reachable(mech, group_teachers)
-    check_workers(workers, num_teachers, ray_address, ray_timeout)
-    register = ledger_path is None or not public_records
-    home, fingerprint, ledger_path = _dataset_ledger(ledger_home, records, dataset, ledger_path, check=register)
+    check_workers(spec.workers, spec.teachers, spec.ray_address, spec.ray_timeout)
+    # 2. the model's path; 3. the records against its window (its tokenizer only)
+    model, model_label = _resolve_model(spec, announce=progress)
+    shown = _fit_to_window(spec, task, plan, model, announce=progress)
+    # 4. the ledger, claimed before the model loads
+    register = spec.ledger is None or not bundled
+    home, fingerprint, ledger_path = _dataset_ledger(ledger_home, records, dataset, spec.ledger, check=register)
     if not ledger_path.parent.is_dir():
         raise RunInputError(f"ledger folder {str(ledger_path.parent)!r} does not exist")
-    key, checkpoints = _signing(signing_key, checkpoints, ledger_path)
+    key, checkpoints = _signing(spec.signing_key, spec.checkpoints, ledger_path)
+    accountant = spec.accountant
     if ledger_path.exists():
         _check_existing_ledger(ledger_path, dataset, accountant, budget, mech, group_teachers)  # read-only
     ledger, acct = _claim_ledger(ledger_path, dataset, accountant, budget, mech, group_teachers)  # before the model
@@ -687,27 +606,28 @@ def private_run(
                 print("pate-accountant: loading the model ...", file=sys.stderr, flush=True)
             with quiet_libraries(drop_stderr=True):
                 try:
-                    backend, public = _backends(stack, model, threads, workers, ray_address)
+                    backend, public = _backends(stack, model, spec.threads, spec.workers, spec.ray_address)
                 except OSError as exc:  # unreadable weights, a broken config file: a usage error, no traceback
                     raise RunInputError(f"--model: cannot load the model: {_first_line(exc)}") from None
 
             rng = np.random.default_rng(seed)
-            if by_label is None:
-                ensembles = group_prompts(records, num_teachers, groups, rng, template)
+            if plan.places is None:
+                ensembles = group_prompts(shown, spec.teachers, groups, rng, template)
             else:  # one group per label, each partitioned on its own
-                ensembles = [group_prompts(by_label[label], group_teachers, 1, rng, template)[0] for label in labels]
+                ensembles = [group_prompts([shown[i] for i in plan.places[label]], group_teachers, 1, rng, template)[0]
+                             for label in labels]
             public_prompt = template.open_slot  # the open slot only: no private record
             try:  # prompts that do not fit the context window: refused before the run begins
                 for shared_prefix, prompts in ensembles:
                     backend.check_prompts(prompts, shared_prefix)
             except ValueError as exc:
-                raise RunInputError(f"--teachers {num_teachers}: {exc} (use more teachers or shorter records)"
+                raise RunInputError(f"--teachers {spec.teachers}: {exc} (use more teachers or shorter records)"
                                     ) from None
 
             metadata = {
                 "command": command,
                 "mechanism": describe_mechanism(mech),
-                "mechanism_name": mechanism,
+                "mechanism_name": spec.mechanism,
                 "release_rule": release_rule(mech, group_teachers),
                 "accountant": accountant,
                 "budget": {"epsilon": budget[0], "delta": budget[1]},
@@ -715,25 +635,26 @@ def private_run(
                 "software_version": __version__,
                 "dataset": dataset,
                 "dataset_fingerprint": fingerprint,
-                "model": model_label if model_label is not None else str(model),
-                "data": data_label if data_label is not None else "records",
-                "num_teachers": num_teachers,
+                "model": model_label,
+                "data": task.data_label,
+                "num_teachers": spec.teachers,
                 "groups": groups,
                 "teachers_per_group": group_teachers,
                 "labels": labels,
                 "template": template.name,
-                "public_mix": public_mix,
-                "public_top_k": public_top_k,
+                "long_records": spec.long_records,
+                "public_mix": spec.public_mix,
+                "public_top_k": spec.public_top_k,
                 "records_requested": num_records,
-                "max_tokens": max_tokens,
+                "max_tokens": spec.max_tokens,
                 "histograms": "coordinated",
                 "fallback": "public (same model, shared prefix only)",
-                "temperature": temperature,
-                "top_p": top_p,
+                "temperature": spec.temperature,
+                "top_p": spec.top_p,
                 "stop": template.stop,
-                "workers": workers,
-                "executor": "ray" if ray_address is not None else "in-process",
-                **({"spec": spec} if spec is not None else {}),
+                "workers": spec.workers,
+                "executor": "ray" if spec.ray_address is not None else "in-process",
+                "spec": spec.shareable(),
             }
 
             if seed is not None:
@@ -751,14 +672,15 @@ def private_run(
             accountants = [acct] if groups == 1 else list(acct.parallel_groups(groups))
             generators = [PrivateGenerator(
                 backend, mech, group_acct, histograms="coordinated", fallback="public", public_backend=public,
-                public_prompt=public_prompt, max_tokens=max_tokens, stop_strings=(template.stop,), top_p=top_p,
-                temperature=temperature, public_mix=public_mix, public_support=public_top_k,
+                public_prompt=public_prompt, max_tokens=spec.max_tokens, stop_strings=(template.stop,),
+                top_p=spec.top_p, temperature=spec.temperature, public_mix=spec.public_mix,
+                public_support=spec.public_top_k,
             ) for group_acct in accountants]
             bar = RunProgress(num_records, progress)
             out_records, storage_error, interrupted = [], None, False
             writer = None
             if out_file is not None:
-                writer = RecordsOut(out_file, labels=labels is not None, keep_partial=keep_partial)
+                writer = RecordsOut(out_file, labels=labels is not None, keep_partial=spec.keep_partial)
                 try:
                     writer.open()
                 except OSError as exc:
@@ -797,7 +719,7 @@ def private_run(
                     if writer is not None:
                         writer.write(out_records[-1])
                     made[g] += 1
-                    if result.stop_reason != "budget" and (per_label is None or made[g] < per_label):
+                    if result.stop_reason != "budget" and (spec.per_label is None or made[g] < spec.per_label):
                         turns.append(g)  # its next turn comes after every other group's
                     stop.check()  # a Ctrl-C between records
             except _Interrupted:
@@ -842,7 +764,7 @@ def private_run(
                     "missing": num_records - complete - cut},
         "interrupted": interrupted,
         "out": None if out_file is None else {"path": str(out_file), "written": writer.written,
-                                              "keep_partial": bool(keep_partial)},
+                                              "keep_partial": bool(spec.keep_partial)},
         "spent": {"epsilon": spent[0], "delta": spent[1]},
         "spent_before": {"epsilon": spent_before[0], "delta": spent_before[1]},
         "remaining": {"epsilon": max(0.0, budget[0] - spent[0]), "delta": max(0.0, budget[1] - spent[1]),
@@ -865,9 +787,120 @@ def private_run(
             "head_hash": verdict.head_hash,
         },
         "parameters": metadata,
-        "spec": spec,
+        "spec": metadata["spec"],
         "wall_seconds": round(time.perf_counter() - started, 3),
     }
+
+
+@attr.s(frozen=True, auto_attribs=True)
+class _RunPlan:
+    """What :func:`_plan_run` settles from the spec and the data alone."""
+
+    labels: list | None
+    #: Each label's record positions (``None`` without labels).
+    places: dict | None
+    groups: int
+    group_teachers: int
+    mechanism: object
+
+
+def _plan_run(spec, task) -> _RunPlan:
+    """The checks that need only the spec and the records (no model, no ledger; cheap): the labels and each
+    label's records, the groups, the template against the records, the mechanism and whether its threshold is in
+    reach, the accountant and whether the budget pays for one step."""
+    records = task.records
+    labels, places, groups = None, None, spec.groups
+    if spec.labels is not None:
+        labels = list(spec.labels)
+        try:
+            split_by_label(records, key="label", labels=labels)  # every record's label is one of the list
+        except (TypeError, ValueError) as exc:  # "labels: ..." or "key: record 3 has no ..." (the label field)
+            option, _, why = str(exc).partition(": ")
+            raise RunInputError(f"argument --{'labels' if option == 'labels' else 'label-field'}: {why}") from None
+        places = {label: [i for i, record in enumerate(records) if record["label"] == label] for label in labels}
+        groups = len(labels)
+    group_teachers = check_groups(groups, spec.teachers, spec.accountant)
+    if places is not None:
+        for label in labels:
+            if len(places[label]) < group_teachers:
+                raise RunInputError(f"--labels: label {label!r} has fewer records than the {group_teachers} teachers "
+                                    f"each label needs (--teachers {spec.teachers} over {groups} labels)")
+    try:
+        task.template.check_records(records)
+    except ValueError as exc:
+        raise RunInputError(f"--template: {exc}") from None
+    mech = build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta, spec.relation,
+                           num_teachers=group_teachers)
+    check_inputs(records, spec.teachers, mech, spec.accountant, (float(spec.budget_epsilon), float(spec.budget_delta)))
+    check_reachable(mech, group_teachers)
+    return _RunPlan(labels, places, groups, group_teachers, mech)
+
+
+def _resolve_model(spec, *, announce: bool) -> tuple:
+    """``(model folder or file, its label)``: ``embedded`` converted once into its cache folder, else the local
+    path ``spec.model``, which must exist (model hubs are not used)."""
+    if spec.model == "embedded":
+        try:
+            return demo_model_path(announce=announce), model_label("embedded")
+        except ValueError as exc:
+            raise RunInputError(f"argument --model: {exc}") from None
+        except OSError as exc:  # a cache folder that cannot be written (a read-only home)
+            raise RunInputError(f"argument --model: cannot convert the embedded model into its cache folder: "
+                                f"{exc.strerror or exc} ({exc.filename or ''}; set PATE_ACCOUNTANT_CACHE to a "
+                                "writable folder)") from None
+    model = os.path.expanduser(spec.model)
+    if not os.path.exists(model):
+        raise RunInputError(f"argument --model: model path {spec.model!r} does not exist (model hubs are not used: "
+                            "give a local folder or .gguf file, or 'embedded')")
+    return model, model_label(model)
+
+
+def _fit_to_window(spec, task, plan: _RunPlan, model, *, announce: bool) -> list:
+    """The records as the teachers will see them, in their places: each record's text fitted to its share of
+    the model's window (:func:`~ensembles.data.record_token_limit`: the window less the template and
+    ``spec.max_tokens`` new tokens, over the most records one teacher holds) by ``spec.long_records``; a skipped
+    record's place holds ``None`` (so the partition by position moves no other record).  Only the tokenizer and
+    the config are read.  A refusal counts the records, never shows one; with ``announce``, what was done is one
+    line on stderr (counts only: they describe the data, so they stay on this screen and out of the ledger and
+    the result)."""
+    records = task.records
+    try:
+        with quiet_libraries(drop_stderr=True):
+            count_tokens, window = tb.token_window(model)
+    except (OSError, ValueError) as exc:
+        raise RunInputError(f"argument --model: cannot read its tokenizer or config: {_first_line(exc)}") from None
+    if plan.places is None:
+        per_teacher = math.ceil(len(records) / spec.teachers)
+    else:
+        per_teacher = max(math.ceil(len(positions) / plan.group_teachers) for positions in plan.places.values())
+    try:
+        limit = record_token_limit(task.template, window=window, records_per_teacher=per_teacher,
+                                   max_new_tokens=spec.max_tokens, count_tokens=count_tokens)
+    except ValueError:
+        raise RunInputError(f"--teachers {spec.teachers}: the model's context window of {window} tokens has no room "
+                            f"for {per_teacher} records per teacher with the template and --max-tokens "
+                            f"{spec.max_tokens}: use more teachers or a smaller --max-tokens") from None
+    share = (f"each record's share of the model's context window of {window} tokens with "
+             f"{plural_of(per_teacher, 'record')} per teacher and --max-tokens {spec.max_tokens}")
+    try:
+        fitted = fit_records(records, max_tokens=limit, count_tokens=count_tokens, on_long=spec.long_records,
+                             field=task.text_key, keep_places=True)
+    except RecordsTooLongError as exc:
+        raise RunInputError(f"argument --long-records refuse: {exc.count} of {len(records)} records are longer than "
+                            f"{limit} tokens, {share}; use --long-records truncate or skip, more teachers or a "
+                            "smaller --max-tokens") from None
+    except ValueError as exc:
+        raise RunInputError(f"argument --long-records {spec.long_records}: {exc}") from None
+    if announce and fitted.too_long:
+        done = "truncated to" if spec.long_records == "truncate" else "skipped: longer than"
+        print(f"pate-accountant: {fitted.too_long} of {len(records)} records {done} {limit} tokens ({share})",
+              file=sys.stderr, flush=True)
+    return list(fitted.records)
+
+
+def plural_of(count: int, noun: str) -> str:
+    """``1 record``, ``2 records``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 class _Interrupted(Exception):
@@ -929,9 +962,7 @@ def _dataset_ledger(ledger_home, records, dataset: str, ledger_path, *, check: b
 
 def _signing(signing_key, checkpoints, ledger_path: Path):
     """The loaded signing key (or ``None``) and the checkpoints file, checked before anything is written."""
-    if signing_key is None:
-        if checkpoints is not None:
-            raise RunInputError("--checkpoints needs --signing-key (the checkpoints a run appends are signed)")
+    if signing_key is None:  # checkpoints without a key: refused by RunSpec
         return None, None
     try:
         key = load_private_key(signing_key)

@@ -7,7 +7,7 @@ local paths, which are reduced to their file names) is what the ledger's run met
 
 The TOML file has one table per part of the run (every key optional, the defaults are ``generate``'s)::
 
-    [data]        path, text_field, label_field, labels, dataset
+    [data]        path, text_field, label_field, labels, dataset, long_records
     [task]        template, records, per_label, max_tokens, temperature, top_p
     [model]       path, teachers, groups, threads, workers, ray_address, ray_timeout
     [mechanism]   name, step_epsilon, step_delta, relation, public_mix, public_top_k
@@ -30,18 +30,37 @@ from pathlib import Path
 import attr
 
 from ensembles.data import load_bundled, load_records
-from ensembles.templates import get_template
-from pate_accountant.validation import MAX_STEP_EPSILON, MIN_DELTA, check_int, check_real
+from ensembles.templates import INSTRUCTIONS, get_template
+from mechanisms import registry as mechanisms_registry
+from pate_accountant import registry as accountants_registry
+from pate_accountant.validation import check_delta, check_epsilon, check_int, check_real
 from pate_app.commands.run_options import DEMO_DEFAULTS as _D
 from pate_app.options import DEFAULT_RAY_TIMEOUT
-from pate_app.run import RunInputError, demo_model_path, private_run
 
-__all__ = ["SECTIONS", "RunSpec", "SpecError", "Task", "load_task", "synthesize"]
+__all__ = ["LONG_RECORDS", "SECTIONS", "RunInputError", "RunSpec", "SpecError", "Task", "load_task", "synthesize",
+           "task_from_records"]
+
+#: How the run header, the result and the ledger name the embedded model.
+EMBEDDED_LABEL = "SmolLM2-135M-Instruct (embedded)"
+
+
+def model_label(model: str) -> str:
+    """A short name of ``--model`` for the run header, the JSON result and the ledger: the folder's or file's own
+    name, never the path leading to it."""
+    return EMBEDDED_LABEL if model == "embedded" else Path(os.path.expanduser(model)).resolve().name
+
+
+#: What ``--long-records`` does with a record too long for its share of the model's window (docs/data.md).
+LONG_RECORDS = ("refuse", "truncate", "skip")
+
+
+class RunInputError(ValueError):
+    """A bad input found before anything was charged (the CLI turns it into exit status 2)."""
 
 #: The TOML tables and, for each key, the ``RunSpec`` field it sets.
 SECTIONS = {
     "data": {"path": "data", "text_field": "text_field", "label_field": "label_field", "labels": "labels",
-             "dataset": "dataset"},
+             "dataset": "dataset", "long_records": "long_records"},
     "task": {"template": "template", "records": "records", "per_label": "per_label", "max_tokens": "max_tokens",
              "temperature": "temperature", "top_p": "top_p"},
     "model": {"path": "model", "teachers": "teachers", "groups": "groups", "threads": "threads",
@@ -58,7 +77,7 @@ _KEY_OF = {field: f"{table}.{key}" for table, keys in SECTIONS.items() for key, 
 _PATHS = ("data", "model", "out", "ledger", "signing_key", "checkpoints", "template")
 
 
-class SpecError(ValueError):
+class SpecError(RunInputError):
     """A bad value in a run description: one line naming the key (``budget.epsilon``) and the value."""
 
 
@@ -75,6 +94,10 @@ def _check(kind, **limits):
                 check_int(_name(attribute), value, **limits)
             elif kind == "real":
                 check_real(_name(attribute), value, **limits)
+            elif kind == "epsilon":
+                check_epsilon(_name(attribute), value)
+            elif kind == "delta":
+                check_delta(_name(attribute), value)
             elif kind == "bool":
                 if not isinstance(value, bool):
                     raise ValueError(f"{_name(attribute)} must be true or false, got {value!r}")
@@ -103,8 +126,27 @@ def _check_labels(instance, attribute, value):
         raise SpecError("data.labels needs data.label_field (the field holding each record's label)")
 
 
-def _text(default=None, optional=True):
-    return attr.ib(default=default, validator=None if optional and default is None else _check("text"))
+def _check_dataset(instance, attribute, value):
+    if value is None:
+        return
+    if not isinstance(value, str) or not value.strip() or len(value) > 200 or not value.isprintable():
+        raise SpecError(f"{_name(attribute)} must be a printable name of 1 to 200 characters, got {value!r}")
+
+
+def _choice(*choices):
+    def validator(instance, attribute, value):
+        if value not in choices:
+            raise SpecError(f"{_name(attribute)} must be one of {', '.join(choices)}, got {value!r}")
+    return validator
+
+
+def _registered(names):
+    """A validator: the value is one of ``names()`` (a registry's, read when the spec is built, so that names
+    registered by the user's own modules count)."""
+    def validator(instance, attribute, value):
+        if value not in names():
+            raise SpecError(f"{_name(attribute)} must be one of {', '.join(names())}, got {value!r}")
+    return validator
 
 
 @attr.s(frozen=True, kw_only=True)
@@ -117,7 +159,8 @@ class RunSpec:
     text_field: str = attr.ib(default="text", validator=_check("text"))
     label_field: str | None = attr.ib(default=None, validator=_check("text"))
     labels: tuple | None = attr.ib(default=None, converter=_labels, validator=_check_labels)
-    dataset: str | None = attr.ib(default=None, validator=_check("text"))
+    dataset: str | None = attr.ib(default=None, validator=_check_dataset)
+    long_records: str = attr.ib(default="refuse", validator=_choice(*LONG_RECORDS))
     # task
     template: str | None = attr.ib(default=None, validator=_check("text"))
     records: int = attr.ib(default=_D["records"], validator=_check("int", minimum=1))
@@ -134,16 +177,14 @@ class RunSpec:
     ray_address: str | None = attr.ib(default=None, validator=_check("text"))
     ray_timeout: float = attr.ib(default=DEFAULT_RAY_TIMEOUT, validator=_check("real", minimum=0.0, min_open=True))
     # mechanism
-    mechanism: str = attr.ib(default=_D["mechanism"], validator=_check("text"))
-    step_epsilon: float = attr.ib(default=_D["step_epsilon"], validator=_check("real", minimum=0.0, maximum=MAX_STEP_EPSILON,
-                                                                min_open=True))
-    step_delta: float = attr.ib(default=_D["step_delta"], validator=_check("real", minimum=MIN_DELTA, maximum=1.0,
-                                                               max_open=True))
-    relation: str = attr.ib(default=_D["relation"], validator=attr.validators.in_(("replace-one", "add-remove-one")))
+    mechanism: str = attr.ib(default=_D["mechanism"], validator=_registered(mechanisms_registry.run_mechanism_names))
+    step_epsilon: float = attr.ib(default=_D["step_epsilon"], validator=_check("epsilon"))
+    step_delta: float = attr.ib(default=_D["step_delta"], validator=_check("delta"))
+    relation: str = attr.ib(default=_D["relation"], validator=_choice("replace-one", "add-remove-one"))
     public_mix: float = attr.ib(default=0.0, validator=_check("real", minimum=0.0, maximum=1.0))
     public_top_k: int | None = attr.ib(default=None, validator=_check("int", minimum=1))
     # accountant and budget
-    accountant: str = attr.ib(default=_D["accountant"], validator=_check("text"))
+    accountant: str = attr.ib(default=_D["accountant"], validator=_registered(accountants_registry.run_accountant_names))
     budget_epsilon: float = attr.ib(validator=_check("real", minimum=0.0, min_open=True))
     budget_delta: float = attr.ib(validator=_check("real", minimum=0.0, maximum=1.0, min_open=True, max_open=True))
     # output
@@ -155,6 +196,23 @@ class RunSpec:
     checkpoints: str | None = attr.ib(default=None, validator=_check("text"))
     # tests only: never read from a file, never written anywhere shareable
     seed: int | None = attr.ib(default=None, validator=_check("int", minimum=0), repr=False)
+
+    def __attrs_post_init__(self):
+        """The checks that join two keys (one line naming both)."""
+        if self.labels is not None and self.groups != 1:
+            raise SpecError(f"--groups {self.groups} (model.groups): with --labels the groups are the labels (leave "
+                            "--groups out)")
+        if self.per_label is not None and self.labels is None:
+            raise SpecError("--per-label (task.per_label) needs --label-field and --labels (data.label_field, "
+                            "data.labels): records per label")
+        if self.checkpoints is not None and self.signing_key is None:
+            raise SpecError("--checkpoints (signing.checkpoints) needs --signing-key (signing.key): the checkpoints a "
+                            "run appends are signed")
+
+    @property
+    def requested(self) -> int:
+        """The records the run is asked for: ``per_label`` of each label, else ``records``."""
+        return self.per_label * len(self.labels) if self.per_label is not None else self.records
 
     # -- building --------------------------------------------------------------------------------------------
     @classmethod
@@ -195,17 +253,18 @@ class RunSpec:
             raise SpecError(f"{where}: {exc}") from None
 
     @classmethod
-    def from_args(cls, args, parser=None) -> RunSpec:
+    def from_args(cls, args, parser=None, **fixed) -> RunSpec:
         """The run the ``generate`` flags in ``args`` describe; with ``--config FILE``, the file's run with every
-        flag given on the command line (one whose value differs from its default) taking precedence."""
+        flag given on the command line (one whose value differs from its default) taking precedence; ``fixed``
+        (field names: ``demo``'s data and model) over both."""
         values = {field.name: getattr(args, _FLAG.get(field.name, field.name))
                   for field in attr.fields(cls) if hasattr(args, _FLAG.get(field.name, field.name))}
         config = getattr(args, "config", None)
         if config is None:
-            return cls(**values)
+            return cls(**{**values, **fixed})
         given = {name: value for name, value in values.items()
                  if parser is None or value != parser.get_default(_FLAG.get(name, name))}
-        return cls.from_toml(config, **given)
+        return cls.from_toml(config, **given, **fixed)
 
     # -- what may be shown ---------------------------------------------------------------------------------------
     def shareable(self) -> dict:
@@ -255,6 +314,8 @@ class Task:
     template: object
     data_label: str
     dataset: str
+    #: The record field the template shows as the record's text (what ``--long-records`` fits).
+    text_key: str = "text"
 
 
 def load_task(spec: RunSpec) -> Task:
@@ -288,35 +349,28 @@ def load_task(spec: RunSpec) -> Task:
     records = loaded.records
     if spec.labels is not None and loaded.label_key != "label":  # a Dolly field named as the label
         records = tuple({**record, "label": record[loaded.label_key]} for record in records)
-    return Task(records, template, data_label, spec.dataset if spec.dataset is not None else dataset)
+    return Task(records, template, data_label, spec.dataset if spec.dataset is not None else dataset,
+                loaded.text_key)
 
 
-def synthesize(spec: RunSpec, *, progress: bool = False, ledger_home=None) -> dict:
-    """Run ``spec``: load its records and template, resolve its model (``embedded``: the shipped SmolLM2) and run
-    private generation (:func:`pate_app.run.private_run`); the JSON-able result, with ``"spec"`` its shareable
-    part.  Raises :class:`~pate_app.run.RunInputError` (or :class:`SpecError`) for bad input, before anything is
-    charged."""
-    if not isinstance(spec, RunSpec):
-        raise TypeError(f"spec must be a RunSpec, got {type(spec).__name__}")
-    task = load_task(spec)
-    if spec.model == "embedded":
-        model, model_label = demo_model_path(announce=progress), "SmolLM2-135M-Instruct (embedded)"
-    else:
-        model = os.path.expanduser(spec.model)
-        if not os.path.exists(model):
-            raise RunInputError(f"--model: no model at {spec.model!r} (model hubs are not used: give a local path)")
-        model_label = Path(model).resolve().name
-    result = private_run(
-        model=model, records=task.records, num_teachers=spec.teachers, ledger_path=spec.ledger,
-        mechanism=spec.mechanism, accountant=spec.accountant, step_epsilon=spec.step_epsilon,
-        step_delta=spec.step_delta, relation=spec.relation, epsilon=spec.budget_epsilon, delta=spec.budget_delta,
-        num_records=spec.records, max_tokens=spec.max_tokens, seed=spec.seed, temperature=spec.temperature,
-        top_p=spec.top_p, threads=spec.threads, workers=spec.workers, ray_address=spec.ray_address,
-        ray_timeout=spec.ray_timeout, progress=progress, model_label=model_label, data_label=task.data_label,
-        dataset=task.dataset, signing_key=spec.signing_key,
-        checkpoints=spec.checkpoints, ledger_home=ledger_home, public_records=spec.data == "bundled",
-        groups=spec.groups, template=task.template, labels=spec.labels, public_mix=spec.public_mix,
-        public_top_k=spec.public_top_k, out_path=spec.out, keep_partial=spec.keep_partial,
-        spec=spec.shareable(), per_label=spec.per_label,
-    )
-    return result
+def task_from_records(spec: RunSpec, records) -> Task:
+    """The task of ``spec`` over records given in memory (dicts the template shows; default template the built-in
+    ``instructions``, for Dolly records): for Python callers that hold their records already.  The data's label
+    and data set name are ``spec.data`` (a name here, not a file) unless ``spec.dataset`` names the data set."""
+    records = tuple(records)
+    try:
+        template = INSTRUCTIONS if spec.template is None else get_template(spec.template)
+    except (OSError, ValueError) as exc:
+        raise RunInputError(f"argument --template: {getattr(exc, 'strerror', None) or exc}") from None
+    text_key = spec.text_field if spec.text_field in template.fields else template.fields[0]
+    return Task(records, template, spec.data, spec.dataset if spec.dataset is not None else spec.data, text_key)
+
+
+def synthesize(spec: RunSpec, *, records=None, progress: bool = False, ledger_home=None) -> dict:
+    """Run ``spec``: load its records (or take ``records``, dicts, held in memory: :func:`task_from_records`) and
+    its template, resolve its model (``embedded``: the shipped SmolLM2) and generate privately
+    (:func:`pate_app.run.private_run`); the JSON-able result, with ``"spec"`` its shareable part.  Raises
+    :class:`RunInputError` (or :class:`SpecError`) for bad input, before anything is charged."""
+    from pate_app.run import private_run
+
+    return private_run(spec, records=records, progress=progress, ledger_home=ledger_home)

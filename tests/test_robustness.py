@@ -261,6 +261,7 @@ def test_boundary_wrapper_refuses_an_inner_epsilon_above_the_range():
 
 def test_private_run_refuses_the_step_epsilon_before_any_model_is_loaded(tmp_path):
     from pate_app.run import RunInputError, build_mechanism, private_run
+    from pate_app.spec import RunSpec
 
     with pytest.raises(RunInputError, match=r"^mechanism dp-argmax: epsilon must lie in \(0, 50\], got 1000") as caught:
         build_mechanism("dp-argmax", 1000, 1e-6)
@@ -268,8 +269,9 @@ def test_private_run_refuses_the_step_epsilon_before_any_model_is_loaded(tmp_pat
     # A model path that does not exist is only looked at after the mechanism: the epsilon is what is reported.
     records = [{"instruction": f"q{i}", "context": "", "response": f"a{i}", "category": "open_qa"} for i in range(4)]
     with deadline(), pytest.raises(RunInputError, match="epsilon must lie in"):
-        private_run(model=tmp_path / "no-such-model", records=records, num_teachers=2,
-                    ledger_path=tmp_path / "ledger.sqlite", step_epsilon=1000.0)
+        private_run(RunSpec(data="records", model=str(tmp_path / "no-such-model"), teachers=2,
+                            ledger=str(tmp_path / "ledger.sqlite"), step_epsilon=1000.0, budget_epsilon=100.0,
+                            budget_delta=1e-5), records=records)
     assert not (tmp_path / "ledger.sqlite").exists()
 
 

@@ -70,13 +70,22 @@ def model_dir(tmp_path_factory):
     return folder
 
 
-def _run(model_dir, ledger, seed=0, **kwargs):
-    params = dict(model=str(model_dir), records=_records(12), num_teachers=6, ledger_path=ledger,
+#: The test's short names of RunSpec fields.
+_SPEC_NAMES = {"num_teachers": "teachers", "ledger_path": "ledger", "epsilon": "budget_epsilon",
+               "delta": "budget_delta", "num_records": "records"}
+
+
+def _run(model_dir, ledger, seed=0, records=None, ledger_home=None, progress=False, **kwargs):
+    """One run of the tiny model over in-memory records (default: 12 of them), through a RunSpec."""
+    from pate_app.spec import RunSpec
+
+    params = dict(model=str(model_dir), teachers=6, ledger=None if ledger is None else str(ledger),
                   mechanism="dp-argmax", accountant="basic", step_epsilon=8.0, step_delta=1e-3,
-                  relation="add-remove-one", epsilon=200.0, delta=0.5, num_records=2, max_tokens=6, seed=seed,
-                  threads=1)
-    params.update(kwargs)
-    return private_run(**params)
+                  relation="add-remove-one", budget_epsilon=200.0, budget_delta=0.5, records=2, max_tokens=6,
+                  seed=seed, threads=1, data="records")
+    params.update({_SPEC_NAMES.get(name, name): value for name, value in kwargs.items()})
+    return private_run(RunSpec(**params), records=_records(12) if records is None else records,
+                       ledger_home=ledger_home, progress=bool(progress))
 
 
 def test_private_run_end_to_end(model_dir, tmp_path):
@@ -141,13 +150,29 @@ def test_bad_inputs_refused_before_the_ledger(model_dir, tmp_path, kwargs, messa
     assert not ledger.exists()
 
 
-def test_prompt_longer_than_context_window_refused_before_the_ledger(model_dir, tmp_path):
+def test_prompt_longer_than_context_window_refused_before_the_ledger(model_dir, tmp_path, capsys):
     long_records = [dict(r, instruction=" ".join([r["instruction"]] * 80)) for r in _records(12)]
     ledger = tmp_path / "long.sqlite"
-    with pytest.raises(RunInputError, match="context window") as caught:
+    with pytest.raises(RunInputError, match=r"^argument --long-records refuse: 12 of 12 records are longer than "
+                                            r"\d+ tokens, .*context window of 512 tokens") as caught:
         _run(model_dir, ledger, records=long_records)
     assert not ledger.exists()
     assert MARKER not in str(caught.value)
+    with pytest.raises(RunInputError, match="on_long='skip': all 12 records"):
+        _run(model_dir, ledger, records=long_records, long_records="skip")
+    assert not ledger.exists()
+    # Truncated, every record fits its share of the window: the run goes through, and says how many were cut.
+    capsys.readouterr()
+    result = _run(model_dir, ledger, records=long_records, long_records="truncate", progress=True)
+    assert result["audit"]["ok"] and result["parameters"]["long_records"] == "truncate"
+    err = capsys.readouterr().err
+    assert "pate-accountant: 12 of 12 records truncated to " in err and MARKER not in err
+    assert "12 of 12" not in json.dumps(result)  # the counts describe the data: on screen only
+    # Half of them long, skipped in their places: the other six make the prompts.
+    mixed = long_records[:6] + _records(12)[6:]
+    skipped = _run(model_dir, tmp_path / "mixed.sqlite", records=mixed, long_records="skip", num_records=1,
+                   ledger_home=tmp_path / "other-home")
+    assert skipped["audit"]["ok"] and skipped["summary"]["requested"] == 1
 
 
 def test_tokenizer_without_pad_or_eos_refused_before_the_ledger(model_dir, tmp_path):
@@ -638,6 +663,9 @@ def held_load(*args, **kwargs):  # the run has claimed its ledger; its model loa
     return load(*args, **kwargs)
 
 run._backends = held_load
+if "--no-fit" in sys.argv:  # the early fit to the window passes (an estimate): the prompts' own check refuses later
+    sys.argv.remove("--no-fit")
+    run._fit_to_window = lambda spec, task, plan, model, announce: list(task.records)
 from pate_accountant.cli import main
 sys.exit(main(sys.argv[3:]))
 """
@@ -649,7 +677,8 @@ def test_a_run_claims_its_ledger_before_the_model_loads(model_dir, tmp_path, sec
     claim); the second is started on the same new --ledger meanwhile.  Another budget is refused at once,
     while the first is still loading, and writes nothing; the same budget joins, and both runs charge the one
     ledger.  A first run that is refused after its claim (its prompts do not fit the model) does not remove
-    the ledger the second run joined."""
+    the ledger the second run joined (the early fit of records to the window is bypassed there, so that the
+    prompts' own check after the claim is what refuses)."""
     import subprocess
     import sys
 
@@ -669,7 +698,9 @@ def test_a_run_claims_its_ledger_before_the_model_loads(model_dir, tmp_path, sec
         return args
 
     first_model = short_window if second == "first refused later" else model_dir
-    first = subprocess.Popen([sys.executable, "-c", _HELD_RUN, str(claimed), str(go), *argv("500", first_model)],
+    no_fit = ["--no-fit"] if second == "first refused later" else []
+    first = subprocess.Popen([sys.executable, "-c", _HELD_RUN, str(claimed), str(go), *no_fit,
+                              *argv("500", first_model)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         for _ in range(3000):
@@ -831,7 +862,7 @@ def test_an_unusable_signing_key_is_refused_before_the_ledger(model_dir, tmp_pat
     assert "--signing-key" in err and "not-a-key.pem" in err
     assert not ledger.exists()
     assert main(_generate_argv(model_dir, data, ledger, "--checkpoints", str(tmp_path / "c.jsonl"))) == 2
-    assert "--checkpoints needs --signing-key" in capsys.readouterr().err
+    assert "--checkpoints (signing.checkpoints) needs --signing-key" in capsys.readouterr().err
     assert not ledger.exists()
 
 
@@ -893,7 +924,7 @@ def test_groups_each_spend_the_budget_and_the_run_costs_the_costliest(model_dir,
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"groups": 4}, "does not split into --groups 4"),
-    ({"groups": 0}, "--groups must be a positive integer"),
+    ({"groups": 0}, r"^model\.groups must be >= 1, got 0"),
     ({"groups": 6}, "out of reach"),
 ])
 def test_bad_groups_refused_before_the_ledger(model_dir, tmp_path, kwargs, message):

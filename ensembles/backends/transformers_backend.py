@@ -33,7 +33,7 @@ from ensembles.backends.hf_cache import forward_with_cache
 from ensembles.distributions import TeacherDistributions, top_p_keep
 
 __all__ = ["TransformersBackend", "convert_gguf", "converted_gguf_path", "default_cache_dir", "resolve_model_path",
-           "smollm2_path"]
+           "smollm2_path", "token_window"]
 
 #: Default number of teachers per forward pass.
 DEFAULT_BATCH_SIZE = 32
@@ -129,6 +129,24 @@ def resolve_model_path(model) -> Path:
     if ggufs:
         return convert_gguf(ggufs[0])
     raise ValueError(f"model path {str(path)!r} holds neither a config.json nor a .gguf file")
+
+
+def token_window(model) -> tuple:
+    """``(count_tokens, window)`` of the local model ``model`` (as :func:`resolve_model_path` takes it) without
+    loading its weights: a function giving a text's token count as :class:`TransformersBackend` encodes prompts,
+    and the context window it enforces (the config's ``max_position_embeddings``, else the tokenizer's
+    ``model_max_length``).  For fitting records to the window before a run claims its ledger."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    path = resolve_model_path(model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    config = AutoConfig.from_pretrained(path)
+    window = getattr(config, "max_position_embeddings", None) or getattr(tokenizer, "model_max_length", None)
+
+    def count_tokens(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    return count_tokens, int(window)
 
 
 class _Snapshot:

@@ -11,6 +11,7 @@ from pate_app.commands.run_options import (
     add_budget_options,
     add_run_options,
     run_and_report,
+    spec_from_args,
 )
 
 _D = DEMO_DEFAULTS
@@ -38,18 +39,5 @@ def add_arguments(p) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the demo; 0 when its ledger audits."""
-    from ensembles.data import bundled_sample
-    from pate_app.run import demo_model_path
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    ledger = args.ledger  # None: the sample's ledger in the ledger home
-    try:
-        model = demo_model_path(announce=not (args.json or args.no_progress))
-    except ValueError as exc:
-        args.parser.error(str(exc))
-    except OSError as exc:  # a cache folder that cannot be written (a read-only home)
-        args.parser.error(f"cannot convert the embedded model into its cache folder: {exc.strerror or exc} "
-                          f"({exc.filename or ''}; set PATE_ACCOUNTANT_CACHE to a writable folder)")
-    return run_and_report(args, command="demo", model=model, records=bundled_sample(), ledger=ledger,
-                          model_label="SmolLM2-135M-Instruct (embedded)", data_label="bundled sample",
-                          dataset=args.dataset, public_records=True)
+    return run_and_report(args, spec_from_args(args, data="bundled", model="embedded"), command="demo")

@@ -6,9 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 
-import attr
-from pathlib import Path
-
 from mechanisms import registry as mechanisms_registry
 from pate_accountant import registry as accountants_registry
 from pate_app.commands.run_options import (
@@ -17,8 +14,10 @@ from pate_app.commands.run_options import (
     add_run_options,
     require,
     run_and_report,
+    spec_from_args,
 )
 from pate_app.options import DEFAULT_RAY_TIMEOUT, positive_float, positive_int
+from pate_app.spec import EMBEDDED_LABEL, LONG_RECORDS, model_label  # noqa: F401  (the model's names, kept here)
 
 NAME = "generate"
 HELP = "generate synthetic records privately from your records (JSON lines, JSON or CSV) on a local model"
@@ -33,7 +32,6 @@ DESCRIPTION = (
 )
 #: ``--model embedded`` (the default) and ``--data bundled`` name what ships with the package.
 EMBEDDED, BUNDLED = "embedded", "bundled"
-EMBEDDED_LABEL = "SmolLM2-135M-Instruct (embedded)"
 
 
 def add_arguments(p) -> None:
@@ -54,6 +52,10 @@ def add_arguments(p) -> None:
                         "part of the task and public, while the ones found in the data are not)")
     p.add_argument("--per-label", metavar="K", type=positive_int, default=None,
                    help="with --labels: generate K records of each label (instead of --records in turn)")
+    p.add_argument("--long-records", choices=LONG_RECORDS, default="refuse",
+                   help="a record too long for its share of the model's window (the window less the template and "
+                        "--max-tokens, over the records one teacher holds): refuse the run, truncate the record, or "
+                        "skip it; counted on stderr, never shown (default refuse; docs/data.md)")
     p.add_argument("--template", metavar="NAME|FILE", default=None,
                    help="the prompt template: 'instructions' (write a new instruction; the default for Dolly "
                         "records), 'records' (write a new record of the same kind; the default otherwise), or a "
@@ -88,54 +90,8 @@ def add_arguments(p) -> None:
                         f"before the ledger is claimed (default {DEFAULT_RAY_TIMEOUT:g}; at most 600)")
 
 
-def model_label(model: str) -> str:
-    """A short name of ``--model`` for the run header, the JSON result and the ledger: the folder's or file's
-    own name, never the path leading to it."""
-    return EMBEDDED_LABEL if model == EMBEDDED else Path(os.path.expanduser(model)).resolve().name
-
-
 def main(args: argparse.Namespace) -> int:
     """Run the generation; 0 when its ledger audits."""
-    from pate_app.run import RunInputError, demo_model_path
-    from pate_app.spec import load_task
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     require(args, "data", "budget_epsilon", "budget_delta")
-    spec = _spec(args)
-    if args.model != EMBEDDED and not os.path.exists(os.path.expanduser(args.model)):
-        args.parser.error(f"argument --model: no model at {args.model!r} (model hubs are not used: give a local "
-                          f"path, or '{EMBEDDED}')")
-    try:
-        task = load_task(spec)
-    except RunInputError as exc:
-        args.parser.error(str(exc))
-    if args.model == EMBEDDED:
-        try:
-            model = demo_model_path(announce=not (args.json or args.no_progress))
-        except ValueError as exc:
-            args.parser.error(f"argument --model: {exc}")
-        except OSError as exc:  # a cache folder that cannot be written (a read-only home)
-            args.parser.error(f"argument --model: cannot convert the embedded model into its cache folder: "
-                              f"{exc.strerror or exc} ({exc.filename or ''}; set PATE_ACCOUNTANT_CACHE to a writable "
-                              "folder)")
-    else:
-        model = args.model
-    return run_and_report(args, command="generate", model=model, records=task.records, ledger=args.ledger,
-                          model_label=model_label(args.model), data_label=task.data_label, dataset=task.dataset,
-                          public_records=args.data == BUNDLED, template=task.template,
-                          labels=None if spec.labels is None else list(spec.labels), spec=spec.shareable())
-
-
-def _spec(args):
-    """The run's :class:`~pate_app.spec.RunSpec` from the flags (and ``--config``), checked once; ``args`` then
-    mirrors it, so that what runs is what the spec says (usage errors name the key and the value)."""
-    from pate_app.spec import RunSpec, SpecError
-
-    try:
-        spec = RunSpec.from_args(args, args.parser)
-    except SpecError as exc:
-        args.parser.error(str(exc))
-    for field in attr.fields(RunSpec):
-        value = getattr(spec, field.name)
-        setattr(args, field.name, ",".join(value) if field.name == "labels" and value is not None else value)
-    return spec
+    return run_and_report(args, spec_from_args(args), command="generate")

@@ -7,7 +7,6 @@ import sys
 
 from pate_app.options import (
     BUDGET_DELTA_HELP,
-    DEFAULT_RAY_TIMEOUT,
     BUDGET_EPSILON_HELP,
     STEP_DELTA_HELP,
     STEP_EPSILON_HELP,
@@ -24,7 +23,7 @@ from pate_app.options import (
     unit,
 )
 
-__all__ = ["DEMO_DEFAULTS", "add_budget_options", "add_run_options", "run_and_report"]
+__all__ = ["DEMO_DEFAULTS", "add_budget_options", "add_run_options", "run_and_report", "spec_from_args"]
 
 #: ``demo`` defaults, also ``generate``'s for every option but the budget (docs/demo.md explains the choice).
 DEMO_DEFAULTS = {
@@ -124,37 +123,32 @@ def pin_command(ledger: dict) -> str:
     return shlex.join(argv)
 
 
-def run_and_report(args, *, command: str, model, records, ledger, model_label: str, data_label: str,
-                   dataset: str, public_records: bool = False, template=None, labels=None, spec=None) -> int:
-    """One private run (:func:`pate_app.run.private_run`) from the parsed options, printed (or ``--json``);
-    0 when the ledger audits (and took every charge, and a requested signed checkpoint was written), 1
-    otherwise.  Bad input is a usage error (exit 2) before anything is written."""
+def spec_from_args(args, **fixed):
+    """The run's :class:`~pate_app.spec.RunSpec` from the parsed options (and ``--config``), checked once, with
+    ``fixed`` (``demo``: the bundled sample on the embedded model) taking precedence; a bad value is a usage error
+    naming the key and the value."""
+    from pate_app.spec import RunSpec, SpecError
+
+    try:
+        return RunSpec.from_args(args, args.parser, **fixed)
+    except SpecError as exc:
+        args.parser.error(str(exc))
+
+
+def run_and_report(args, spec, *, command: str) -> int:
+    """Run ``spec`` (:func:`pate_app.run.private_run`), printed (or ``--json``); 0 when the ledger audits (and
+    took every charge, and a requested signed checkpoint was written), 1 otherwise, 130 when interrupted.  Bad
+    input is a usage error (exit 2) before anything is written."""
     from pate_app.library_output import quiet_libraries
     from pate_app.run import RunInputError, private_run
 
     try:
         with quiet_libraries(verbose=args.verbose):
-            result = private_run(
-                model=model, records=records, num_teachers=args.teachers, ledger_path=ledger,
-                mechanism=getattr(args, "mechanism", DEMO_DEFAULTS["mechanism"]),
-                accountant=getattr(args, "accountant", DEMO_DEFAULTS["accountant"]),
-                step_epsilon=args.step_epsilon, step_delta=args.step_delta, relation=args.relation,
-                epsilon=args.budget_epsilon, delta=args.budget_delta, num_records=args.records,
-                max_tokens=args.max_tokens,
-                seed=args.seed, temperature=args.temperature, top_p=args.top_p, threads=args.threads,
-                workers=getattr(args, "workers", 1), ray_address=getattr(args, "ray_address", None),
-                ray_timeout=getattr(args, "ray_timeout", DEFAULT_RAY_TIMEOUT),
-                progress=not args.no_progress and not args.json, command=command,
-                model_label=model_label, data_label=data_label, dataset=dataset, signing_key=args.signing_key,
-                checkpoints=args.checkpoints, public_records=public_records, groups=args.groups,
-                template=template, labels=labels, public_mix=args.public_mix, public_top_k=args.public_top_k,
-                out_path=args.out, keep_partial=args.keep_partial, spec=spec,
-                per_label=getattr(args, "per_label", None),
-            )
+            result = private_run(spec, progress=not args.no_progress and not args.json, command=command)
     except RunInputError as exc:
         args.parser.error(str(exc))
-    except ValueError as exc:  # the backend: unknown model path, no tokenizer, ...
-        args.parser.error(f"argument --model: {exc}" if command == "generate" else str(exc))
+    except ValueError as exc:  # the backend: a model folder it cannot use, no tokenizer, ...
+        args.parser.error(f"argument --model: {exc}")
     led = result["ledger"]
     ok = result["audit"]["ok"] and led["checkpoint_error"] is None and led["write_error"] is None
     status = INTERRUPTED if result["interrupted"] else 0 if ok else 1
@@ -165,8 +159,8 @@ def run_and_report(args, *, command: str, model, records, ledger, model_label: s
     teachers = (f"{p['num_teachers']} teachers" if p["groups"] == 1 else
                 f"{p['num_teachers']} teachers in {p['groups']} groups of {p['teachers_per_group']}")
     print(f"{command}: {teachers}, data set {p['dataset']!r} ({p['data']}), "
-          f"model {p['model']}, {p['mechanism_name']} (step epsilon {args.step_epsilon:g}, delta "
-          f"{args.step_delta:g}), {p['accountant']} accountant, {'seeded' if p['seeded'] else 'OS entropy'}")
+          f"model {p['model']}, {p['mechanism_name']} (step epsilon {spec.step_epsilon:g}, delta "
+          f"{spec.step_delta:g}), {p['accountant']} accountant, {'seeded' if p['seeded'] else 'OS entropy'}")
     print(f"release     : {p['release_rule']}")
     if command == "demo":
         print("note        : the demo's epsilon illustrates the pipeline at a CPU-sized ensemble of a few dozen "

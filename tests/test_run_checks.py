@@ -1,0 +1,166 @@
+"""What a run checks, and in which order (issue 24, items 1, 4 and 5): the spec's values once, in RunSpec; then
+what needs only the data file, before any model is converted or read; then the records against the model's window
+(``--long-records refuse|truncate|skip``) with the tokenizer alone; all before a ledger exists.
+
+No model is loaded here: the model's tokenizer and window are replaced by a word counter and a small window, and
+everything heavier is replaced by a function that fails the test if it is ever called.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from ensembles.templates import RECORDS
+from pate_accountant.cli import main
+from pate_app import run
+from pate_app.spec import RunSpec, SpecError, Task
+
+MARKER = "zanzibarquokka"
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+@pytest.fixture
+def no_model(monkeypatch, tmp_path):
+    """Every step heavier than reading the data fails the test; the model's window is 60 words."""
+    def heavy(*args, **kwargs):
+        raise AssertionError("a heavy step ran before a data-only refusal")
+
+    monkeypatch.setattr(run, "demo_model_path", heavy)
+    monkeypatch.setattr(run, "_backends", heavy)
+    monkeypatch.setattr(run.tb, "token_window", lambda model: (_words, 60))
+    monkeypatch.setenv("PATE_ACCOUNTANT_HOME", str(tmp_path / "home"))
+    return tmp_path
+
+
+def _csv(path, rows) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["text", "label"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _support(path, per_label=(4, 4)) -> None:
+    rows = [{"text": f"my parcel {MARKER} number {i} is late", "label": "shipping"} for i in range(per_label[0])]
+    rows += [{"text": f"refund {MARKER} {i} please", "label": "refund"} for i in range(per_label[1])]
+    _csv(path, rows)
+
+
+#: A mechanism within reach of two teachers, so that each case below fails on its own account.
+BASE = ["--teachers", "2", "--budget-epsilon", "8", "--budget-delta", "1e-4", "--mechanism", "gaussian-argmax",
+        "--accountant", "pld"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--teachers", "9"], "cannot give 9 teachers a record each: the data set has only 8 usable records"),
+    (["--label-field", "label", "--labels", "shipping,refund", "--teachers", "6"],
+     "label 'refund' has fewer records than the 3 teachers each label needs"),
+    (["--label-field", "label", "--labels", "shipping"], "argument --labels: 4 record(s) have a label outside the 1 labels given"),
+    (["--template", "instructions"], "argument --template"),
+    (["--teachers", "8", "--mechanism", "dp-argmax", "--accountant", "basic", "--step-epsilon", "0.1"],
+     "out of reach of n=8 teachers"),
+    (["--budget-epsilon", "1"], "cannot pay for a single step"),
+    (["--accountant", "target-charging"], "it takes --mechanism"),
+])
+def test_data_only_refusals_come_before_the_model_and_the_ledger(no_model, capsys, extra, message):
+    data = no_model / "support.csv"
+    _support(data, per_label=(4, 2) if "6" in extra else (4, 4))
+    ledger = no_model / "never.sqlite"
+    argv = ["generate", "--data", str(data), *BASE, "--ledger", str(ledger), "--model", str(no_model), "--no-progress",
+            *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert MARKER not in err[0]
+    assert not ledger.exists()
+
+
+def test_a_model_path_that_does_not_exist_is_refused_after_the_data(no_model, capsys):
+    data = no_model / "support.csv"
+    _support(data)
+    argv = ["generate", "--data", str(data), *BASE, "--model", str(no_model / "nothing-here")]
+    assert main(argv) == 2
+    assert "argument --model: model path" in capsys.readouterr().err
+    assert main(argv + ["--teachers", "9"]) == 2  # the data's refusal comes first
+    assert "only 8 usable records" in capsys.readouterr().err
+
+
+def _task(texts, template=RECORDS):
+    return Task(tuple({"text": t} for t in texts), template, "records", "records", "text")
+
+
+def _spec(**kwargs):
+    return RunSpec(**{"data": "records", "teachers": 2, "budget_epsilon": 8.0, "budget_delta": 1e-4,
+                      "max_tokens": 10, "mechanism": "gaussian-argmax", "accountant": "pld", **kwargs})
+
+
+def _fit(spec, texts, capsys=None):
+    task = _task(texts)
+    plan = run._plan_run(spec, task)
+    return run._fit_to_window(spec, task, plan, "model", announce=True)
+
+
+def test_long_records_refuse_truncate_or_skip(no_model, capsys):
+    short, long = f"{MARKER} a b c", " ".join([MARKER] * 40)
+    texts = [short, long, short, short]  # two records per teacher: each may have (60 - 10 - template) / 2 words
+    with pytest.raises(run.RunInputError) as caught:
+        _fit(_spec(), texts)
+    text = str(caught.value)
+    assert text.startswith("argument --long-records refuse: 1 of 4 records are longer than ")
+    assert "context window of 60 tokens with 2 records per teacher and --max-tokens 10" in text
+    assert MARKER not in text and "\n" not in text
+
+    truncated = _fit(_spec(long_records="truncate"), texts)
+    limit = int(text.split("longer than ")[1].split()[0])
+    assert [_words(r["text"]) for r in truncated] == [4, limit, 4, 4]
+    err = capsys.readouterr().err
+    assert f"1 of 4 records truncated to {limit} tokens" in err and MARKER not in err
+
+    skipped = _fit(_spec(long_records="skip"), texts)
+    assert skipped[1] is None and [r["text"] for r in skipped if r is not None] == [short] * 3
+    assert f"1 of 4 records skipped: longer than {limit} tokens" in capsys.readouterr().err
+
+    with pytest.raises(run.RunInputError, match=r"^argument --long-records skip: on_long='skip': all 4 records"):
+        _fit(_spec(long_records="skip"), [long] * 4)
+    # A larger --max-tokens leaves each record less room: the refusal names the remedy.
+    with pytest.raises(run.RunInputError, match=r"^--teachers 2: the model's context window of 60 tokens has no room"):
+        _fit(_spec(max_tokens=59), texts)
+
+
+def test_a_skipped_record_moves_no_other_record():
+    """Skipping keeps places: with the same random draw, every teacher but the one that held the skipped record
+    sees exactly the prompts it saw before (replacing one record still changes one teacher only)."""
+    records = [{"text": f"record {i}"} for i in range(12)]
+    with_gap = list(records)
+    with_gap[5] = None
+    full = run.group_prompts(records, 4, 2, np.random.default_rng(3), RECORDS)
+    gap = run.group_prompts(with_gap, 4, 2, np.random.default_rng(3), RECORDS)
+    changed = [(g, i) for g in range(2) for i in range(2) if full[g][1][i] != gap[g][1][i]]
+    assert len(changed) == 1
+    g, i = changed[0]
+    assert "record 5" in full[g][1][i] and "record 5" not in gap[g][1][i]
+    # A teacher whose only records were skipped still votes, from the template alone.
+    alone = run.group_prompts([{"text": "kept"}, None], 2, 1, np.random.default_rng(0), RECORDS)[0][1]
+    assert sorted(alone) == sorted([RECORDS.format_example({"text": "kept"}) + RECORDS.open_slot, RECORDS.open_slot])
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"groups": 2, "labels": "a,b", "label_field": "label"}, "--groups 2 (model.groups): with --labels the groups are"),
+    ({"per_label": 2}, "--per-label (task.per_label) needs --label-field and --labels"),
+    ({"checkpoints": "c.jsonl"}, "--checkpoints (signing.checkpoints) needs --signing-key (signing.key)"),
+    ({"dataset": "x" * 201}, "data.dataset must be a printable name of 1 to 200 characters"),
+    ({"mechanism": "no-such"}, "mechanism.name must be one of dp-argmax"),
+    ({"accountant": "no-such"}, "accountant.name must be one of advanced, basic"),
+    ({"long_records": "cut"}, "long_records"),
+    ({"step_epsilon": 1000}, r"mechanism.step_epsilon must lie in (0, 50], got 1000"),
+])
+def test_the_spec_checks_each_value_once(values, message):
+    with pytest.raises(SpecError) as caught:
+        _spec(**values)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert isinstance(caught.value, run.RunInputError)  # a usage error wherever it is raised
