@@ -82,3 +82,25 @@ def mechanism_rngs(monkeypatch):
 
     monkeypatch.setattr(generation.PrivateGenerator, "generate", recording)
     return seen
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """A real PostgreSQL server for this test session (tests/pg_server.py), stopped and removed at its end."""
+    from pg_server import PostgresServer
+
+    server = PostgresServer(tmp_path_factory.mktemp("postgres") / "server").start()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture
+def postgres_database(postgres_server, request):
+    """A new empty database on the session's server, for one test; its superuser URL."""
+    import re
+
+    name = "t_" + re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40] + f"_{os.getpid()}"
+    postgres_server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return postgres_server.create_database(name)
