@@ -220,7 +220,7 @@ class GaussianNoisyArgMax(Mechanism):
         size = self.vocab_size if self.vocab_size is not None else vocab_size
         if size is None:
             raise ValueError(
-                "vocab_size must be given (to the mechanism or the histogram): GNMax noises every token, got None")
+                "vocab_size must be given to the mechanism or the histogram (GNMax noises every token), and neither has it")
         if tokens.size and int(tokens.max()) >= size:
             raise ValueError(f"token id {int(tokens.max())} is outside the vocabulary of size {size}")
         return size

@@ -205,6 +205,50 @@ def check_reachable(mechanism, num_teachers: int) -> None:
             raise RunInputError(str(exc)) from None
 
 
+def check_noise_floor(mechanism, num_teachers: int, vocab_size: int, support: int | None = None) -> str | None:
+    """Refuse a Gaussian mechanism whose noise alone would pick the token at most steps over the model's whole
+    vocabulary (``RunInputError`` naming the remedies); over a public top-k ``support`` the same finding is a
+    warning, returned (a noise-picked token is then one of the public model's own candidates: readable text,
+    but charged as private and chosen by no teacher).  ``None`` when the noise is quiet enough.
+
+    GNMax noises every token it votes over (``support`` tokens, the tail never released; else ``vocab_size``),
+    so among ``V`` tokens no teacher voted for, the largest noise grows like ``sigma * sqrt(2 ln V)``:
+
+    * thresholded: some unvoted token clears the threshold ``T`` with probability ``1 - Phi((T - 1/2) /
+      sigma) ** (V - n)`` (at least ``V - n`` tokens are unvoted);
+    * plain argmax: even a unanimous count ``n`` loses to an unvoted token with probability at least about
+      ``1 - Phi((n - 1/2) / (sigma sqrt 2)) ** (V - 1)``.
+
+    Both use the continuous normal with a half-count correction for the discrete Gaussian (an estimate; the
+    line is drawn at 1/2, where the correction matters little; ``tests/test_run_checks.py`` checks it against
+    the mechanism)."""
+    from scipy.stats import norm
+
+    inner = mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
+    if not isinstance(inner, GaussianNoisyArgMax):
+        return None
+    n, sigma = int(num_teachers), float(inner.sigma)
+    size = int(support) if support is not None else int(vocab_size)
+    threshold = getattr(inner, "threshold", None)
+    if threshold is not None:
+        spurious = -math.expm1(max(1, size - n) * norm.logcdf((threshold - 0.5) / sigma))
+        what = f"at a step without a majority, a token no teacher voted for clears the threshold {threshold}"
+    else:
+        spurious = -math.expm1((size - 1) * norm.logcdf((n - 0.5) / (sigma * math.sqrt(2.0))))
+        what = "a token no teacher voted for outscores even a unanimous vote"  # at every step
+    if spurious <= 0.5:
+        return None
+    remedy = "more teachers or a larger --step-epsilon (`pate-accountant plan best` picks one)"
+    if support is None:
+        raise RunInputError(
+            f"the Gaussian noise (sigma {sigma:.3g}) over a vocabulary of {size} tokens is too loud for {n} teachers: "
+            f"{what} with probability about {spurious:.0%}, so the run would release noise; use --public-top-k K "
+            f"(a small support), {remedy}")
+    return (f"the Gaussian noise (sigma {sigma:.3g}) is loud for {n} teachers: over the public top {size} tokens "
+            f"{what} with probability about {spurious:.0%}, so many tokens will be public candidates picked by the "
+            f"noise, charged as private; {remedy}")
+
+
 def release_rule(mechanism, num_teachers: int) -> str:
     """When the mechanism releases a token, in words, for the run header (public: the mechanism's parameters and
     the configured teachers ``n``)."""
@@ -862,11 +906,12 @@ def _fit_to_window(spec, task, plan: _RunPlan, model, *, announce: bool) -> list
     record's place holds ``None`` (so the partition by position moves no other record).  Only the tokenizer and
     the config are read.  A refusal counts the records, never shows one; with ``announce``, what was done is one
     line on stderr (counts only: they describe the data, so they stay on this screen and out of the ledger and
-    the result)."""
+    the result).  The vocabulary's size is checked against a Gaussian mechanism's noise here too
+    (:func:`check_noise_floor`)."""
     records = task.records
     try:
         with quiet_libraries(drop_stderr=True):
-            count_tokens, window = tb.token_window(model)
+            count_tokens, window, vocab_size = tb.token_window(model)
     except (OSError, ValueError) as exc:
         raise RunInputError(f"argument --model: cannot read its tokenizer or config: {_first_line(exc)}") from None
     if plan.places is None:
@@ -880,6 +925,9 @@ def _fit_to_window(spec, task, plan: _RunPlan, model, *, announce: bool) -> list
         raise RunInputError(f"--teachers {spec.teachers}: the model's context window of {window} tokens has no room "
                             f"for {per_teacher} records per teacher with the template and --max-tokens "
                             f"{spec.max_tokens}: use more teachers or a smaller --max-tokens") from None
+    loud = check_noise_floor(plan.mechanism, plan.group_teachers, vocab_size, spec.public_top_k)
+    if loud is not None:  # public parameters only: said whether or not the progress is shown
+        print(f"pate-accountant: warning: {loud}", file=sys.stderr, flush=True)
     share = (f"each record's share of the model's context window of {window} tokens with "
              f"{plural_of(per_teacher, 'record')} per teacher and --max-tokens {spec.max_tokens}")
     try:

@@ -551,7 +551,7 @@ def test_gaussian_aggregators_run_and_are_charged_by_pld(model_dir, tmp_path, me
     """Issue 23, item 1: GNMax, plain and thresholded at a strict majority of the configured teachers, runs in
     generate under the PLD accountant; the thresholded form fails (public fallback) where the plain one always
     releases; the ledger audits and records the mechanism's noise and threshold, never a vote."""
-    result = _run(model_dir, tmp_path / "gnmax.sqlite", mechanism=mechanism, accountant="pld", step_epsilon=2.0,
+    result = _run(model_dir, tmp_path / "gnmax.sqlite", mechanism=mechanism, accountant="pld", step_epsilon=20.0,
                   step_delta=1e-6, relation="replace-one", epsilon=50.0, delta=1e-5, num_records=1, max_tokens=4)
     assert result["audit"]["ok"] and 0 < result["spent"]["epsilon"] <= 50.0
     described = result["parameters"]["mechanism"]

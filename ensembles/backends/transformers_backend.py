@@ -132,21 +132,23 @@ def resolve_model_path(model) -> Path:
 
 
 def token_window(model) -> tuple:
-    """``(count_tokens, window)`` of the local model ``model`` (as :func:`resolve_model_path` takes it) without
-    loading its weights: a function giving a text's token count as :class:`TransformersBackend` encodes prompts,
-    and the context window it enforces (the config's ``max_position_embeddings``, else the tokenizer's
-    ``model_max_length``).  For fitting records to the window before a run claims its ledger."""
+    """``(count_tokens, window, vocab_size)`` of the local model ``model`` (as :func:`resolve_model_path` takes
+    it) without loading its weights: a function giving a text's token count as :class:`TransformersBackend`
+    encodes prompts, the context window it enforces (the config's ``max_position_embeddings``, else the
+    tokenizer's ``model_max_length``) and the size of the vocabulary the teachers vote over (the config's
+    ``vocab_size``, else the tokenizer's).  For checks before a run claims its ledger."""
     from transformers import AutoConfig, AutoTokenizer
 
     path = resolve_model_path(model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     config = AutoConfig.from_pretrained(path)
     window = getattr(config, "max_position_embeddings", None) or getattr(tokenizer, "model_max_length", None)
+    vocab_size = getattr(config, "vocab_size", None) or len(tokenizer)
 
     def count_tokens(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False))
 
-    return count_tokens, int(window)
+    return count_tokens, int(window), int(vocab_size)
 
 
 class _Snapshot:
