@@ -27,13 +27,14 @@ def _words(text: str) -> int:
 
 @pytest.fixture
 def no_model(monkeypatch, tmp_path):
-    """Every step heavier than reading the data fails the test; the model's window is 60 words."""
+    """Every step heavier than reading the data fails the test; the model's window is 60 words, its vocabulary
+    50 tokens."""
     def heavy(*args, **kwargs):
         raise AssertionError("a heavy step ran before a data-only refusal")
 
     monkeypatch.setattr(run, "demo_model_path", heavy)
     monkeypatch.setattr(run, "_backends", heavy)
-    monkeypatch.setattr(run.tb, "token_window", lambda model: (_words, 60))
+    monkeypatch.setattr(run.tb, "token_window", lambda model: (_words, 60, 50))
     monkeypatch.setenv("PATE_ACCOUNTANT_HOME", str(tmp_path / "home"))
     return tmp_path
 
@@ -95,8 +96,9 @@ def _task(texts, template=RECORDS):
 
 
 def _spec(**kwargs):
-    return RunSpec(**{"data": "records", "teachers": 2, "budget_epsilon": 8.0, "budget_delta": 1e-4,
-                      "max_tokens": 10, "mechanism": "gaussian-argmax", "accountant": "pld", **kwargs})
+    return RunSpec(**{"data": "records", "teachers": 2, "budget_epsilon": 80.0, "budget_delta": 1e-4,
+                      "max_tokens": 10, "mechanism": "gaussian-argmax", "accountant": "pld", "step_epsilon": 20.0,
+                      **kwargs})
 
 
 def _fit(spec, texts, capsys=None):
@@ -164,3 +166,49 @@ def test_the_spec_checks_each_value_once(values, message):
         _spec(**values)
     assert message in str(caught.value) and "\n" not in str(caught.value)
     assert isinstance(caught.value, run.RunInputError)  # a usage error wherever it is raised
+
+
+@pytest.mark.parametrize("mechanism, epsilon, teachers, support, verdict", [
+    ("gaussian-threshold-argmax", 2.0, 8, None, "refused"),  # sigma 3.2, threshold 5, 49,152 tokens: noise wins
+    ("gaussian-threshold-argmax", 2.0, 8, 50, "warned"),     # 50 public candidates: still the noise's pick
+    ("gaussian-threshold-argmax", 2.0, 64, None, None),      # threshold 33: no unvoted token gets there
+    ("gaussian-threshold-argmax", 8.0, 8, 50, None),         # sigma 0.93
+    ("gaussian-argmax", 1.0, 8, None, "refused"),
+    ("gaussian-argmax", 1.0, 64, None, None),
+    ("dp-argmax", 1.0, 8, None, None),                       # not Gaussian: its threshold is checked elsewhere
+])
+def test_gaussian_noise_that_would_pick_the_token_is_refused(mechanism, epsilon, teachers, support, verdict):
+    mech = run.build_mechanism(mechanism, epsilon, 1e-6, num_teachers=teachers)
+    if verdict != "refused":
+        said = run.check_noise_floor(mech, teachers, 49152, support)
+        assert (said is not None) == (verdict == "warned")
+        if said is not None:
+            assert "public top 50 tokens" in said and "charged as private" in said and "\n" not in said
+        return
+    with pytest.raises(run.RunInputError) as caught:
+        run.check_noise_floor(mech, teachers, 49152, support)
+    text = str(caught.value)
+    assert "too loud" in text and "--public-top-k" in text and "\n" not in text
+    assert "a vocabulary of 49152 tokens" in text
+
+
+def test_a_simulated_run_agrees_with_the_noise_floor_estimate():
+    """The estimate behind the refusal, against the mechanism itself.  Thresholded, at a step where the teachers
+    have no majority (one token one vote short of the threshold): at the warned setting most releases are tokens
+    no teacher voted for, at the accepted one almost none.  Plain argmax, with a unanimous vote: at the refused
+    setting the voted token mostly loses.  2,000 steps each: a rate's binomial standard error is at most 0.011,
+    far inside the margins asserted."""
+    from ensembles.histograms import VoteHistogram
+
+    rng = np.random.default_rng(5)
+    cases = (("gaussian-threshold-argmax", 8, 50, 0.7, 1.0), ("gaussian-threshold-argmax", 64, 50, 0.0, 0.05),
+             ("gaussian-argmax", 8, 49152, 0.8, 1.0), ("gaussian-argmax", 64, 49152, 0.0, 0.05))
+    for name, teachers, size, low, high in cases:
+        mech = run.build_mechanism(name, 2.0 if "threshold" in name else 1.0, 1e-6, num_teachers=teachers)
+        count = teachers // 2 if "threshold" in name else teachers
+        hist = VoteHistogram(np.array([7]), np.array([count]), vocab_size=size)
+        said = (run.check_noise_floor(mech, teachers, 49152, size) if size == 50 else None)
+        spurious = sum(release.value is not None and release.value != 7
+                       for release in (mech(hist, rng=rng) for _ in range(2000)))
+        assert low <= spurious / 2000 <= high, (name, teachers, spurious)
+        assert (said is not None) == (low > 0.5) or size != 50
