@@ -108,6 +108,9 @@ __all__ = [
     "estimated_steps",
     "expected_queries",
     "expected_steps_to_hits",
+    "included_count_pmf",
+    "individual_charges",
+    "individual_charging_hits",
     "max_plannable_tokens",
     "paper_target_hits",
     "plain_epsilon",
@@ -1296,3 +1299,76 @@ def run_expectation(limits: StepLimits, token_probability: float, target_probabi
     steps = groups * expected_steps_to_hits(limits.max_hits, t, per_group_cap)
     exact = groups == 1 or (cap is not None and groups * cap <= limits.max_queries)
     return RunExpectation(steps, steps * p, exact)
+
+
+# -- the public-candidate query and individual charging (``plan best``) --------------------------------------
+
+
+def included_count_pmf(count_pmf, num_teachers: int) -> np.ndarray:
+    """The law of ``c'``, the number of teachers counted by one individual-charging query on a candidate token
+    whose vote count ``c`` has the law ``count_pmf`` (index ``0..m``), with ``n = num_teachers`` teachers: the
+    generator includes each teacher independently with probability ``nu ~ U[1/n, 1]``
+    (``ensembles.generation.individual_charging_draws``), so ``c' | c, nu ~ Bin(c, nu)``.
+
+    Integrating over ``nu``: ``P[c' = k | c] = (1 - P[Bin(c + 1, 1/n) >= k + 1]) / ((c + 1)(1 - 1/n))`` for
+    ``0 <= k <= c`` (over ``U[0, 1]`` the binomial mixture is uniform on ``0..c``; the part of ``nu`` below ``1/n``
+    is taken off through ``I_{1/n}(k + 1, c - k + 1) = P[Bin(c + 1, 1/n) >= k + 1]``).  The binomial of mean at
+    most ``(m + 1)/n`` has a short tail, which is summed up to where it is below ``1e-30``.  ``n = 1``: ``nu = 1``,
+    ``c' = c``.  Returns an array of ``m + 1`` probabilities."""
+    pmf = np.asarray(count_pmf, dtype=np.float64)
+    if pmf.ndim != 1 or pmf.size < 1 or not np.all(np.isfinite(pmf)) or (pmf < 0).any():
+        raise ValueError("count_pmf must be a non-empty vector of non-negative probabilities")
+    n = _check_count("num_teachers", num_teachers, 1, MAX_COUNT, "2^53, the largest integer float64 holds exactly")
+    if n == 1:
+        return pmf.copy()
+    m = pmf.size - 1
+    c = np.arange(m + 1, dtype=np.float64)
+    weight = pmf / ((c + 1.0) * (1.0 - 1.0 / n))
+    out = np.cumsum(weight[::-1])[::-1]  # W(k) = sum_{c >= k} w(c)
+    # u_k = sum_c w(c) P[Bin(c + 1, x) >= k + 1] = sum_{j > k} v_j with v_j = sum_c w(c) P[Bin(c + 1, x) = j],
+    # x = 1/n: the binomials' laws by their ratio recurrence, until past their mode and below 1e-40.
+    x = 1.0 / n
+    ratio = x / (1.0 - x)
+    law = np.exp((c + 1.0) * math.log1p(-x))  # P[Bin(c + 1, x) = 0]
+    v = [float(weight @ law)]
+    mode = (m + 2) * x
+    for j in range(m + 1):
+        law = law * np.maximum(c - j + 1.0, 0.0) / (j + 1.0) * ratio  # P[Bin(c + 1, x) = j + 1]
+        v.append(float(weight @ law))
+        if j + 1 > mode and float(law.max()) < 1e-40:
+            break
+    tail = np.cumsum(np.asarray(v)[::-1])[::-1]  # tail[j] = sum_{i >= j} v_i
+    k = min(m + 1, tail.size - 1)
+    out[:k] -= tail[1:k + 1]
+    return np.clip(out, 0.0, None)
+
+
+def individual_charges(hits: int, charged_per_hit: int, num_teachers: int, spread: str = "worst") -> int:
+    """The worst teacher's charges after ``hits`` individual-charging hits that each charge
+    ``charged_per_hit`` of ``num_teachers`` teachers: ``"worst"``, every hit charges the same teachers (the
+    worst teacher is charged on every hit: ``hits``, the sound assumption when nothing is known of who is
+    counted); ``"even"``, the charges are spread evenly, :func:`compare_accounting`'s rule
+    ``min(hits, ceil(hits g / n))`` (optimistic)."""
+    hits = check_int("hits", hits, minimum=0)
+    n = _check_count("num_teachers", num_teachers, 1, MAX_COUNT, "2^53, the largest integer float64 holds exactly")
+    g = check_int("charged_per_hit", charged_per_hit, minimum=1, maximum=n)
+    if spread == "worst":
+        return hits
+    if spread == "even":
+        return _per_teacher(hits, g, n)
+    raise ValueError(f"spread must be 'worst' or 'even', got {spread!r}")
+
+
+def individual_charging_hits(per_teacher_limit: int, charged_per_hit: int, num_teachers: int,
+                             spread: str = "worst", *, max_hits: int = MAX_PLAN_STEPS) -> int:
+    """The most hits a run under individual charging makes before its worst teacher reaches
+    ``per_teacher_limit`` charges, under the ``spread`` of :func:`individual_charges` (at most ``max_hits``):
+    ``"worst"`` gives the limit itself (a sound plan: whoever is counted, no teacher is charged more often than
+    every hit), ``"even"`` about ``limit x n / g`` (what the run could reach if the counted teachers changed
+    evenly from hit to hit)."""
+    limit = check_int("per_teacher_limit", per_teacher_limit, minimum=0)
+    max_hits = check_int("max_hits", max_hits, minimum=0)
+    individual_charges(0, charged_per_hit, num_teachers, spread)  # checks the arguments
+    if spread == "worst":
+        return min(limit, max_hits)
+    return largest_fitting(lambda h: h <= max_hits and _per_teacher(h, charged_per_hit, num_teachers) <= limit)

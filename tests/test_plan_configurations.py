@@ -192,7 +192,8 @@ def _check_generate_accepts(entry: dict) -> None:
     assert (args.step_epsilon, args.step_delta) == (entry["step_epsilon"], entry["step_delta"])
     assert (args.budget_epsilon, args.budget_delta) == (entry["budget"]["epsilon"], entry["budget"]["delta"])
     assert (args.records, args.max_tokens) == (entry["records"], entry["max_tokens"])
-    from pate_app.run import build_mechanism, check_groups
+    from pate_accountant.tct import NO_LIMIT
+    from pate_app.run import build_accountant, build_mechanism, check_groups
 
     n = check_groups(args.groups, args.teachers, args.accountant)  # the teachers split evenly into the groups
     assert n == entry["teachers_per_group"]
@@ -207,11 +208,15 @@ def _check_generate_accepts(entry: dict) -> None:
         steps = limits["steps_per_group"]
         assert accountant(budget=budget).can_afford(mechanism.event, steps)
         assert limits["capped"] or not accountant(budget=budget).can_afford(mechanism.event, steps + 1)
+    elif args.accountant == "individual-charging":  # planned for the worst teacher: its per-teacher limit
+        built = build_accountant(args.accountant, budget, mechanism=mechanism, num_teachers=n)
+        assert built.per_teacher_limit == limits["hits_per_group"] and limits["queries"] is None
     else:
         fresh = accountant(budget=budget)
         assert fresh.max_hits_for(mechanism.event) == limits["hits_per_group"]
         fresh.record(Release(None, mechanism.event, target_hit=False))
-        assert fresh.max_queries == limits["queries"]
+        # a pure query (BetweenThresholds) has no query limit: None in the entry
+        assert fresh.max_queries == (NO_LIMIT if limits["queries"] is None else limits["queries"])
 
 
 def test_plan_best_prints_runs_that_generate_accepts(capsys):

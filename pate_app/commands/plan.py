@@ -28,7 +28,8 @@ NAME = "plan"
 HELP = "answer budget questions before a run (target hits, yields, teachers, accounting, margin)"
 DESCRIPTION = (
     "Budget planning (docs/planning.md): `plan best` compares every run generate offers (target-charged and "
-    "plain DPArgMax and DPWS, the Gaussian aggregators, groups) for your teachers, budget and agreement and prints "
+    "plain DPArgMax and DPWS, the Gaussian aggregators, groups; with --public-agreement the public-candidate query "
+    "under target charging, individual charging and PLD) for your teachers, budget and agreement and prints "
     "the one that buys the most private tokens first, with its generate command; the other subcommands answer "
     "how many target hits / yields a budget buys, which eps0 and how many teachers for a wanted number of tokens, "
     "plain vs target vs individual charging for one run shape, and the BassilyTT margin condition. "
@@ -128,8 +129,9 @@ def add_arguments(plan) -> None:
     p = sub.add_parser("best", help="the run that buys the most private tokens for your teachers, budget and agreement",
                        description="Compare every run generate offers (target-charged boundary-wrapped DPArgMax and "
                        "DPWS, the same inners and the Gaussian aggregators under PLD composition, each in one group and "
-                       "in groups that divide the teachers) on the paper's alpha-mixture agreement model, each at its best step epsilon and "
-                       "delta, and print the one that buys the most expected private tokens first, with its generate "
+                       "in groups that divide the teachers; with --public-agreement also the public-candidate query "
+                       "BetweenThresholds under target charging, individual charging and PLD) on the paper's "
+                       "alpha-mixture agreement model, each at its best step epsilon and delta, and print the one that buys the most expected private tokens first, with its generate "
                        "command, then the runners-up; or, when none releases a token, about how many teachers would "
                        "(docs/planning.md).")
     p.add_argument("--teachers", metavar="N", type=best_teachers, required=True,
@@ -153,6 +155,11 @@ def add_arguments(plan) -> None:
                    "embedded SmolLM2's; a larger one lowers the Gaussian figures)")
     p.add_argument("--runners-up", metavar="K", type=count0, default=DEFAULT_RUNNERS_UP,
                    help=f"runners-up printed after the best run (default {DEFAULT_RUNNERS_UP})")
+    p.add_argument(PUBLIC_AGREEMENT_OPTION, metavar="P", type=unit, default=None,
+                   help="in [0, 1]: your assumption of how often the public model's candidate token is the teachers' "
+                   "shared token. With it, the public-candidate query generate runs (between-thresholds) is compared "
+                   "too, under target charging, individual charging (the worst teacher charged on every hit) and PLD; "
+                   "without it (the default) it is not, since the agreement model does not say (docs/planning.md)")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
     p.set_defaults(handler=_run_plan_best, parser=p)
 
@@ -755,6 +762,23 @@ BEST_CONFIGURATIONS = (
     ("gaussian-argmax", "pld"),
 )
 GAUSSIAN = ("gaussian-argmax", "gaussian-threshold-argmax")
+#: The public-candidate query generate runs (docs/tct_and_individual.md, "In generate"): BetweenThresholds on the
+#: count of the public model's candidate among the teachers included at a random rate, thresholds from n.
+PUBLIC_CANDIDATE = "between-thresholds"
+#: The pairs ``plan best --public-agreement P`` adds: the public-candidate query as a q-target (target charging),
+#: under individual charging (planned for the worst teacher charged on every hit) and as a pure step (PLD).
+PUBLIC_CANDIDATE_CONFIGURATIONS = (
+    (PUBLIC_CANDIDATE, "target-charging"),
+    (PUBLIC_CANDIDATE, "individual-charging"),
+    (PUBLIC_CANDIDATE, "pld"),
+)
+#: The option that states the public model's agreement with the teachers.
+PUBLIC_AGREEMENT_OPTION = "--public-agreement"
+#: Why the public-candidate query is not compared without ``--public-agreement``.
+PUBLIC_AGREEMENT_WHY = (
+    "BetweenThresholds asks whether the teachers back the public model's candidate token, and the agreement model "
+    "does not say how often that candidate is the teachers' shared token: give --public-agreement P (your "
+    "assumption, in [0, 1]) to compare it under target charging, individual charging and pld")
 #: GNMax's largest noise (mechanisms.gaussian.MAX_SIGMA): a step epsilon that would need more is not tried.
 GAUSSIAN_MAX_SIGMA = 1e4
 #: The step epsilons compared: the 1-2-5 grid from 1e-5 to 50 (the largest step epsilon a run takes); those whose
@@ -913,16 +937,54 @@ def per_count_outcomes(name: str, mechanism, num_teachers: int, vocab_size: int 
     raise ValueError(f"mechanism {name!r}: plan best has no law for it")
 
 
+def public_candidate_outcomes(mechanism, num_teachers: int, shared, other, public_agreement: float) -> dict:
+    """One step of the public-candidate query (``mechanism``, a :class:`mechanisms.BetweenThresholds` built for
+    ``n = num_teachers`` teachers) on the agreement model, when the public model's candidate is the teachers'
+    shared token with probability ``P = public_agreement``: ``shared`` and ``other`` are the laws of the counted
+    teachers ``c'`` when it is (the shared token's count) and when it is not (a token of one teacher's own, one
+    vote) (:meth:`BestPlanner.included`).  ``above`` and ``between`` release the candidate, ``between`` is the
+    target hit (it charges the counted teachers).
+
+    * ``target``: ``P E[between(c'_shared)] + (1 - P) E[between(c'_other)]``, every hit (the other token's one vote
+      gives at least the hits of a token nobody votes for: more hits, more charges);
+    * ``token``: ``P (E[release(c'_shared)] - release(0))``, the releases of the shared token beyond those of a
+      candidate no teacher votes for (noise alone): a lower bound on the private tokens, which counts neither a
+      released candidate the teachers do not share (the public model's token, as a fallback would be) nor the
+      noise's share;
+    * ``counted_per_hit``: ``E[c' | between]``, the teachers a hit charges on average.
+    """
+    import numpy as np
+
+    table = mechanism.outcome_table(np.arange(int(num_teachers) + 1))
+    between, released = table[:, 1], table[:, 1] + table[:, 2]
+    p = float(public_agreement)
+    shared, other = np.asarray(shared), np.asarray(other)
+    k_shared, k_other = np.arange(shared.size), np.arange(other.size)
+    target = p * float(shared @ between[:shared.size]) + (1.0 - p) * float(other @ between[:other.size])
+    counted = (p * float((k_shared * shared) @ between[:shared.size])
+               + (1.0 - p) * float((k_other * other) @ between[:other.size]))
+    token = p * max(0.0, float(shared @ released[:shared.size]) - float(released[0]))
+    return {"token": min(token, 1.0), "target": min(target, 1.0),
+            "counted_per_hit": counted / target if target > 0.0 else 0.0, "noise_release": float(released[0])}
+
+
 class BestPlanner:
     """Compares the runs of :data:`BEST_CONFIGURATIONS` for one budget, relation and agreement ``alpha``
     (docs/planning.md, ``plan best``).  What does not depend on the number of teachers (the mechanisms, the
     accountants' limits) is computed once and reused for every group size."""
 
     def __init__(self, *, budget_epsilon: float, budget_delta: float, relation: str, alpha: float,
-                 max_tokens: int, records: int | None = None, vocab_size: int = DEFAULT_VOCAB_SIZE):
+                 max_tokens: int, records: int | None = None, vocab_size: int = DEFAULT_VOCAB_SIZE,
+                 public_agreement: float | None = None):
         self.budget = (float(budget_epsilon), float(budget_delta))
         self.vocab_size = int(vocab_size)
         self.relation, self.alpha, self.max_tokens, self.records = relation, float(alpha), int(max_tokens), records
+        #: ``--public-agreement``: the probability that the public model's candidate is the shared token (``None``:
+        #: not stated, and the public-candidate query is not compared).
+        self.public_agreement = None if public_agreement is None else float(public_agreement)
+        self.configurations = BEST_CONFIGURATIONS + (
+            PUBLIC_CANDIDATE_CONFIGURATIONS if self.public_agreement is not None else ())
+        self._included: dict = {}
         self._mechanisms: dict = {}
         self._limits: dict = {}
         self._pmfs: dict = {}
@@ -932,7 +994,12 @@ class BestPlanner:
 
     # -- what does not depend on n ------------------------------------------------------------------------------
     def grid(self, name: str) -> list[tuple[float, float]]:
-        deltas = (gaussian_step_delta(self.budget[1]),) if name in GAUSSIAN else best_step_deltas(self.budget[1])
+        if name in GAUSSIAN:
+            deltas = (gaussian_step_delta(self.budget[1]),)
+        elif name == PUBLIC_CANDIDATE:  # a pure query: generate checks its step delta and leaves it unused
+            deltas = best_step_deltas(self.budget[1])[:1]
+        else:
+            deltas = best_step_deltas(self.budget[1])
         return [(e, d) for e in BEST_STEP_EPSILONS for d in deltas]
 
     def mechanism(self, name: str, e: float, d: float, num_teachers: int | None = None):
@@ -941,19 +1008,20 @@ class BestPlanner:
         ``n//2 + 1`` of ``num_teachers`` (without them, the plain form): what ``for_teachers`` builds, calibrated
         once."""
         built = "gaussian-argmax" if name == "gaussian-threshold-argmax" else name
-        key = (built, e, d)
+        key = (built, e, d, num_teachers) if name == PUBLIC_CANDIDATE else (built, e, d)
         if key not in self._mechanisms:
             from pate_app.run import RunInputError, build_mechanism
 
-            try:
-                self._mechanisms[key] = build_mechanism(built, e, d, self.relation)
+            try:  # BetweenThresholds: its thresholds from the teachers of one group
+                self._mechanisms[key] = build_mechanism(built, e, d, self.relation, num_teachers=(
+                    num_teachers if name == PUBLIC_CANDIDATE else None))
             except RunInputError as exc:
                 self._mechanisms[key] = None
                 self.refused.setdefault(built, str(exc))
             else:
                 self.built.add(built)
         base = self._mechanisms[key]
-        if base is None or built == name or num_teachers is None:
+        if base is None or built == name or num_teachers is None:  # (BetweenThresholds: built == name)
             return base
         from mechanisms import GaussianThresholdArgMax
 
@@ -978,10 +1046,44 @@ class BestPlanner:
         key = (accountant, mechanism.event)
         if key not in self._limits:
             try:
-                self._limits[key] = planning.step_limits(accountant, mechanism.event, *self.budget)
+                if accountant == "individual-charging":
+                    self._limits[key] = self._individual_limits(mechanism)
+                else:
+                    self._limits[key] = planning.step_limits(accountant, mechanism.event, *self.budget)
             except (PateAccountantError, ValueError):
                 self._limits[key] = None
         return self._limits[key]
+
+    def individual_accountant(self, mechanism, num_teachers: int):
+        """The individual-charging accountant ``generate`` builds for the public-candidate ``mechanism`` with
+        ``num_teachers`` teachers (``Accountant.for_run``): its per-teacher limit is derived from the budget for the
+        query's epsilon and gap.  Raises ``ValueError`` when the budget affords no charge."""
+        from pate_accountant import registry
+
+        return registry.accountant_class("individual-charging").for_run(
+            budget=self.budget, mechanism=mechanism, num_teachers=num_teachers)
+
+    def _individual_limits(self, mechanism):
+        """Individual charging planned for the worst teacher charged on every hit: the run's hits are at most the
+        per-teacher limit (a sound plan whoever is counted), and a pure query has no query limit."""
+        from pate_accountant import planning
+        from pate_accountant.tct import NO_LIMIT
+
+        accountant = self.individual_accountant(mechanism, 1)  # the limit does not depend on the teachers
+        tau = accountant.per_teacher_limit
+        return planning.StepLimits("individual-charging", *self.budget, None, int(tau), NO_LIMIT, False)
+
+    def included(self, n: int):
+        """``(shared, other)``: the laws of the counted teachers ``c'`` (:func:`pate_accountant.planning.
+        included_count_pmf`) when the candidate is the shared token (its count from the agreement model) and
+        when it is another token (one vote: a token of one teacher's own, the most any other token has in the
+        model)."""
+        if n not in self._included:
+            from pate_accountant import planning
+
+            self._included = {n: (planning.included_count_pmf(self.count_pmf(n), n),
+                                  planning.included_count_pmf([0.0, 1.0], n))}
+        return self._included[n]
 
     def count_pmf(self, n: int):
         if n not in self._pmfs:
@@ -1005,6 +1107,21 @@ class BestPlanner:
         for e, d, mechanism, limits, bound in self._candidates(name, accountant, n, groups):
             if bound <= max(floor, 0.0 if best is None else best["expected_private_tokens"]):
                 continue
+            if name == PUBLIC_CANDIDATE:
+                law = public_candidate_outcomes(mechanism, n, *self.included(n), self.public_agreement)
+                p_token, p_target, exact = law["token"], law["target"], False
+                if p_token <= 0.0:
+                    continue
+                records, cap = self._records(limits, p_target, groups)
+                expectation = planning.run_expectation(limits, p_token, p_target, groups=groups, steps_per_group=cap)
+                entry = self._entry(name, accountant, num_teachers, groups, e, d, expectation, p_token, p_target,
+                                    exact, records, limits, mechanism)
+                entry["counted_per_hit"] = law["counted_per_hit"]
+                entry["public_agreement"] = self.public_agreement
+                if entry["expected_private_tokens"] > max(floor, 0.0 if best is None else
+                                                          best["expected_private_tokens"]):
+                    best = entry
+                continue
             inclusion = None
             if name.endswith("dp-weighted-sampling"):  # the plain and the wrapped DPWS share their inner's table
                 inner = getattr(mechanism, "inner", mechanism)
@@ -1020,20 +1137,25 @@ class BestPlanner:
                 continue
             records, cap = self._records(limits, p_target, groups)
             expectation = planning.run_expectation(limits, p_token, p_target, groups=groups, steps_per_group=cap)
-            entry = {
-                "mechanism": name, "accountant": accountant, "groups": groups, "teachers": num_teachers,
-                "teachers_per_group": n, "step_epsilon": e, "step_delta": d,
-                "expected_private_tokens": expectation.tokens, "expected_steps": expectation.steps,
-                "token_probability": p_token, "target_probability": p_target,
-                "figure": "expected value" if exact and expectation.exact else "lower bound",
-                "law_exact": bool(exact), "records": records, "max_tokens": self.max_tokens,
-                "limits": _limits_dict(limits), "level": mechanism.event.epsilon,
-            }
+            entry = self._entry(name, accountant, num_teachers, groups, e, d, expectation, p_token, p_target, exact,
+                                records, limits, mechanism)
             if entry["expected_private_tokens"] > max(floor, 0.0 if best is None else best["expected_private_tokens"]):
                 best = entry
         if best is not None:
             best["built"] = self.mechanism(name, best["step_epsilon"], best["step_delta"], n)
         return best
+
+    def _entry(self, name, accountant, num_teachers, groups, e, d, expectation, p_token, p_target, exact, records,
+               limits, mechanism) -> dict:
+        return {
+            "mechanism": name, "accountant": accountant, "groups": groups, "teachers": num_teachers,
+            "teachers_per_group": num_teachers // groups, "step_epsilon": e, "step_delta": d,
+            "expected_private_tokens": expectation.tokens, "expected_steps": expectation.steps,
+            "token_probability": p_token, "target_probability": p_target,
+            "figure": "expected value" if exact and expectation.exact else "lower bound",
+            "law_exact": bool(exact), "records": records, "max_tokens": self.max_tokens,
+            "limits": _limits_dict(limits), "level": mechanism.event.epsilon,
+        }
 
     def _candidates(self, name: str, accountant: str, n: int, groups: int) -> list:
         """``(e, d, mechanism, limits, bound)`` of every step on the grid that ``generate`` would run with ``n``
@@ -1045,11 +1167,13 @@ class BestPlanner:
         cap = None if self.records is None else self.records * self.max_tokens // groups
         for e, d in self.grid(name):
             if e > 2.0 * self.budget[0] or not self.within_planning_limit(
-                    2.0 * e if accountant == "target-charging" else e):
+                    2.0 * e if name.startswith("boundary-") else e):  # a wrapper's target level is 2e
                 continue  # one step would spend the budget; a search past the planning limit
             if name in GAUSSIAN and _sigma_guess(e, d) > min(GAUSSIAN_MAX_SIGMA, 2.0 * n):
                 continue  # more noise than GNMax takes, or than twice the votes: it would release next to nothing
-            mechanism = self.mechanism(name, e, d)
+            if name == PUBLIC_CANDIDATE and 1.0 / e > 2.0 * n:
+                continue  # Laplace noise of scale 1/e above twice the votes: the noise, not the teachers, decides
+            mechanism = self.mechanism(name, e, d, n if name == PUBLIC_CANDIDATE else None)
             if mechanism is None:
                 continue
             try:
@@ -1062,7 +1186,7 @@ class BestPlanner:
             if limits.max_steps is not None:
                 bound = groups * (limits.max_steps if cap is None else min(limits.max_steps, cap))
             else:
-                share = min(limits.max_queries // groups, limits.max_queries if cap is None else cap)
+                share = _query_share(limits, groups) if cap is None else min(_query_share(limits, groups), cap)
                 bound = 0 if limits.max_hits == 0 else groups * share
             if bound > 0:
                 out.append((e, d, mechanism, limits, bound))
@@ -1079,9 +1203,9 @@ class BestPlanner:
         if self.records is None:
             if limits.max_steps is not None:
                 need = limits.max_steps
-            else:
+            else:  # a pure query has no query limit: at most the planning limit on steps, per group
                 need = planning.steps_to_hits_quantile(limits.max_hits, p_target, RECORDS_QUANTILE,
-                                                       limits.max_queries // groups)
+                                                       _query_share(limits, groups))
             records = groups * max(1, math.ceil(need / self.max_tokens))
         else:
             records = self.records
@@ -1093,18 +1217,58 @@ class BestPlanner:
         out)."""
         entries, floors = [], {}
         for groups in group_sizes:
-            for name, accountant in BEST_CONFIGURATIONS:
-                entry = self.evaluate(name, accountant, num_teachers, groups, floors.get(name, 0.0))
+            for name, accountant in self.configurations:
+                if groups > 1 and accountant == "individual-charging":
+                    continue  # generate runs individual charging in one group (its charges are per teacher)
+                key = (name, accountant)
+                entry = self.evaluate(name, accountant, num_teachers, groups, floors.get(key, 0.0))
                 if entry is not None:
                     entries.append(entry)
-                    floors[name] = max(floors.get(name, 0.0), entry["expected_private_tokens"])
+                    floors[key] = max(floors.get(key, 0.0), entry["expected_private_tokens"])
         entries.sort(key=lambda x: -x["expected_private_tokens"])
         return entries
+
+    def individual_details(self, entry: dict, mechanism) -> dict:
+        """What an individual-charging entry assumes and what the other assumption would give: the per-teacher
+        limit of the accountant ``generate`` builds; the ranked, conservative plan (the worst teacher charged on
+        every hit: the run planned to that many hits); and the optimistic one (the charges spread evenly, about
+        ``E[c' | hit]`` teachers a hit, :func:`pate_accountant.planning.individual_charges`, the rule of ``plan
+        compare``): its hits, tokens (with records enough for them) and, at the planned hits, each plan's worst
+        teacher's epsilon (:func:`pate_accountant.accountants.individual.individual_epsilon`)."""
+        from pate_accountant import planning
+        from pate_accountant.accountants.individual import individual_epsilon
+        from pate_accountant.tct import NO_LIMIT
+
+        n = entry["teachers_per_group"]
+        accountant = self.individual_accountant(mechanism, n)
+        tau = int(accountant.per_teacher_limit)
+        g = min(n, max(1, math.ceil(entry["counted_per_hit"] * (1 - 1e-12))))
+        config = accountant.config()
+
+        def epsilon(charges: int) -> float:
+            return individual_epsilon(charges, accountant.epsilon0, accountant.q, self.budget[1],
+                                      relation=accountant.relation, composition=config["composition"])
+
+        even_hits = planning.individual_charging_hits(tau, g, n, "even")
+        limits = planning.StepLimits("individual-charging", *self.budget, None, even_hits, NO_LIMIT, False)
+        records, cap = self._records(limits, entry["target_probability"], 1)
+        even = planning.run_expectation(limits, entry["token_probability"], entry["target_probability"],
+                                        steps_per_group=cap)
+        worst_charges = planning.individual_charges(tau, g, n, "worst")
+        even_charges = planning.individual_charges(tau, g, n, "even")
+        return {
+            "per_teacher_limit": tau, "charged_per_hit": g, "relation": accountant.relation, "ranked": "worst_teacher",
+            "worst_teacher": {"hits": planning.individual_charging_hits(tau, g, n, "worst"),
+                              "charges_at_planned_hits": worst_charges, "epsilon_at_planned_hits": epsilon(worst_charges)},
+            "even_spread": {"hits": even_hits, "expected_private_tokens": even.tokens, "expected_steps": even.steps,
+                            "records": records, "charges_at_planned_hits": even_charges,
+                            "epsilon_at_planned_hits": epsilon(even_charges)},
+        }
 
     def releases(self, num_teachers: int, at_least: float = 1.0) -> dict | None:
         """The first configuration found (one group of ``num_teachers``) expected to release at least
         ``at_least`` private tokens, or ``None``."""
-        cheap_first = sorted(BEST_CONFIGURATIONS, key=lambda pair: pair[0].endswith("weighted-sampling"))
+        cheap_first = sorted(self.configurations, key=lambda pair: pair[0].endswith("weighted-sampling"))
         for name, accountant in cheap_first:  # DPWS's inclusion table is the slowest law to compute
             entry = self.evaluate(name, accountant, num_teachers, 1, floor=at_least * (1.0 - 1e-12))
             if entry is not None and entry["expected_private_tokens"] >= at_least:
@@ -1113,9 +1277,24 @@ class BestPlanner:
 
 
 def _limits_dict(limits) -> dict:
+    """An entry's ``limits``: ``queries`` is ``None`` for a pure query, which its accountant does not limit."""
+    from pate_accountant.tct import NO_LIMIT
+
     if limits.max_steps is not None:
         return {"steps_per_group": limits.max_steps, "capped": limits.capped}
-    return {"hits_per_group": limits.max_hits, "queries": limits.max_queries}
+    return {"hits_per_group": limits.max_hits,
+            "queries": None if limits.max_queries >= NO_LIMIT else limits.max_queries}
+
+
+def _query_share(limits, groups: int) -> int:
+    """The queries one of ``groups`` groups is counted for when its records are sized: an even share of the query
+    limit, or for a pure query (no query limit) the planning limit on steps."""
+    from pate_accountant import planning
+    from pate_accountant.tct import NO_LIMIT
+
+    if limits.max_queries >= NO_LIMIT:
+        return planning.MAX_PLAN_STEPS
+    return limits.max_queries // groups
 
 
 def group_counts(num_teachers: int) -> tuple[int, ...]:
@@ -1199,7 +1378,7 @@ def _not_compared(planner: BestPlanner, entries: list[dict]) -> list[dict]:
     from mechanisms import registry as mechanisms_registry
     from pate_accountant import registry
 
-    compared = set(BEST_CONFIGURATIONS)
+    compared = set(planner.configurations)
     found = {(entry["mechanism"], entry["accountant"]) for entry in entries}
     out = []
     for name in mechanisms_registry.run_mechanism_names():
@@ -1207,17 +1386,20 @@ def _not_compared(planner: BestPlanner, entries: list[dict]) -> list[dict]:
             if (name, accountant) in compared:
                 if (name, accountant) not in found:
                     built = "gaussian-argmax" if name == "gaussian-threshold-argmax" else name
-                    why = (planner.refused[built] if built not in planner.built and built in planner.refused else
-                           "no step epsilon and delta on the grid that generate would run with these teachers, in "
-                           "any number of groups, releases a private token within this budget")
+                    if built not in planner.built and built in planner.refused:
+                        why = planner.refused[built]
+                    elif name == PUBLIC_CANDIDATE and planner.public_agreement == 0.0:
+                        why = (f"{PUBLIC_AGREEMENT_OPTION} 0: the public model's candidate is never the teachers' "
+                               "shared token, so BetweenThresholds releases no token the teachers back")
+                    else:
+                        why = ("no step epsilon and delta on the grid that generate would run with these teachers, in "
+                               "any number of groups, releases a private token within this budget")
                     out.append({"mechanism": name, "accountant": accountant, "why": why})
                 continue
-            if accountant == "individual-charging":
+            if name == PUBLIC_CANDIDATE and planner.public_agreement is None:
+                why = PUBLIC_AGREEMENT_WHY
+            elif accountant == "individual-charging":
                 why = INDIVIDUAL_CHARGING_WHY
-            elif name == "between-thresholds":
-                why = ("BetweenThresholds counts the votes for a candidate token the public model proposes; whether "
-                       "that is the teachers' shared token is not part of the agreement model, so its law is unknown "
-                       "here")
             elif accountant in ("basic", "advanced"):
                 why = ("composes the same steps as pld by a looser bound on their (epsilon, delta): never more steps "
                        "than pld's exact privacy loss distribution, up to its discretisation")
@@ -1238,12 +1420,10 @@ def _not_compared(planner: BestPlanner, entries: list[dict]) -> list[dict]:
     return out
 
 
-#: Why ``plan best`` does not compare individual charging.
+#: Why ``plan best`` does not compare individual charging with a mechanism other than the public-candidate query.
 INDIVIDUAL_CHARGING_WHY = (
-    "individual charging charges only the teachers each hit counts, so what a run costs depends on how often the "
-    "same teachers are counted (their overlap), which the agreement model does not give (nor whether the public "
-    "model's candidate is the shared token); `plan compare` costs it for a run shape you state, with charges spread "
-    "evenly")
+    "the individual-charging accountant charges only BetweenThresholds queries (the paper's individual-charging "
+    "scheme, generate's public-candidate query): generate refuses it with any other mechanism")
 
 
 def _entry_lines(rank: int | None, entry: dict) -> list[str]:
@@ -1258,9 +1438,17 @@ def _entry_lines(rank: int | None, entry: dict) -> list[str]:
     if "steps_per_group" in limits:
         afford = (f"its budget affords {'at least ' if limits['capped'] else ''}{limits['steps_per_group']} charged "
                   f"steps{' per group' if groups > 1 else ''}")
+    elif entry["accountant"] == "individual-charging":
+        afford = (f"its budget affords {limits['hits_per_group']} charges per teacher: planned as "
+                  f"{limits['hits_per_group']} hits, the worst teacher charged on every hit (conservative)")
+    elif limits["queries"] is None:
+        afford = (f"its budget affords {limits['hits_per_group']} target hits{' per group' if groups > 1 else ''} and "
+                  f"any number of queries (a pure query)")
     else:
         afford = (f"its budget affords {limits['hits_per_group']} target hits{' per group' if groups > 1 else ''} and "
                   f"{limits['queries']} queries{' in all' if groups > 1 else ''}")
+    if entry["mechanism"] == PUBLIC_CANDIDATE:
+        what += f" (unused: a pure query), public agreement {entry['public_agreement']:g}"
     lines = [
         f"{head}{what}",
         (f"{pad}expected private tokens {entry['expected_private_tokens']:.1f} ({entry['figure']}): "
@@ -1271,6 +1459,17 @@ def _entry_lines(rank: int | None, entry: dict) -> list[str]:
         + (f" (and hitting the target with {entry['target_probability']:.3g})" if "hits_per_group" in limits else ""),
         f"{pad}{entry['run']['command']}",
     ]
+    individual = entry.get("individual")
+    if individual is not None:
+        even, worst = individual["even_spread"], individual["worst_teacher"]
+        lines[-1:-1] = [
+            (f"{pad}optimistic, not ranked: charges spread evenly over the {entry['teachers']} teachers (about "
+             f"{individual['charged_per_hit']} counted per hit) would allow {even['hits']} hits and "
+             f"{even['expected_private_tokens']:.1f} expected private tokens ({even['records']} records)"),
+            (f"{pad}at the planned {worst['hits']} hits the worst teacher's epsilon is "
+             f"{worst['epsilon_at_planned_hits']:.4g} charged on every hit, {even['epsilon_at_planned_hits']:.4g} "
+             f"spread evenly"),
+        ]
     return lines
 
 
@@ -1305,7 +1504,9 @@ def _best_assumptions(args) -> list[str]:
         "text agrees more at some steps and less at others: the token figures hold for this model, not for your "
         "data."),
         ("privacy: the hits, queries and steps are the limits the printed run's own accountant puts on it at this "
-        "budget (generate stops the run there), computed by that accountant's code: no figure assumes more."),
+        "budget (generate stops the run there"
+        + ("; individual charging: below" if args.public_agreement is not None else "")
+        + "), computed by that accountant's code: no figure assumes more."),
         ("tokens: private tokens (released by the mechanism; public fallbacks are not counted), from the "
         "mechanisms' exact laws on the model's histograms; an 'expected value' is the expectation under the "
         "model, a 'lower bound' is less than it: GNMax counted only where the top voted token wins outright against "
@@ -1324,8 +1525,38 @@ def _best_assumptions(args) -> list[str]:
         f"among {deltas} (the Gaussian ones at {_number(gaussian_step_delta(args.budget_delta))}: PLD charges a GNMax "
         "step by its noise alone, which the step epsilon sweeps). Skipped: a step epsilon above twice the budget's, "
         f"a budget search past the planning limit ({LIMITS['MAX_SEARCH_STEPS']:.0e} steps), a step generate would "
-        "refuse (a release threshold out of the teachers' reach), GNMax noise above twice the votes, and a step whose "
+        "refuse (a release threshold out of the teachers' reach), GNMax noise above twice the votes (BetweenThresholds: "
+        "its noise scale 1/epsilon), and a step whose "
         "charged steps alone could not beat the best found."),
+        *_public_candidate_assumptions(args),
+    ]
+
+
+def _public_candidate_assumptions(args) -> list[str]:
+    """What the public-candidate entries assume (``--public-agreement``), or that they were not compared."""
+    if args.public_agreement is None:
+        return [f"public candidate: not compared; {PUBLIC_AGREEMENT_OPTION} P states how often the public model's "
+                "candidate is the teachers' shared token, which the agreement model does not say."]
+    return [
+        (f"public candidate ({PUBLIC_CANDIDATE}, {PUBLIC_AGREEMENT_OPTION} {args.public_agreement:g}): at every step "
+         f"the public model's candidate is the teachers' shared token with probability P = {args.public_agreement:g}, "
+         "independently of the votes, and then has the shared token's count above; otherwise it is a token of one "
+         "teacher's own (one vote, the most any other token has in this model). The query counts the teachers "
+         "included at a rate nu ~ U[1/n, 1] who vote for it (exact law of that count), with the thresholds "
+         "generate sets from the teachers of a group (low = ceil(n/5), high = low + ceil(2/epsilon)). Its tokens are "
+         "a lower bound: releases of the shared token, less those the noise alone gives a candidate no teacher votes "
+         "for; a released candidate the teachers do not share is the public model's token, as a fallback would be, "
+         "and is not counted. Every 'between' outcome is a hit, whichever the candidate."),
+        ("individual charging: the ranked figure plans for the worst teacher charged on every hit (as if every hit "
+         "counted the same teachers), so the run is planned to the per-teacher limit of the accountant generate "
+         "builds (under replace-one the limit of half the budget, by group privacy: docs/tct_and_individual.md, "
+         "section 4): sound whoever is counted. generate does not stop there: it removes each teacher at its limit "
+         "and goes on with the others while the records last, tokens the figure does not count. The optimistic "
+         "figure, not ranked, spreads each hit's charges (E[c' | hit] teachers, rounded up) evenly over the teachers, "
+         "the rule of `plan compare`; the real overlap lies between the two."),
+        (f"pure queries: {PUBLIC_CANDIDATE} pays no per-query delta, so target and individual charging put no limit on "
+         f"its queries and the plan counts at most {LIMITS['MAX_PLAN_QUERIES']:.0e} steps per group; its --step-delta "
+         "is checked by generate and unused."),
     ]
 
 
@@ -1339,7 +1570,7 @@ def _run_plan_best(args: argparse.Namespace) -> int:
                why="docs/ranges.md")
     planner = BestPlanner(budget_epsilon=args.budget_epsilon, budget_delta=args.budget_delta, relation=args.relation,
                           alpha=args.alpha, max_tokens=args.max_tokens, records=args.records,
-                          vocab_size=args.vocab_size)
+                          vocab_size=args.vocab_size, public_agreement=args.public_agreement)
     entries = []
     for entry in planner.compare(args.teachers, group_counts(args.teachers)):
         built = entry.pop("built")
@@ -1348,6 +1579,8 @@ def _run_plan_best(args: argparse.Namespace) -> int:
             check_best_run(entry, args.relation, built)
         except RunInputError:  # generate would refuse it: never printed
             continue
+        if entry["accountant"] == "individual-charging":
+            entry["individual"] = planner.individual_details(entry, built)
         entries.append(entry)
     ranking, seen = [], set()
     for entry in entries:  # the best of each (mechanism, accountant), best first
@@ -1358,7 +1591,8 @@ def _run_plan_best(args: argparse.Namespace) -> int:
     payload = {
         "command": "plan best", "teachers": args.teachers, "alpha": args.alpha,
         "budget": {"epsilon": args.budget_epsilon, "delta": args.budget_delta}, "relation": args.relation,
-        "records": args.records, "max_tokens": args.max_tokens, "vocab_size": args.vocab_size, "fits": fits,
+        "records": args.records, "max_tokens": args.max_tokens, "vocab_size": args.vocab_size,
+        "public_agreement": args.public_agreement, "fits": fits,
         "best": ranking[0] if fits else None, "runners_up": ranking[1:1 + args.runners_up] if fits else [],
         "configurations": entries, "needed_teachers": None, "with_needed_teachers": None,
         "not_compared": _not_compared(planner, entries), "assumptions": _best_assumptions(args),
@@ -1374,13 +1608,16 @@ def _run_plan_best(args: argparse.Namespace) -> int:
                     check_best_run(entry, args.relation, built)
                 except RunInputError:
                     continue
+                if entry["accountant"] == "individual-charging":
+                    entry["individual"] = planner.individual_details(entry, built)
                 payload["with_needed_teachers"] = entry
                 break
     if args.json:
         print_json(payload)
         return 0
-    print(f"plan best: {args.teachers} teachers, agreement alpha {args.alpha:g}, budget (epsilon "
-          f"{args.budget_epsilon:g}, delta {args.budget_delta:g}), {args.relation}, "
+    print(f"plan best: {args.teachers} teachers, agreement alpha {args.alpha:g}, "
+          + ("" if args.public_agreement is None else f"public agreement {args.public_agreement:g}, ")
+          + f"budget (epsilon {args.budget_epsilon:g}, delta {args.budget_delta:g}), {args.relation}, "
           + (f"{args.records} records" if args.records is not None else "records as the budget needs")
           + f" of at most {args.max_tokens} tokens")
     if fits:
