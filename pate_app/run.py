@@ -206,18 +206,20 @@ def check_reachable(mechanism, num_teachers: int) -> None:
 
 
 def check_noise_floor(mechanism, num_teachers: int, vocab_size: int, support: int | None = None) -> str | None:
-    """Refuse a Gaussian mechanism whose noise alone would pick the token at most steps over the model's whole
-    vocabulary (``RunInputError`` naming the remedies); over a public top-k ``support`` the same finding is a
-    warning, returned (a noise-picked token is then one of the public model's own candidates: readable text,
-    but charged as private and chosen by no teacher).  ``None`` when the noise is quiet enough.
+    """Refuse a Gaussian mechanism whose noise beats even a unanimous vote at most steps over the model's whole
+    vocabulary (``RunInputError`` naming the remedies: such a run releases noise); return a warning when the noise
+    wins at most steps only over a public top-k ``support`` (a noise-picked token is then one of the public model's
+    candidates: readable, but charged as private and chosen by no teacher), or only at steps where the teachers
+    have no majority (thresholded form: how many such steps there are is the teachers' agreement, which only the
+    run shows); ``None`` when the noise is quiet enough.
 
     GNMax noises every token it votes over (``support`` tokens, the tail never released; else ``vocab_size``),
     so among ``V`` tokens no teacher voted for, the largest noise grows like ``sigma * sqrt(2 ln V)``:
 
-    * thresholded: some unvoted token clears the threshold ``T`` with probability ``1 - Phi((T - 1/2) /
-      sigma) ** (V - n)`` (at least ``V - n`` tokens are unvoted);
-    * plain argmax: even a unanimous count ``n`` loses to an unvoted token with probability at least about
-      ``1 - Phi((n - 1/2) / (sigma sqrt 2)) ** (V - 1)``.
+    * a unanimous count ``n`` loses to an unvoted token with probability about ``1 - E[Phi((n - 1/2) / sigma +
+      Z) ** (V - 1)]`` over the unanimous token's own noise ``sigma Z`` (both forms; by Gauss-Hermite quadrature);
+    * thresholded at ``T``: at a step without a majority some unvoted token clears ``T`` with probability
+      ``1 - Phi((T - 1/2) / sigma) ** (V - n)`` (at least ``V - n`` tokens are unvoted).
 
     Both use the continuous normal with a half-count correction for the discrete Gaussian (an estimate; the
     line is drawn at 1/2, where the correction matters little; ``tests/test_run_checks.py`` checks it against
@@ -229,24 +231,30 @@ def check_noise_floor(mechanism, num_teachers: int, vocab_size: int, support: in
         return None
     n, sigma = int(num_teachers), float(inner.sigma)
     size = int(support) if support is not None else int(vocab_size)
-    threshold = getattr(inner, "threshold", None)
-    if threshold is not None:
-        spurious = -math.expm1(max(1, size - n) * norm.logcdf((threshold - 0.5) / sigma))
-        what = f"at a step without a majority, a token no teacher voted for clears the threshold {threshold}"
-    else:
-        spurious = -math.expm1((size - 1) * norm.logcdf((n - 0.5) / (sigma * math.sqrt(2.0))))
-        what = "a token no teacher voted for outscores even a unanimous vote"  # at every step
-    if spurious <= 0.5:
-        return None
+    where = f"the public top {size} tokens" if support is not None else f"a vocabulary of {size} tokens"
     remedy = "more teachers or a larger --step-epsilon (`pate-accountant plan best` picks one)"
-    if support is None:
-        raise RunInputError(
-            f"the Gaussian noise (sigma {sigma:.3g}) over a vocabulary of {size} tokens is too loud for {n} teachers: "
-            f"{what} with probability about {spurious:.0%}, so the run would release noise; use --public-top-k K "
-            f"(a small support), {remedy}")
-    return (f"the Gaussian noise (sigma {sigma:.3g}) is loud for {n} teachers: over the public top {size} tokens "
-            f"{what} with probability about {spurious:.0%}, so many tokens will be public candidates picked by the "
-            f"noise, charged as private; {remedy}")
+    # P[the unanimous token's noise z0 keeps it above every unvoted token], z0 ~ N(0, sigma^2): Gauss-Hermite
+    nodes, weights = np.polynomial.hermite_e.hermegauss(96)
+    wins = float(np.dot(weights, np.exp((size - 1) * norm.logcdf((n - 0.5) / sigma + nodes))) / math.sqrt(2 * math.pi))
+    loses = 1.0 - min(1.0, wins)
+    if loses > 0.5:
+        what = (f"the Gaussian noise (sigma {sigma:.3g}) over {where} is too loud for {n} teachers: a token no "
+                f"teacher voted for outscores even a unanimous vote with probability about {loses:.0%}")
+        if support is None:
+            raise RunInputError(f"{what}, so the run would release noise; use --public-top-k K (a small support), "
+                                f"{remedy}")
+        return f"{what}, so most tokens will be public candidates picked by the noise, charged as private; {remedy}"
+    threshold = getattr(inner, "threshold", None)
+    if threshold is None:
+        return None
+    stray = -math.expm1(max(1, size - n) * norm.logcdf((threshold - 0.5) / sigma))
+    if stray > 0.5:
+        return (f"the Gaussian noise (sigma {sigma:.3g}) over {where} is loud for {n} teachers: at a step without a "
+                f"majority, a token no teacher voted for clears the threshold {threshold} with probability about "
+                f"{stray:.0%}, so such steps release a token picked by the noise, charged as private (the teachers' "
+                f"agreement decides how many steps these are); {'' if support is not None else '--public-top-k K, '}"
+                f"{remedy}")
+    return None
 
 
 def release_rule(mechanism, num_teachers: int) -> str:

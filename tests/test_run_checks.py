@@ -169,10 +169,11 @@ def test_the_spec_checks_each_value_once(values, message):
 
 
 @pytest.mark.parametrize("mechanism, epsilon, teachers, support, verdict", [
-    ("gaussian-threshold-argmax", 2.0, 8, None, "refused"),  # sigma 3.2, threshold 5, 49,152 tokens: noise wins
+    ("gaussian-threshold-argmax", 2.0, 8, None, "refused"),  # sigma 3.2, 49,152 tokens: noise beats a unanimous 8
     ("gaussian-threshold-argmax", 2.0, 8, 50, "warned"),     # 50 public candidates: still the noise's pick
     ("gaussian-threshold-argmax", 2.0, 64, None, None),      # threshold 33: no unvoted token gets there
     ("gaussian-threshold-argmax", 8.0, 8, 50, None),         # sigma 0.93
+    ("gaussian-threshold-argmax", 0.1, 300, None, "warned"), # a unanimous vote wins; a split one releases noise
     ("gaussian-argmax", 1.0, 8, None, "refused"),
     ("gaussian-argmax", 1.0, 64, None, None),
     ("dp-argmax", 1.0, 8, None, None),                       # not Gaussian: its threshold is checked elsewhere
@@ -183,13 +184,14 @@ def test_gaussian_noise_that_would_pick_the_token_is_refused(mechanism, epsilon,
         said = run.check_noise_floor(mech, teachers, 49152, support)
         assert (said is not None) == (verdict == "warned")
         if said is not None:
-            assert "public top 50 tokens" in said and "charged as private" in said and "\n" not in said
+            assert "charged as private" in said and "\n" not in said
+            assert ("public top 50 tokens" if support else "without a majority") in said
         return
     with pytest.raises(run.RunInputError) as caught:
         run.check_noise_floor(mech, teachers, 49152, support)
     text = str(caught.value)
     assert "too loud" in text and "--public-top-k" in text and "\n" not in text
-    assert "a vocabulary of 49152 tokens" in text
+    assert "a vocabulary of 49152 tokens" in text and "outscores even a unanimous vote" in text
 
 
 def test_a_simulated_run_agrees_with_the_noise_floor_estimate():
