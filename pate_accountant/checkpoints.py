@@ -44,7 +44,7 @@ import attr
 
 from pate_accountant import __version__
 from pate_accountant.errors import PateAccountantError
-from pate_accountant.serialization import canonical_json
+from pate_accountant.serialization import canonical_json, describe_difference
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -381,10 +381,7 @@ def _malformed(checkpoint: dict) -> str | None:
 def _difference(field: str, signed, have) -> str:
     """What differs between the signed value of ``field`` and the ledger's, one clause."""
     if isinstance(signed, dict) and isinstance(have, dict):
-        keys = sorted(key for key in set(signed) | set(have)
-                      if signed.get(key, "<missing>") != have.get(key, "<missing>"))
-        return "; ".join(f"{key}: the ledger has {json.dumps(have.get(key, '<missing>'))}, the checkpoint "
-                         f"{json.dumps(signed.get(key, '<missing>'))}" for key in keys)
+        return describe_difference(have, signed, me="the ledger", them="the checkpoint")
     return f"the ledger has {json.dumps(have)}, the checkpoint {json.dumps(signed)}"
 
 

@@ -71,7 +71,7 @@ import attr
 from pate_accountant import __version__, registry
 from pate_accountant.errors import BudgetExhaustedError, PateAccountantError
 from pate_accountant.release import OUTCOMES, TARGET
-from pate_accountant.serialization import canonical_json, event_from_data, event_to_data
+from pate_accountant.serialization import canonical_json, describe_difference, event_from_data, event_to_data
 
 __all__ = [
     "CONFIDENTIAL_SUFFIX",
@@ -414,13 +414,7 @@ def _check_no_seed(name: str, value) -> None:
 
 
 def _config_difference(stored: dict, given: dict) -> str:
-    keys = sorted(set(stored) | set(given))
-    parts = [
-        f"{key}: ledger has {stored.get(key, '<missing>')!r}, accountant has {given.get(key, '<missing>')!r}"
-        for key in keys
-        if stored.get(key, "<missing>") != given.get(key, "<missing>")
-    ]
-    return "; ".join(parts)
+    return describe_difference(stored, given, me="the ledger", them="this accountant")
 
 
 def _totals_close(a: float, b: float) -> bool:

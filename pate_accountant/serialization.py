@@ -12,7 +12,7 @@ import json
 import attr
 import dp_accounting
 
-__all__ = ["canonical_json", "event_from_data", "event_to_data"]
+__all__ = ["canonical_json", "describe_difference", "event_from_data", "event_to_data"]
 
 ALLOWED_MODULES = ("pate_accountant.events", "dp_accounting.dp_event")
 
@@ -73,3 +73,32 @@ def _value_from_data(value):
 def canonical_json(data) -> str:
     """Deterministic JSON (sorted keys, no spaces) used for hashing ledger rows."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _shown(data: dict, key: str) -> str:
+    """One stored value in words: ``not set`` for a key the side lacks, ``none`` for a JSON null, a budget as
+    ``(epsilon E, delta D)``, anything else as compact JSON."""
+    if key not in data:
+        return "not set"
+    value = data[key]
+    if value is None:
+        return "none"
+    if key == "budget" and isinstance(value, (list, tuple)) and len(value) == 2:
+        return f"(epsilon {value[0]:g}, delta {value[1]:g})"
+    return json.dumps(value, sort_keys=True, separators=(", ", ": "))
+
+
+def describe_difference(mine: dict, theirs: dict, *, me: str = "the ledger", them: str = "this accountant") -> str:
+    """What differs between two configs (JSON objects), one clause per key, in words (no ``None``, no
+    placeholders).  A different accountant ``kind`` is said first and alone with the budget, since every other
+    key then differs by construction."""
+    if mine.get("kind") != theirs.get("kind") and ("kind" in mine or "kind" in theirs):
+        clauses = [f"kind: {me} is kept by the {mine.get('kind', 'unknown')} accountant, {them} is "
+                   f"{theirs.get('kind', 'unknown')}"]
+        keys = ["budget"] if mine.get("budget") != theirs.get("budget") else []
+    else:
+        clauses = []
+        keys = sorted(key for key in set(mine) | set(theirs)
+                      if (key in mine) != (key in theirs) or mine.get(key) != theirs.get(key))
+    clauses += [f"{key}: {me} has {_shown(mine, key)}, {them} has {_shown(theirs, key)}" for key in keys]
+    return "; ".join(clauses)

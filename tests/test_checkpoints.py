@@ -404,7 +404,7 @@ def test_a_checkpoint_at_zero_rows_pins_the_budget_the_forger_raises(tmp_path, c
     assert code == 1 and not report["ok"] and report["signed"]["first_bad"] == 1
     message = report["signed"]["message"]
     assert "signed checkpoint 1" in message and "its config is not the signed one" in message
-    assert "budget: the ledger has [1000.0, 0.001], the checkpoint [10.0, 0.001]" in message
+    assert "budget: the ledger has (epsilon 1000, delta 0.001), the checkpoint has (epsilon 10, delta 0.001)" in message
     assert "its config is not the signed one" in err and len(err.strip().splitlines()) == 1
     assert main(["audit", str(path), "--public-key", str(keys["operator"][1])]) == 1
     assert "signed      : FAILED" in capsys.readouterr().out

@@ -168,6 +168,32 @@ def test_the_spec_checks_each_value_once(values, message):
     assert isinstance(caught.value, run.RunInputError)  # a usage error wherever it is raised
 
 
+@pytest.mark.parametrize("kept, asked", [("basic", "pld"), ("basic", "target-charging"), ("pld", "basic"),
+                                         ("target-charging", "pld"), ("basic", "basic")])
+def test_a_ledger_kept_otherwise_is_refused_in_words(tmp_path, kept, asked):
+    """Issue 24, item 4: refusing a ledger kept by another accountant or budget names what differs, without
+    ``None`` or ``<missing>`` (a key one accountant has and the other lacks is said to be not set)."""
+    from mechanisms import registry as mechanisms_registry
+    from pate_accountant.ledger import Ledger
+
+    def accountant(kind, budget, ledger):
+        mechanism = mechanisms_registry.build_mechanism(
+            "between-thresholds" if kind == "individual-charging" else "boundary-dp-argmax", 1.0, 1e-6,
+            "replace-one", num_teachers=100)
+        return run.build_accountant(kind, budget, ledger, mechanism=mechanism, num_teachers=100)
+
+    path = str(tmp_path / "kept.sqlite")
+    with Ledger.open(path) as ledger:
+        accountant(kept, (8.0, 1e-6), ledger)
+    with Ledger.open(path) as ledger, pytest.raises(run.RunInputError) as caught:
+        accountant(asked, (9.0, 1e-6), ledger)
+    text = str(caught.value)
+    assert "None" not in text and "<missing>" not in text and "\n" not in text
+    assert "budget" in text
+    if kept != asked:
+        assert f"kept by the {kept} accountant" in text and f"this accountant is {asked}" in text
+
+
 @pytest.mark.parametrize("mechanism, epsilon, teachers, support, verdict", [
     ("gaussian-threshold-argmax", 2.0, 8, None, "refused"),  # sigma 3.2, 49,152 tokens: noise beats a unanimous 8
     ("gaussian-threshold-argmax", 2.0, 8, 50, "warned"),     # 50 public candidates: still the noise's pick
