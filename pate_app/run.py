@@ -79,7 +79,7 @@ from pate_accountant.ledger_home import LedgerHome, dataset_fingerprint
 from pate_app.library_output import quiet_libraries
 from pate_app.records_out import RecordsOut, check_out_path
 from pate_app.options import DEFAULT_RAY_TIMEOUT
-from pate_app.spec import RunInputError, model_label
+from pate_app.spec import RunInputError, RunSpec, load_task, model_label, task_from_records
 
 __all__ = [
     "RunInputError",
@@ -615,8 +615,6 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
     ``spent_before`` what it was when this run started.  Raises :class:`RunInputError` before anything is
     written.
     """
-    from pate_app.spec import RunSpec, load_task, task_from_records
-
     if not isinstance(spec, RunSpec):
         raise TypeError(f"spec must be a RunSpec, got {type(spec).__name__}")
     started = time.perf_counter()

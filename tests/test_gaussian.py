@@ -359,7 +359,7 @@ def test_bad_parameters_are_refused(kwargs, message):
 def test_bad_histograms_and_budgets_are_refused():
     with pytest.raises(ValueError, match="token id 5 is outside the vocabulary of size 3"):
         GaussianNoisyArgMax(1.0, vocab_size=3)({5: 1})
-    with pytest.raises(ValueError, match="vocab_size must be given .* got None"):
+    with pytest.raises(ValueError, match="vocab_size must be given to the mechanism or the histogram .* neither has it"):
         GaussianNoisyArgMax(1.0)(CountHistogram([0], [1]))
     with pytest.raises(ValueError, match="token id 5000 is outside the vocabulary of size 5000"):
         GaussianNoisyArgMax(1.0, vocab_size=5000).output_distribution({5000: 1})
