@@ -102,6 +102,8 @@ LOCAL_IMPORTS = {
     ("mechanisms/registry.py", "mechanisms"),
     # the application's package names RunSpec and synthesize without importing them (a fast --help)
     ("pate_app/__init__.py", "pate_app"),
+    # synthesize runs a spec through pate_app.run, which imports the spec module at module level
+    ("pate_app/spec.py", "pate_app.run"),
     # the accountant base hands out group views, which subclass it (docs/groups.md)
     ("pate_accountant/accountants/base.py", "pate_accountant.accountants.parallel"),
     DOOR,
