@@ -127,6 +127,7 @@ from pate_accountant._ledger.runs import (  # noqa: F401  (re-exported)
     describe_mechanism,
     describe_seed,
 )
+from pate_accountant._ledger.postgres_store import PostgresStore, is_postgres_url
 from pate_accountant._ledger.sqlite_files import (  # noqa: F401  (re-exported)
     _CONF_COLUMNS,
     _CONFIDENTIAL_SCHEMA,
@@ -226,6 +227,10 @@ class Ledger(RunRecords):
         ``confidential`` is the path of the confidential file (default ``path + ".confidential.sqlite"``);
         it is opened, or created, only when an accountant that keeps confidential charges attaches (or by
         :meth:`verify`, when it exists).
+
+        ``path`` may instead be a ``postgresql://`` (or ``postgres://``) URL: the ledger named by its ``ledger``
+        parameter (default ``ledger``) is kept in that database's schemas ``NAME`` and ``NAME_confidential``
+        (:mod:`~pate_accountant._ledger.postgres_store`; needs the ``postgresql`` extra).
         """
         path = os.fspath(path)
         synchronous = str(synchronous).upper()
@@ -235,8 +240,14 @@ class Ledger(RunRecords):
             raise ValueError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
         if totals not in TOTALS_MODES:
             raise ValueError(f"totals must be one of {TOTALS_MODES}, got {totals!r}")
-        store = SQLiteStore(path, read_only=read_only, synchronous=synchronous, timeout=timeout,
-                            confidential=confidential)
+        if is_postgres_url(path):  # a PostgreSQL ledger (docs/ledger.md, "PostgreSQL")
+            if confidential is not None:
+                raise ValueError("a PostgreSQL ledger keeps its confidential part in the schema NAME_confidential: "
+                                 "confidential= is for SQLite ledgers")
+            store = PostgresStore(path, read_only=read_only, synchronous=synchronous, timeout=timeout)
+        else:
+            store = SQLiteStore(path, read_only=read_only, synchronous=synchronous, timeout=timeout,
+                                confidential=confidential)
         ledger = cls(store, totals=totals)
         store.open(ledger._check_layout)
         return ledger

@@ -1,0 +1,625 @@
+"""The PostgreSQL store (:class:`~.store.LedgerStore`): one ledger kept in a PostgreSQL database through psycopg 3.
+
+``Ledger.open("postgresql://USER@HOST:PORT/DB?ledger=NAME")`` keeps the ledger ``NAME`` (default ``ledger``) in two
+schemas of database ``DB``: the **shareable** part in schema ``NAME`` (tables ``meta``, ``charges``, ``runs``,
+``head``) and the **confidential** part in schema ``NAME_confidential`` (``meta``, ``charges``, ``totals``,
+``head``), with the columns of the SQLite files (``bigint``, ``double precision``, ``text``: psycopg returns
+``int``, ``float`` and ``str`` exactly as stored, which the hashes need).  So an operator can grant an auditor's
+role ``USAGE`` on the shareable schema and ``SELECT`` on its tables, and nothing on the confidential one.
+
+Credentials.  Only the URL, libpq's ``PG*`` environment variables and its service and password files say how to
+connect.  The ``ledger`` query parameter is removed before connecting; the password (in the URL's user part or a
+``password`` parameter) appears in no error message, no :attr:`PostgresStore.location`, no ``repr`` and nothing
+stored in the ledger.
+
+Creating.  A new ledger is both its schema and its tables, made in one transaction (PostgreSQL's DDL is
+transactional): another connection sees all of it or none.  Creators of the same name are serialised by a
+transaction-level advisory lock (``pg_advisory_xact_lock(h, 1)``, ``h`` a hash of the name), so one creates and
+the others open what it made.  A schema that exists is one of our ledgers only when it has our tables and
+the ``schema_version`` we write; anything else is refused and left as it is.
+
+Transactions.  One connection per :class:`PostgresStore`, in autocommit mode, with explicit transactions:
+
+* :meth:`PostgresStore.write` is one ``READ COMMITTED`` transaction that first locks the head row
+  (``SELECT ... FROM NAME.head WHERE id = 1 FOR UPDATE``; with ``confidential`` then the confidential head row,
+  always in that order).  Every writer on every host takes that row lock first, so writers serialise and every
+  statement after it (a new snapshot each, under ``READ COMMITTED``) reads the head the new rows extend.  The
+  wait is bounded by ``lock_timeout`` (the ``timeout`` given, ``LedgerError`` past it).
+* Both parts are written in **that one transaction** on one connection, not two.  The contract asks that the
+  confidential part be committed first, so that no shareable row ever names a confidential row that is not
+  committed; one atomic commit of both schemas gives that and more: there is no moment at which either part is
+  committed without the other, so a writer stopped at any point (``between_commits()`` is called just before
+  the single ``COMMIT``) leaves no orphan confidential rows at all (:meth:`drop_confidential_orphans` still
+  works, for a ledger copied in from elsewhere).  Two connections would need a two-phase commit to be as strong.
+* :meth:`PostgresStore.read` is one ``REPEATABLE READ, READ ONLY`` transaction: a single snapshot of both
+  schemas, which is what "the shareable snapshot first, then the confidential one" is there to approximate.
+
+In use, and discarding.  A :class:`PostgresStore` holds a session-level *shared* advisory lock
+(``pg_advisory_lock_shared(h, 2)``) from before it first looks at the ledger until its connection closes: that is
+what "another connection uses the ledger" means here.  :meth:`PostgresStore.discard_if_unused` gives its own
+shared lock up and asks for the exclusive one without waiting (granted only when no other store has the ledger
+open, on any host), checks under the head row lock that there is no row and no run, and drops the schemas in the
+same transaction.  An opener that arrives meanwhile waits for the shared lock, then finds no schema and creates
+the ledger afresh; it can never see a half-removed one, so no "discarded" mark is needed (a mark found in the
+metadata is refused).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from pate_accountant._ledger.errors import LedgerError, LedgerIntegrityError, _Discarded
+from pate_accountant._ledger.sqlite_files import DEFAULT_TIMEOUT, DISCARDED_KEY
+from pate_accountant._ledger.store import (
+    CONFIDENTIAL_SCHEMA_VERSION,
+    LEDGER_TABLES,
+    SCHEMA_VERSION,
+)
+
+#: URL schemes routed to this store by :meth:`Ledger.open`.
+URL_SCHEMES = ("postgresql://", "postgres://")
+#: The ledger name when the URL has no ``ledger`` parameter.
+DEFAULT_LEDGER_NAME = "ledger"
+#: A ledger name: a lower-case SQL identifier short enough for ``NAME_confidential`` (PostgreSQL: 63 bytes).
+_NAME = re.compile(r"[a-z_][a-z0-9_]{0,49}")
+_CONF_SUFFIX = "_confidential"
+CONFIDENTIAL_TABLES = frozenset({"meta", "charges", "totals", "head"})
+
+_ROW_COLUMNS = ("id, prev_hash, hash, event, count, outcome, commitment, spent_epsilon, spent_delta, created, "
+                "writer, run, grp")
+_RUN_COLUMNS = "id, prev_hash, hash, first_row, metadata, created, writer"
+_CONF_COLUMNS = "id, prev_hash, hash, share_row, share_hash, salt, charged_teachers"
+
+# Trigger functions of each schema: refuse a change (TG_ARGV[0] says which), and freeze the metadata once rows
+# exist (the head is read from the schema of the table the trigger fires on).
+_FUNCTIONS = """
+CREATE FUNCTION {s}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION '%', TG_ARGV[0]; END $$;
+CREATE FUNCTION {s}.meta_frozen() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE n bigint;
+BEGIN
+  EXECUTE format('SELECT row_count FROM %I.head WHERE id = 1', TG_TABLE_SCHEMA) INTO n;
+  IF n > 0 THEN RAISE EXCEPTION 'ledger metadata is frozen once rows exist'; END IF;
+  IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+  RETURN NEW;
+END $$;
+CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL);
+"""
+
+_SCHEMA = _FUNCTIONS + """
+CREATE TABLE {s}.charges (
+    id            bigint PRIMARY KEY,
+    prev_hash     text NOT NULL,
+    hash          text NOT NULL,
+    event         text NOT NULL,
+    count         bigint NOT NULL,
+    outcome       text,
+    commitment    text,
+    spent_epsilon double precision,
+    spent_delta   double precision,
+    created       double precision NOT NULL,
+    writer        text NOT NULL,
+    run           bigint,
+    grp           bigint
+);
+CREATE TABLE {s}.runs (
+    id        bigint PRIMARY KEY,
+    prev_hash text NOT NULL,
+    hash      text NOT NULL,
+    first_row bigint NOT NULL,
+    metadata  text NOT NULL,
+    created   double precision NOT NULL,
+    writer    text NOT NULL
+);
+CREATE TABLE {s}.head (
+    id            bigint PRIMARY KEY CHECK (id = 1),
+    row_count     bigint NOT NULL,
+    last_hash     text,
+    run_count     bigint NOT NULL,
+    run_last_hash text
+);
+INSERT INTO {s}.head (id, row_count, last_hash, run_count, run_last_hash) VALUES (1, 0, NULL, 0, NULL);
+CREATE TRIGGER charges_append_only BEFORE UPDATE OR DELETE ON {s}.charges
+FOR EACH ROW EXECUTE FUNCTION {s}.refuse('ledger rows are append-only');
+CREATE TRIGGER charges_no_truncate BEFORE TRUNCATE ON {s}.charges
+FOR EACH STATEMENT EXECUTE FUNCTION {s}.refuse('ledger rows are append-only');
+CREATE TRIGGER runs_append_only BEFORE UPDATE OR DELETE ON {s}.runs
+FOR EACH ROW EXECUTE FUNCTION {s}.refuse('ledger runs are append-only');
+CREATE TRIGGER runs_no_truncate BEFORE TRUNCATE ON {s}.runs
+FOR EACH STATEMENT EXECUTE FUNCTION {s}.refuse('ledger runs are append-only');
+CREATE TRIGGER meta_frozen BEFORE UPDATE OR DELETE ON {s}.meta
+FOR EACH ROW EXECUTE FUNCTION {s}.meta_frozen();
+"""
+
+_CONFIDENTIAL_SCHEMA = _FUNCTIONS + """
+CREATE TABLE {s}.charges (
+    id               bigint PRIMARY KEY,
+    prev_hash        text NOT NULL,
+    hash             text NOT NULL,
+    share_row        bigint NOT NULL,
+    share_hash       text NOT NULL,
+    salt             text NOT NULL,
+    charged_teachers text NOT NULL
+);
+CREATE TABLE {s}.totals (
+    share_row     bigint PRIMARY KEY,
+    share_hash    text NOT NULL,
+    spent_epsilon double precision NOT NULL,
+    spent_delta   double precision NOT NULL
+);
+CREATE TABLE {s}.head (
+    id        bigint PRIMARY KEY CHECK (id = 1),
+    row_count bigint NOT NULL,
+    last_hash text
+);
+INSERT INTO {s}.head (id, row_count, last_hash) VALUES (1, 0, NULL);
+CREATE TRIGGER charges_append_only BEFORE UPDATE ON {s}.charges
+FOR EACH ROW EXECUTE FUNCTION {s}.refuse('confidential rows are append-only');
+CREATE TRIGGER totals_append_only BEFORE UPDATE ON {s}.totals
+FOR EACH ROW EXECUTE FUNCTION {s}.refuse('confidential totals are append-only');
+"""
+
+#: ``synchronous`` of :meth:`Ledger.open` as PostgreSQL's ``synchronous_commit``.
+_SYNCHRONOUS_COMMIT = {"FULL": "on", "EXTRA": "on", "NORMAL": "off"}
+
+
+def is_postgres_url(location) -> bool:
+    return isinstance(location, str) and location.startswith(URL_SCHEMES)
+
+
+def parse_url(url: str) -> tuple[str, str, str, tuple]:
+    """``(conninfo, ledger name, shown location, secrets)``: the URL to connect with (the ``ledger`` parameter
+    removed), the ledger's name, the URL as messages show it (no password anywhere) and the secrets that must
+    never be shown (the password, raw and decoded)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    names = [value for key, value in query if key == "ledger"]
+    secrets = [value for key, value in query if key == "password"]
+    netloc = parts.netloc
+    shown_netloc = netloc
+    if "@" in netloc:
+        userinfo, hosts = netloc.rsplit("@", 1)
+        user, colon, password = userinfo.partition(":")
+        if colon:
+            secrets += [password, unquote(password)]
+        shown_netloc = f"{user}@{hosts}"
+    secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+    if len(names) > 1:
+        raise LedgerError("a PostgreSQL ledger URL names one ledger: give the ledger parameter once")
+    name = names[0] if names else DEFAULT_LEDGER_NAME
+    if not _NAME.fullmatch(name) or name.startswith("pg_"):
+        raise LedgerError(f"invalid ledger name {name!r} in a PostgreSQL ledger URL: use 1 to 50 lower-case letters, "
+                          "digits and underscores, starting with a letter or underscore (and not with 'pg_')")
+    rest = [(key, value) for key, value in query if key != "ledger"]
+    conninfo = urlunsplit((parts.scheme, netloc, parts.path, urlencode(rest), ""))
+    shown_query = urlencode([(key, value) for key, value in rest if key != "password"] + [("ledger", name)])
+    shown = urlunsplit((parts.scheme, shown_netloc, parts.path, shown_query, ""))
+    return conninfo, name, shown, secrets
+
+
+def _import_psycopg():
+    try:
+        import psycopg
+    except ImportError:
+        raise LedgerError("a PostgreSQL ledger needs psycopg 3: install pate-accountant with the 'postgresql' extra "
+                          "(pip install 'pate-accountant[postgresql]')") from None
+    return psycopg
+
+
+class _Snapshot:
+    """The open read transaction of :meth:`PostgresStore.read`: one snapshot of both schemas."""
+
+    def __init__(self, store: PostgresStore):
+        self._store = store
+
+    def add_confidential(self) -> None:
+        """Nothing to start: the ``REPEATABLE READ`` snapshot already covers the confidential schema."""
+
+
+class PostgresStore:
+    """A ledger kept in PostgreSQL (see the module docstring).  ``PostgresStore(url, ...)`` parses the URL and
+    checks the arguments; :meth:`open` connects (creating the ledger where its schema does not exist).  One store
+    is one connection: use it from one thread, in one process."""
+
+    def __init__(self, url: str, *, read_only: bool = False, synchronous: str = "FULL",
+                 timeout: float = DEFAULT_TIMEOUT):
+        self._conninfo, self._name, self._location, self._secrets = parse_url(url)
+        self._pg = _import_psycopg()
+        self.errors = (self._pg.Error,)
+        self._read_only = read_only
+        self._synchronous_commit = _SYNCHRONOUS_COMMIT.get(str(synchronous).upper(), "on")
+        self._timeout = timeout
+        self._schema = f'"{self._name}"'
+        self._conf_schema = f'"{self._name}{_CONF_SUFFIX}"'
+        self._conn = None
+        self._created_here = False
+        self._creating = False  # inside the transaction that creates the ledger: check_layout lays it out
+        self._laid_out = False  # the layout was checked: the tables exist
+        self._conf_open = False
+        self._conf_created_here = False
+        self._busy = False
+
+    # -- identity ----------------------------------------------------------------------------------------------
+    @property
+    def location(self) -> str:
+        return self._location
+
+    @property
+    def confidential_location(self) -> str:
+        return f"{self._location} (schema {self._name}{_CONF_SUFFIX})"
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def created_here(self) -> bool:
+        return self._created_here
+
+    @property
+    def has_confidential(self) -> bool:
+        return self._conf_open
+
+    @property
+    def name(self) -> str:
+        """The ledger's name: its shareable schema."""
+        return self._name
+
+    def __repr__(self):
+        return f"PostgresStore({self._location!r}{', read-only' if self._read_only else ''})"
+
+    def _scrub(self, text) -> str:
+        text = str(text)
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def _fail(self, what: str, exc) -> LedgerError:
+        return LedgerError(f"{what} {self._location!r}: {self._scrub(exc).strip()}")
+
+    # -- opening ----------------------------------------------------------------------------------------------
+    def open(self, layout) -> None:
+        """Connect, take the shared "in use" lock, and create the ledger when its schema does not exist (schema,
+        tables and first metadata in one transaction); then check the layout."""
+        pg = self._pg
+        try:
+            conn = pg.connect(self._conninfo, autocommit=True)
+        except pg.Error as exc:
+            raise self._fail("cannot connect to the PostgreSQL ledger", exc) from None
+        self._conn = conn
+        try:
+            wait_ms = max(1, int(self._timeout * 1000))
+            conn.execute(f"SET lock_timeout = {wait_ms}")
+            conn.execute(f"SET synchronous_commit = {self._synchronous_commit}")
+            conn.execute("SELECT pg_advisory_lock_shared(hashtext(%s), 2)", (self._lock_key(),))
+            self._created_here = False
+            if not self._read_only:
+                self._create_if_missing(layout)
+            elif not self._schema_exists(self._name):
+                raise FileNotFoundError(f"no ledger at {self._location!r} (no schema {self._name!r})")
+            layout(create=False)
+            if not self._read_only:
+                layout(create=True)
+        except _Discarded:
+            self.close()
+            raise LedgerError(f"{self._location!r} is an empty ledger marked discarded; drop its schemas and "
+                              "start again") from None
+        except pg.Error as exc:
+            self.close()
+            raise self._fail("cannot open the PostgreSQL ledger", exc) from None
+        except BaseException:
+            self.close()
+            raise
+
+    def _lock_key(self) -> str:
+        return f"pate-accountant ledger {self._name}"
+
+    def _schema_exists(self, schema: str) -> bool:
+        return self._conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is not None
+
+    def _create_if_missing(self, layout) -> None:
+        conn = self._conn
+        if self._schema_exists(self._name):
+            return
+        conn.execute("BEGIN")
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), 1)", (self._lock_key(),))
+            if self._schema_exists(self._name):  # another creator was first: open what it made
+                conn.execute("ROLLBACK")
+                return
+            conn.execute(f"CREATE SCHEMA {self._schema}")
+            self._creating = True
+            layout(create=True)
+            conn.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        finally:
+            self._creating = False
+        self._created_here = True
+
+    # -- layout -----------------------------------------------------------------------------------------------
+    def check_layout(self, *, create: bool, initial_meta) -> None:
+        """Inside the creation transaction (``create``): lay the tables out and store ``initial_meta()``.
+        Otherwise check that the schema is one of our ledgers of :data:`SCHEMA_VERSION`."""
+        if self._creating:
+            if create:
+                self._run_script(_SCHEMA, self._schema)
+                for key, text in initial_meta().items():
+                    self._conn.execute(f"INSERT INTO {self._schema}.meta (key, value) VALUES (%s, %s) "
+                                       "ON CONFLICT (key) DO NOTHING", (key, text))
+            return
+        if self._laid_out and create:
+            return
+        try:
+            tables = self.tables()
+            if not tables:
+                raise LedgerError(f"{self._location!r}: schema {self._name!r} has no tables, so it is not a "
+                                  "pate-accountant ledger; it was left unchanged")
+            if not LEDGER_TABLES <= tables:
+                raise LedgerError(f"{self._location!r}: schema {self._name!r} is not a pate-accountant ledger "
+                                  f"(tables {sorted(LEDGER_TABLES - tables)} missing); it was left unchanged")
+            meta = dict(self._conn.execute(f"SELECT key, value FROM {self._schema}.meta"))
+        except self._pg.Error as exc:
+            raise self._fail("cannot read the PostgreSQL ledger", exc) from None
+        if meta.get(DISCARDED_KEY):
+            raise _Discarded()
+        version = meta.get("schema_version")
+        try:
+            version_value = json.loads(version) if version is not None else None
+        except ValueError:
+            version_value = version
+        if version_value != SCHEMA_VERSION:
+            raise LedgerError(f"{self._location!r}: schema {self._name!r} is not a pate-accountant ledger of schema "
+                              f"version {SCHEMA_VERSION} (found {version}); it was left unchanged")
+        self._laid_out = True
+
+    def _run_script(self, script: str, schema: str) -> None:
+        # Without parameters psycopg sends the script as one simple query: all its statements, in the open transaction.
+        self._conn.execute(script.format(s=schema))
+
+    def tables(self) -> set:
+        return self._tables_of(self._name)
+
+    def _tables_of(self, schema: str) -> set:
+        return {row[0] for row in self._conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind IN ('r', 'p')", (schema,))}
+
+    # -- the confidential schema ------------------------------------------------------------------------------
+    def open_confidential(self, *, create: bool, initial_meta) -> bool:
+        """Open the confidential schema (creating it, in one transaction, when ``create`` and the store is
+        writable); ``False`` when it does not exist and is not to be created, or when this role may not read it
+        (an auditor granted the shareable schema only reads the confidential part as absent)."""
+        if self._conf_open:
+            return True
+        pg, conn = self._pg, self._conn
+        schema = self._name + _CONF_SUFFIX
+        where = self.confidential_location
+        ledger_id = self.meta().get("ledger_id")
+        try:
+            if not self._schema_exists(schema):
+                if not create or self._read_only:
+                    return False
+                conn.execute("BEGIN")
+                try:
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), 1)", (self._lock_key(),))
+                    if not self._schema_exists(schema):
+                        conn.execute(f"CREATE SCHEMA {self._conf_schema}")
+                        self._run_script(_CONFIDENTIAL_SCHEMA, self._conf_schema)
+                        for key, text in initial_meta(ledger_id).items():
+                            conn.execute(f"INSERT INTO {self._conf_schema}.meta (key, value) VALUES (%s, %s)",
+                                         (key, text))
+                        self._conf_created_here = True
+                    conn.execute("COMMIT")
+                except BaseException:
+                    self._conf_created_here = False
+                    self._rollback()
+                    raise
+            if not conn.execute("SELECT has_schema_privilege(%s, 'USAGE')", (schema,)).fetchone()[0]:
+                return False
+            tables = self._tables_of(schema)
+            if not CONFIDENTIAL_TABLES <= tables:
+                raise LedgerError(f"{where!r} is not a confidential ledger part (tables "
+                                  f"{sorted(CONFIDENTIAL_TABLES - tables)} missing)")
+            try:
+                meta = dict(conn.execute(f"SELECT key, value FROM {self._conf_schema}.meta"))
+            except pg.errors.InsufficientPrivilege:
+                return False
+        except pg.Error as exc:
+            raise LedgerError(f"{where!r} is not a usable confidential ledger part: "
+                              f"{self._scrub(exc).strip()}") from None
+        version = meta.get("schema_version")
+        if version is None or json.loads(version) != CONFIDENTIAL_SCHEMA_VERSION:
+            raise LedgerError(f"{where!r} is not a confidential ledger part of schema version "
+                              f"{CONFIDENTIAL_SCHEMA_VERSION} (found {version})")
+        if meta.get("ledger_id") != ledger_id:
+            raise LedgerIntegrityError(f"the confidential part {where!r} belongs to another ledger (ledger ids differ)")
+        self._conf_open = True
+        return True
+
+    def confidential_meta(self) -> dict:
+        return dict(self._conn.execute(f"SELECT key, value FROM {self._conf_schema}.meta"))
+
+    def confidential_head(self):
+        row = self._conn.execute(f"SELECT row_count, last_hash FROM {self._conf_schema}.head WHERE id = 1").fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def confidential_rows(self, after, up_to: int):
+        return self._conn.execute(f"SELECT {_CONF_COLUMNS} FROM {self._conf_schema}.charges "
+                                  "WHERE id > %s AND share_row <= %s ORDER BY id", (after or 0, up_to))
+
+    def confidential_teachers(self):
+        return self._conn.execute(f"SELECT share_row, charged_teachers FROM {self._conf_schema}.charges")
+
+    def confidential_totals(self, up_to: int):
+        return self._conn.execute(f"SELECT share_row, share_hash, spent_epsilon, spent_delta "
+                                  f"FROM {self._conf_schema}.totals WHERE share_row <= %s", (up_to,))
+
+    def confidential_row_totals(self, share_row: int):
+        return self._conn.execute(f"SELECT share_hash, spent_epsilon, spent_delta FROM {self._conf_schema}.totals "
+                                  "WHERE share_row = %s", (share_row,)).fetchone()
+
+    def confidential_orphans(self, head_rows: int) -> int:
+        return self._conn.execute(f"SELECT count(*) FROM {self._conf_schema}.charges WHERE share_row > %s",
+                                  (head_rows,)).fetchone()[0]
+
+    def drop_confidential_orphans(self, head_rows: int):
+        conn, c = self._conn, self._conf_schema
+        dropped = conn.execute(f"DELETE FROM {c}.charges WHERE share_row > %s", (head_rows,)).rowcount
+        dropped += conn.execute(f"DELETE FROM {c}.totals WHERE share_row > %s", (head_rows,)).rowcount
+        if dropped:
+            last = conn.execute(f"SELECT id, hash FROM {c}.charges ORDER BY id DESC LIMIT 1").fetchone()
+            head = (last[0], last[1]) if last else (0, None)
+            conn.execute(f"UPDATE {c}.head SET row_count = %s, last_hash = %s WHERE id = 1", head)
+            return head
+        return self.confidential_head()
+
+    def append_confidential(self, rows, totals, row_count: int, last_hash) -> None:
+        conn, c = self._conn, self._conf_schema
+        with conn.cursor() as cursor:
+            cursor.executemany(f"INSERT INTO {c}.charges ({_CONF_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s)", list(rows))
+            cursor.executemany(f"INSERT INTO {c}.totals (share_row, share_hash, spent_epsilon, spent_delta) "
+                               "VALUES (%s,%s,%s,%s)", list(totals))
+        conn.execute(f"UPDATE {c}.head SET row_count = %s, last_hash = %s WHERE id = 1", (row_count, last_hash))
+
+    # -- transactions ---------------------------------------------------------------------------------------
+    def _rollback(self) -> None:
+        conn = self._conn
+        if conn is None or conn.closed:
+            return
+        if conn.info.transaction_status != self._pg.pq.TransactionStatus.IDLE:
+            with contextlib.suppress(self._pg.Error):
+                conn.execute("ROLLBACK")
+
+    @contextlib.contextmanager
+    def read(self, *, confidential: bool = False):
+        if self._busy:
+            raise RuntimeError("a ledger transaction is already open on this Ledger")
+        self._conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self._busy = True
+        try:
+            yield _Snapshot(self)
+        finally:
+            self._busy = False
+            self._rollback()
+
+    @contextlib.contextmanager
+    def write(self, *, confidential: bool = False, between_commits=None):
+        if self._read_only:
+            raise LedgerError(f"ledger {self._location!r} is open read-only")
+        if self._busy:
+            raise RuntimeError("a ledger transaction is already open on this Ledger")
+        pg, conn = self._pg, self._conn
+        self._busy = True
+        try:
+            try:
+                conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                conn.execute(f"SELECT row_count FROM {self._schema}.head WHERE id = 1 FOR UPDATE")  # the write lock
+                if confidential and self._conf_open:
+                    conn.execute(f"SELECT row_count FROM {self._conf_schema}.head WHERE id = 1 FOR UPDATE")
+            except pg.errors.LockNotAvailable as exc:
+                raise self._fail(f"cannot start a write transaction (waited {self._timeout} s for another "
+                                 "writer) on", exc) from None
+            yield
+            if between_commits is not None:
+                between_commits()  # one transaction: both parts commit together, below
+            conn.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        finally:
+            self._busy = False
+
+    # -- the shareable schema -------------------------------------------------------------------------------
+    def meta(self) -> dict:
+        if not self._laid_out and "meta" not in self.tables():
+            return {}
+        return dict(self._conn.execute(f"SELECT key, value FROM {self._schema}.meta"))
+
+    def head(self):
+        return self._conn.execute(
+            f"SELECT row_count, last_hash, run_count, run_last_hash FROM {self._schema}.head WHERE id = 1").fetchone()
+
+    def rows(self, after=None):
+        return self._conn.execute(f"SELECT {_ROW_COLUMNS} FROM {self._schema}.charges WHERE id > %s ORDER BY id",
+                                  (after or 0,))
+
+    def runs(self):
+        return self._conn.execute(f"SELECT {_RUN_COLUMNS} FROM {self._schema}.runs ORDER BY id")
+
+    def row_hash(self, row_id: int):
+        found = self._conn.execute(f"SELECT hash FROM {self._schema}.charges WHERE id = %s",
+                                   (int(row_id),)).fetchone()
+        return None if found is None else found[0]
+
+    def run_hash(self, run_id: int):
+        found = self._conn.execute(f"SELECT hash FROM {self._schema}.runs WHERE id = %s", (int(run_id),)).fetchone()
+        return None if found is None else found[0]
+
+    def row_totals(self, row_id: int):
+        stored = self._conn.execute(f"SELECT spent_epsilon, spent_delta FROM {self._schema}.charges WHERE id = %s",
+                                    (int(row_id),)).fetchone()
+        return None if stored is None or stored[0] is None else stored
+
+    def set_meta(self, key: str, text: str) -> None:
+        self._conn.execute(f"INSERT INTO {self._schema}.meta (key, value) VALUES (%s, %s) "
+                           "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (key, text))
+
+    def append_rows(self, rows, row_count: int, last_hash) -> None:
+        conn = self._conn
+        with conn.cursor() as cursor:
+            cursor.executemany(f"INSERT INTO {self._schema}.charges ({_ROW_COLUMNS}) "
+                               "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", list(rows))
+        conn.execute(f"UPDATE {self._schema}.head SET row_count = %s, last_hash = %s WHERE id = 1",
+                     (row_count, last_hash))
+
+    def append_run(self, run, run_count: int, run_last_hash) -> None:
+        self._conn.execute(f"INSERT INTO {self._schema}.runs ({_RUN_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s)", run)
+        self._conn.execute(f"UPDATE {self._schema}.head SET run_count = %s, run_last_hash = %s WHERE id = 1",
+                           (run_count, run_last_hash))
+
+    # -- life cycle ------------------------------------------------------------------------------------------
+    def checkpoint(self) -> bool:
+        """Nothing to do: a committed transaction is the server's to keep."""
+        return True
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            self._conn = conn
+            self._rollback()
+            self._conn = None
+            conn.close()  # also releases the session's advisory locks
+        self._conf_open = False
+
+    def discard_if_unused(self) -> bool:
+        """Drop the ledger's schemas (the confidential one only when this store created it) when no other store
+        has the ledger open (the exclusive "in use" lock is granted without waiting) and it has no row and no
+        run; one transaction, so nobody sees a half-removed ledger.  Closes the store either way."""
+        conn = self._conn
+        if conn is None or self._read_only:
+            self.close()
+            return False
+        key = self._lock_key()
+        try:
+            conn.execute("BEGIN")
+            conn.execute("SELECT pg_advisory_unlock_shared(hashtext(%s), 2)", (key,))
+            if not conn.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s), 2)", (key,)).fetchone()[0]:
+                return False
+            counts = conn.execute(f"SELECT row_count, run_count FROM {self._schema}.head WHERE id = 1 FOR UPDATE"
+                                  ).fetchone()
+            if counts is None or counts[0] or counts[1]:
+                return False
+            conn.execute(f"DROP SCHEMA {self._schema} CASCADE")
+            if self._conf_created_here:
+                conn.execute(f"DROP SCHEMA IF EXISTS {self._conf_schema} CASCADE")
+            conn.execute("COMMIT")
+            return True
+        except self._pg.Error:
+            return False
+        finally:
+            self.close()
