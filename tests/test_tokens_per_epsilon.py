@@ -397,3 +397,181 @@ def test_public_prior_at_lambda_zero_is_the_plain_row_and_lambda_changes_the_rel
     assert mixed[0]["steps"] == base[0]["steps"]  # the same event per step: the prior costs no budget
     assert mixed[0]["private_tokens"] != base[0]["private_tokens"] or mixed[0]["precision"] != base[0]["precision"]
     assert mixed[0]["precision"] < 1.0 == base[0]["precision"]  # decoys released: the bias towards the public model
+
+
+# -- DPWS, target charging in groups, the public-candidate BetweenThresholds (issue 23, item 5) --------------------
+
+ITEM5 = ("hot-dpws-tct", "hot-dpws-pld", "cold-dpws-tct", "cold-dpws-pld", "hot-dpargmax-tct-groups",
+         "hot-bt-public-individual", "hot-bt-public-tct")
+
+
+def test_the_item5_rows_are_appended_after_the_earlier_ones_with_their_grids():
+    assert tpe.ROW_NAMES[:12] == (
+        "hot-dpargmax-tct", "hot-dpargmax-pld", "hot-gnmax-pld", "hot-gnmax-threshold-pld",
+        "cold-dpargmax-tct", "cold-gnmax-pld", "tang-pld", "tang-rdp", "invisibleink", "invisibleink-one-batch",
+        "hot-gnmax-threshold-pld-groups", "hot-gnmax-threshold-pld-prior")
+    assert tpe.ROW_NAMES[12:] == ITEM5
+    from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedSampling
+
+    rows = tpe.row_specs(4000, 20000, 1e-6)
+    world = tpe.build_world(40, 0.9)
+    for name in ITEM5[:4]:
+        row = rows[name]
+        twin = "hot-dpargmax-pld" if name == "cold-dpws-pld" else name.replace("dpws", "dpargmax")
+        assert row.inner == "dpws" and row.grid == rows[twin].grid
+        mech = tpe._vote_mechanism(row, row.grid[0], world)
+        inner = mech.inner if row.runner == "tct" else mech
+        assert isinstance(mech, BoundaryWrapper) == (row.runner == "tct") and isinstance(inner, DPWeightedSampling)
+    groups = rows["hot-dpargmax-tct-groups"]
+    assert {p["groups"] for p in groups.grid} == set(tpe.GROUPS)
+    for p in groups.grid:  # misses are summed over the groups: delta0 pays for G x cap queries
+        single = rows["hot-dpargmax-tct"].grid[0]["delta0"]
+        assert p["delta0"] == tpe._per_query_delta(1e-6, p["groups"] * 20000) < single
+        mech = tpe._vote_mechanism(groups, p, world)
+        assert isinstance(mech.inner, DPArgMax) and mech.event.epsilon == pytest.approx(p["eps0"])
+    for name in ITEM5[5:]:
+        assert [p["epsilon"] for p in rows[name].grid] == list(tpe.BT_LEVELS)
+        mech = tpe._vote_mechanism(rows[name], rows[name].grid[1], tpe.build_world(4000, 0.9))
+        assert mech == BetweenThresholds.for_teachers(tpe.BT_LEVELS[1], 4000) and mech.low == 800
+
+
+def test_dpws_rows_stop_by_refusal_and_cold_releases_fewer_than_hot():
+    """Plain DPWS under PLD: the accountant's own count, the spend recomputed by a fresh accountant; the
+    wrapped DPWS under target charging verifies.  Independent votes spread the common mass over K tokens, so
+    DPWS (a token is kept with probability about c/n, never below its noise floor) releases fewer."""
+    from mechanisms import BoundaryWrapper, DPWeightedSampling
+
+    world, budget = tpe.build_world(600, 0.9), (8.0, 1e-6)
+    mech = DPWeightedSampling(0.05, 1e-9)
+    out = {}
+    for k, kind in enumerate(("coordinated", "independent")):
+        tape = tpe.Tape(mech, tpe.VoteStream(world, kind, np.random.default_rng(30 + k)), np.random.default_rng(40))
+        out[kind] = tpe.run_fixed("pld", mech.event, tape, budget, 100_000, {})
+        assert out[kind].stop == "refused" and out[kind].verified
+    fresh = tpe._accountant("pld", budget)
+    fresh.compose(mech.event, out["coordinated"].steps)
+    assert fresh.spent() == pytest.approx(out["coordinated"].spent) and fresh.spent()[0] <= 8.0
+    assert not fresh.can_afford(mech.event)
+    assert out["independent"].tokens.size < out["coordinated"].tokens.size
+    wrapped = BoundaryWrapper(DPWeightedSampling(0.1, 1e-10))
+    tape = tpe.Tape(wrapped, tpe.VoteStream(world, "coordinated", np.random.default_rng(30)), np.random.default_rng(41))
+    tct = tpe.run_tct(tape, budget, 5000)
+    assert tct.verified and tct.stop in {"refused", "cap"} and tct.steps == tct.ledger_queries
+    assert tct.spent[0] <= 8.0 and tct.spent[1] <= 1e-6
+
+
+def _group_tct(n, groups, alpha, budget, cap, seed):
+    from mechanisms import BoundaryWrapper, DPArgMax
+
+    world = tpe.build_world(n, alpha)
+    mech = BoundaryWrapper(DPArgMax(0.1, tpe._per_query_delta(budget[1], groups * cap)))
+    tapes = _group_tapes(world, mech, groups, seed)
+    out = []
+    return tpe.run_tct_groups(tapes, budget, cap, accountant_out=out), out[0], tapes, mech
+
+
+def test_a_groups_tct_run_stays_within_its_budget_and_pays_the_hit_envelope():
+    """Target charging in groups: the accountant's hits are the most any group hit (the envelope), its queries
+    those hits plus every group's queries without a hit; a fresh accountant charged that sequence reports the
+    same spend, within the budget; no group ran past the point where the next query was refused."""
+    budget, cap = (8.0, 1e-6), 3000
+    out, acc, tapes, mech = _group_tct(800, 2, 0.9, budget, cap, 12)
+    assert out.stop == "refused" and out.verified and out.ledgers == 1
+    group_hits = [int(t.hits[:k].sum()) for t, k in zip(tapes, out.group_steps)]
+    misses = sum(k for k in out.group_steps) - sum(group_hits)
+    assert acc.hits == max(group_hits) <= acc.max_hits and sum(group_hits) == out.hits
+    assert acc.queries == max(group_hits) + misses  # hits below the envelope are paid for already
+    assert out.ledger_queries == sum(out.group_steps)  # the ledger keeps each group's own queries
+    assert out.spent[0] <= budget[0] and out.spent[1] <= budget[1]
+    fresh = tpe._accountant("target-charging", budget)
+    order = [False] * misses + [True] * max(group_hits) if acc.charged_tau == acc.hits else \
+        [True] * max(group_hits) + [False] * misses
+    fresh.record_outcomes(mech.event, np.array(order))
+    assert fresh.spent() == pytest.approx(out.spent, rel=1e-12)
+    # sequential composition of the groups' hits would not fit where the groups hit more than the limit in all
+    if sum(group_hits) > acc.max_hits:
+        assert not tpe._accountant("target-charging", budget).can_afford(mech.event, sum(group_hits))
+    # every group's view refuses its next query; releases are the groups' own
+    assert all(k < cap for k in out.group_steps) and out.tokens.size == sum(out.group_tokens)
+    assert out.passes == sum(400 * k for k in out.group_steps)
+
+
+def test_a_groups_tct_row_in_a_run_verifies():
+    result = tpe.run(quick=True, seed=2, progress=False, teachers=400, alphas="0.9", budgets="8", cap=300,
+                     rows="hot-dpargmax-tct-groups")
+    [r] = result["results"]
+    assert r["ledgers_verified"] and r["stop"] in {"refused", "cap"} and r["spent_epsilon"] <= 8.0
+    assert len(r["group_steps"]) == len(r["group_tokens"]) == r["params"]["groups"]
+    assert sum(r["group_tokens"]) == r["private_tokens"] and r["steps"] == max(r["group_steps"])
+
+
+def test_public_candidates_follow_the_public_model_and_read_the_candidates_count():
+    world = tpe.build_world(300, 0.8)
+    stream = tpe.VoteStream(world, "coordinated", np.random.default_rng(3))
+    cands, counts = tpe.public_candidates(world, stream, 0, 4096, np.random.default_rng(4))
+    assert set(np.unique(cands)) <= set(np.flatnonzero(world.public > 0))
+    assert abs(np.mean(cands < world.common) - world.common / world.pool) < 0.03
+    rows = np.arange(4096)
+    common = cands < world.common
+    assert (counts[common] == stream.common[rows[common], cands[common]]).all() and (counts[~common] == 0).all()
+
+
+def test_the_public_candidate_under_target_charging_releases_between_and_above():
+    """``between`` (the target hit) and ``above`` release the candidate, ``below`` nothing; every release is
+    a token the candidate's voters back (here the common ones), and the ledger counts every query."""
+    from mechanisms import BetweenThresholds
+
+    world = tpe.build_world(200, 0.95, common=4, pool=8)
+    mech = BetweenThresholds.for_teachers(0.05, 200)
+    tape = tpe.CandidateTape(mech, tpe.VoteStream(world, "coordinated", np.random.default_rng(5)), world,
+                             np.random.default_rng(6))
+    out = tpe.run_tct(tape, (3.0, 1e-6), 20_000)
+    assert out.stop == "refused" and out.verified and out.steps == out.ledger_queries
+    assert out.hits == tpe._accountant("target-charging", (3.0, 1e-6)).max_hits_for(mech.event)
+    codes = np.asarray(tape.outcomes[:out.steps])
+    assert out.tokens.size == int(np.count_nonzero(codes != "below")) > out.hits
+    assert out.fails == out.steps - out.tokens.size
+    # only the public pool is ever proposed; a decoy (no votes) is released only when the noise lifts a count of
+    # 0 past low = 40 (probability about e^(-0.05 x 40) / 2), the common tokens by their votes
+    assert np.isin(out.tokens, np.flatnonzero(world.public > 0)).all() and np.mean(out.tokens < world.common) > 0.6
+    assert out.passes == out.steps * 201
+
+
+def test_the_public_candidate_under_individual_charging_keeps_every_teacher_within_its_budget():
+    """Only the counted teachers are charged, on ``between``; a teacher at its limit is removed and never
+    charged again; the worst teacher's guarantee is within the budget; the run ends when no teacher is left
+    (refused), not at the cap."""
+    from mechanisms import BetweenThresholds
+
+    n, budget, cap = 60, (3.0, 1e-6), 200_000
+    world = tpe.build_world(n, 0.98, common=2, pool=2)
+    mech = BetweenThresholds.for_teachers(0.05, n)
+    stream = tpe.VoteStream(world, "coordinated", np.random.default_rng(7))
+    accs = []
+    out = tpe.run_individual(mech, stream, world, budget, cap, np.random.default_rng(8), accountant_out=accs)
+    [acc] = accs
+    assert out.stop == "refused" and out.steps < cap and acc.num_active == 0 and out.verified
+    limit = acc.per_teacher_limit
+    assert limit >= 1 and (np.asarray(acc.counters) == limit).all()  # everyone charged up to, never past, its limit
+    assert out.spent[0] <= budget[0] and out.spent[1] <= budget[1]
+    assert acc.hits == out.hits and out.ledger_queries == out.steps
+    assert out.tokens.size >= out.hits and (out.tokens < world.common).all()
+    assert sum(acc.counters) >= out.hits  # a hit charges its counted teachers, at least one here
+    # a budget that affords no charge per teacher at this level runs nothing
+    none = tpe.run_individual(BetweenThresholds.for_teachers(0.5, n), stream, world, (1.0, 1e-6), cap,
+                              np.random.default_rng(9))
+    assert none.steps == 0 and none.stop == "refused" and none.tokens.size == 0
+
+
+def test_the_public_candidate_rows_in_a_run_say_when_they_stop_at_the_cap():
+    n, cap, delta = 300, 400, 1e-6
+    specs = tpe.row_specs(n, cap, delta)
+    rows = [attr.evolve(specs[name], grid=[{"epsilon": 0.02}]) for name in ITEM5[5:]]
+    out = tpe.run_pass(tpe.build_world(n, 0.95), rows, {row.name: {0: [8.0]} for row in rows}, delta, cap, 4, {},
+                       precision_steps=cap)
+    for (name, _, eps), (r, extra) in out.items():
+        r = dict(r, budget_epsilon=eps)
+        assert r["ledgers_verified"] and r["stop"] in {"refused", "cap"} and extra["precision_estimate"] > 0
+        assert (r["stop"] == "cap") == (r["steps"] >= 400) and r["steps"] <= 400
+        if r["steps"]:
+            assert r["spent_epsilon"] <= r["budget_epsilon"] and r["private_tokens"] >= r["target_hits"]

@@ -51,7 +51,24 @@ model's guess.
   from ``lambda p_pub + (1 - lambda) p^(i)`` (``lambda`` in :data:`PRIOR_MIXES`, ``p_pub`` the world's public
   pool), the plain thresholded row's mechanism and charge otherwise; its votes reuse the plain row's seeds, so
   ``lambda = 0`` is that row exactly.  Tokens the public model proposes (decoys among them) gain votes: the
-  precision column is the bias, and the precision floor applies as to every row.
+  precision column is the bias, and the precision floor applies as to every row;
+* ``hot-dpws-tct`` / ``hot-dpws-pld`` / ``cold-dpws-tct`` / ``cold-dpws-pld``: the DPArgMax rows' charges with
+  sparsity-preserving DP weighted sampling (:class:`mechanisms.DPWeightedSampling`) as the private selection:
+  ``BoundaryWrapper(DPWeightedSampling(eps0/2, delta0))`` under target charging, or the plain DPWS with every
+  query charged under PLD;
+* ``hot-dpargmax-tct-groups``: ``hot-dpargmax-tct`` in ``G`` disjoint groups (as the PLD groups row: one vote
+  stream per group of ``m = n // G`` teachers), every group's wrapped queries charged through
+  ``parallel_groups(G)`` of ONE target-charging accountant on ONE ledger (:func:`run_tct_groups`).  Target
+  charging pays the most hits of any group (the envelope) but every query without a hit as it comes, summed
+  over the groups, so ``delta0`` pays for ``G cap`` queries, and once one group reaches the hit limit a query
+  without a hit is refused to every group;
+* ``hot-bt-public-individual`` / ``hot-bt-public-tct``: what ``generate --mechanism between-thresholds`` runs
+  (docs/tct_and_individual.md, "In generate"): each step a candidate drawn from the public model (uniform over
+  the pool), a rate ``nu ~ U[1/n, 1]`` and inclusions, and ``BetweenThresholds.for_teachers(epsilon, n)`` on
+  the count of included teachers voting the candidate; ``above`` and ``between`` release the candidate,
+  ``below`` releases nothing (generate would then fall back to the public model: not a private token).
+  Charged by individual charging (only the counted teachers, on ``between``; a teacher at its per-teacher
+  limit is removed; :func:`run_individual`) or by target charging (``between`` is the target).
 
 Peers, computed on the same teacher distributions (docs/results.md states each accounting argument):
 
@@ -105,14 +122,17 @@ DESCRIPTION = (
     "Cold PATE (DPArgMax under target charging and plain PLD, Gaussian aggregators under PLD) and the peers "
     "Tang et al. (Gaussian on averaged, Poisson-subsampled distributions; PLD and RDP) and InvisibleInk "
     "(clipped-logit exponential mechanism; zCDP), and two variants of Hot PATE's thresholded GNMax: disjoint "
-    "groups of teachers under parallel composition (one accountant, envelope rule) and public-prior mixing. "
+    "groups of teachers under parallel composition (one accountant, envelope rule) and public-prior mixing; "
+    "DPWS (DP weighted sampling) under target charging and PLD, Hot and Cold; target charging in groups; and the "
+    "public model's token checked by BetweenThresholds under individual and target charging. "
     "Per-step parameters are chosen from a small grid on a separate calibration seed. Model-free."
 )
 SIZES = {
     "full": {"teachers": 4000, "alphas": [0.95, 0.7, 0.5, 0.3], "budgets": [1.0, 3.0, 8.0, 10.0], "cap": 20000},
     "quick": {"teachers": 1000, "alphas": [0.95, 0.5], "budgets": [1.0, 8.0], "cap": 1000},
 }
-FULL_RUNTIME = "about 35 min wall on a shared 2-core CPU (estimated)"  # docs/results.md, section tokens-per-epsilon
+#: Estimated: the sum of three full-size runs that together cover every row (docs/results.md, tokens-per-epsilon).
+FULL_RUNTIME = "about 46 min wall on a shared 2-core CPU (estimated)"
 
 DEFAULT_BUDGET_DELTA = 1e-6
 #: The world: common tokens K (the Planet Z task's 20 common numbers, Section 5.2) and the public pool P.
@@ -124,6 +144,8 @@ DEFAULT_MIN_PRECISION = 0.9
 PRECISION_STEPS = 2000
 #: Steps per vote chunk (and per mechanism batch).
 CHUNK = 512
+#: Steps per round of a target-charged ``-groups`` run (the groups advance in turn, one round each).
+GROUP_ROUND = 32
 #: Offset of the calibration seed from the measured seed (the two streams share nothing).
 CALIBRATION_OFFSET = 1_000_003
 #: The relations, as :mod:`pate_accountant.events` spells them (not imported here: it loads dp-accounting, and
@@ -139,11 +161,18 @@ ROW_NAMES = (
     "tang-pld", "tang-rdp", "invisibleink", "invisibleink-one-batch",
     # appended (issue 23): the rows above keep their indices, hence their seeds
     "hot-gnmax-threshold-pld-groups", "hot-gnmax-threshold-pld-prior",
+    # appended (issue 23, item 5): DPWS under target charging and PLD, target charging in groups, and the
+    # public-candidate BetweenThresholds under individual and target charging
+    "hot-dpws-tct", "hot-dpws-pld", "cold-dpws-tct", "cold-dpws-pld", "hot-dpargmax-tct-groups",
+    "hot-bt-public-individual", "hot-bt-public-tct",
 )
 #: Groups of the ``-groups`` rows (each of ``n // G`` teachers; leftover teachers sit out).
 GROUPS = (2, 4, 8)
 #: Public-prior weights ``lambda`` of the ``-prior`` rows.
 PRIOR_MIXES = (0.1, 0.25)
+#: Step epsilons of the public-candidate BetweenThresholds rows (thresholds from
+#: :meth:`mechanisms.BetweenThresholds.for_teachers`: ``low = ceil(n/5)``, gap ``ceil(2/epsilon)``).
+BT_LEVELS = (0.005, 0.01, 0.02, 0.05)
 
 
 # -- rows --------------------------------------------------------------------------------------------------
@@ -169,6 +198,9 @@ class RowSpec:
     #: The row whose vote streams and tape seeds a variant shares (a ``-prior`` row: its plain row, so that
     #: ``lambda = 0`` is that row exactly); ``None``: its own.
     base: str | None = attr.ib(default=None)
+    #: The private selection of a DPArgMax-family row: ``dpargmax`` (:class:`mechanisms.DPArgMax`) or ``dpws``
+    #: (:class:`mechanisms.DPWeightedSampling`, sparsity-preserving DP weighted sampling).
+    inner: str = attr.ib(default="dpargmax")
 
 
 def _per_query_delta(delta: float, cap: int) -> float:
@@ -195,7 +227,15 @@ def row_specs(num_teachers: int, cap: int, delta: float, *, quick: bool = False)
     * groups (``hot-gnmax-threshold-pld-groups``): ``G`` in :data:`GROUPS` times ``sigma / m`` in the GNMax set,
       ``m = n // G`` teachers a group, threshold ``m/2 + 1``;
     * public prior (``hot-gnmax-threshold-pld-prior``): ``lambda`` in :data:`PRIOR_MIXES` times the GNMax
-      ``sigma``, threshold ``n/2 + 1``.
+      ``sigma``, threshold ``n/2 + 1``;
+    * DPWS (``*-dpws-tct`` / ``*-dpws-pld``): the DPArgMax grids with :class:`mechanisms.DPWeightedSampling` as
+      the inner selection (``eps0`` a wrapped ``DPWeightedSampling(eps0/2, delta0)``, or the step epsilon);
+    * target charging in groups (``hot-dpargmax-tct-groups``): ``G`` in :data:`GROUPS` times the DPArgMax
+      levels; ``delta0`` pays for ``G cap`` queries, since target charging sums the groups' queries without a
+      hit (the cap stays per group, as in the PLD groups row);
+    * public-candidate BetweenThresholds (``hot-bt-public-*``): step epsilon in :data:`BT_LEVELS`, thresholds
+      from ``BetweenThresholds.for_teachers(epsilon, n)`` (``low = ceil(n/5)``, gap ``ceil(2/epsilon)``:
+      smaller levels, wider gaps; at budget epsilon 1 individual charging affords no charge at level 0.05).
     """
     delta0 = _per_query_delta(delta, cap)
     levels = (0.02, 0.05, 0.1, 0.2, 0.4)
@@ -212,13 +252,17 @@ def row_specs(num_teachers: int, cap: int, delta: float, *, quick: bool = False)
     groups = tuple({"sigma": max(0.1, (num_teachers // g) * f), "threshold": (num_teachers // g) // 2 + 1, "groups": g}
                    for g in GROUPS if num_teachers // g >= 1 for f in fractions)
     prior = tuple({"sigma": s, "threshold": num_teachers // 2 + 1, "mix": lam} for lam in PRIOR_MIXES for s in sigmas)
+    fixed = tuple({"epsilon": e, "delta0": delta0} for e in levels)
+    tct_groups = tuple({"eps0": e, "delta0": _per_query_delta(delta, g * cap), "groups": g}
+                       for g in GROUPS if num_teachers // g >= 1 for e in levels)
+    between = tuple({"epsilon": e} for e in BT_LEVELS)
     one_batch = tuple({"batch": num_teachers + 1, "tau": tau, "text": max(1, round(cap * f))}
                       for tau in ((1.2,) if quick else (0.8, 1.2)) for f in (1 / 16, 1 / 4, 1, 4))
     rows = [
         RowSpec("hot-dpargmax-tct", "hot", "Hot PATE: boundary-wrapped DPArgMax, target charging (TCT)",
                 "coordinated", "tct", "target-charging", tct),
         RowSpec("hot-dpargmax-pld", "hot", "Hot PATE: plain DPArgMax, every query charged, PLD",
-                "coordinated", "fixed", "pld", tuple({"epsilon": e, "delta0": delta0} for e in levels)),
+                "coordinated", "fixed", "pld", fixed),
         RowSpec("hot-gnmax-pld", "hot", "Hot PATE: GNMax (Gaussian on every count), PLD",
                 "coordinated", "fixed", "pld", tuple({"sigma": s} for s in sigmas)),
         RowSpec("hot-gnmax-threshold-pld", "hot", "Hot PATE: GNMax above a strict majority, else fail, PLD",
@@ -240,6 +284,25 @@ def row_specs(num_teachers: int, cap: int, delta: float, *, quick: bool = False)
         RowSpec("hot-gnmax-threshold-pld-prior", "hot",
                 "Hot PATE: every teacher mixed with the public model (lambda), GNMax above a strict majority, PLD",
                 "coordinated", "fixed", "pld", prior, base="hot-gnmax-threshold-pld"),
+        RowSpec("hot-dpws-tct", "hot", "Hot PATE: boundary-wrapped DPWS (DP weighted sampling), target charging (TCT)",
+                "coordinated", "tct", "target-charging", tct, inner="dpws"),
+        RowSpec("hot-dpws-pld", "hot", "Hot PATE: plain DPWS, every query charged, PLD",
+                "coordinated", "fixed", "pld", fixed, inner="dpws"),
+        RowSpec("cold-dpws-tct", "cold", "Cold PATE: boundary-wrapped DPWS, target charging (TCT)",
+                "independent", "tct", "target-charging", tct, inner="dpws"),
+        RowSpec("cold-dpws-pld", "cold", "Cold PATE: plain DPWS, every query charged, PLD",
+                "independent", "fixed", "pld", fixed, inner="dpws"),
+        RowSpec("hot-dpargmax-tct-groups", "hot",
+                "Hot PATE: G disjoint groups of n/G teachers, each its own votes and boundary-wrapped DPArgMax; one "
+                "target-charging accountant, parallel composition (hit envelope, misses summed)",
+                "coordinated", "tct-groups", "target-charging", tct_groups),
+        RowSpec("hot-bt-public-individual", "hot",
+                "Hot PATE: the public model's token as candidate, BetweenThresholds on the included teachers' count "
+                "(rate nu); individual charging (only counted teachers, on between)",
+                "coordinated", "candidate-individual", "individual-charging", between),
+        RowSpec("hot-bt-public-tct", "hot",
+                "Hot PATE: the public model's token as candidate, BetweenThresholds on the included teachers' count; "
+                "target charging (between is the target)", "coordinated", "candidate-tct", "target-charging", between),
     ]
     return {row.name: row for row in rows}
 
@@ -386,18 +449,82 @@ class Tape:
         return steps * self.stream.size
 
 
+def public_candidates(world: World, stream: VoteStream, start: int, size: int,
+                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``(candidates, counts)`` of steps ``start .. start + size - 1``: each step's candidate drawn from the
+    public model (``world.public``: it never reads a record, so the draw is data-independent) and the stream's
+    count of teachers voting it (private tokens have no public mass and are never candidates; a decoy has
+    votes only in a public-prior world)."""
+    pool = np.flatnonzero(world.public > 0)
+    candidates = pool[rng.choice(pool.size, size=size, p=world.public[pool] / world.public[pool].sum())]
+    stream.ensure(start + size)
+    rows = np.arange(start, start + size)
+    counts = np.zeros(size, dtype=np.int64)
+    common = candidates < world.common
+    counts[common] = stream.common[rows[common], candidates[common]]
+    if stream.decoy_ids.size:
+        column = np.searchsorted(stream.decoy_ids, candidates)
+        decoy = ~common & (column < stream.decoy_ids.size)
+        decoy[decoy] = stream.decoy_ids[column[decoy]] == candidates[decoy]
+        counts[decoy] = stream.decoys[rows[decoy], column[decoy]]
+    return candidates, counts
+
+
+class CandidateTape:
+    """The public-candidate BetweenThresholds query of ``generate`` (docs/tct_and_individual.md, "In generate";
+    :class:`ensembles.generation.IndividualChargingAggregation`) on a vote stream, while every teacher is active:
+    each step a candidate ``v`` from the public model, a rate ``nu ~ U[1/n, 1]`` (``n`` the fixed ensemble size)
+    and one inclusion draw ``U_i < nu`` per teacher, and ``mechanism`` (a ``BetweenThresholds``) on the count of
+    included teachers voting ``v``; ``above`` and ``between`` release ``v`` (``between`` is also the target hit),
+    ``below`` releases nothing.  Inclusions are independent of the votes, so the counted number is
+    ``Binomial(c_v, nu)``, the same law as drawing each teacher's inclusion.  Used by target charging (every
+    budget reads the same tape) and for the calibration's precision estimate of the individual-charging row
+    (whose runs, which remove teachers, draw their own steps: :func:`run_individual`)."""
+
+    #: A target hit (``between``) releases the candidate: it is a private token (:func:`_releases`).
+    hit_releases = True
+
+    def __init__(self, mechanism, stream: VoteStream, world: World, rng: np.random.Generator):
+        self.mechanism, self.stream, self.world, self.rng = mechanism, stream, world, rng
+        self.values = np.zeros(0, dtype=np.int64)
+        self.hits = np.zeros(0, dtype=bool)
+        self.outcomes = np.zeros(0, dtype=object)
+
+    def ensure(self, steps: int) -> None:
+        from mechanisms.between_thresholds import BELOW
+
+        n = self.stream.size
+        while self.values.size < steps:
+            start = self.values.size
+            candidates, counts = public_candidates(self.world, self.stream, start, CHUNK, self.rng)
+            counted = self.rng.binomial(counts, self.rng.uniform(1.0 / n, 1.0, CHUNK))
+            release = self.mechanism.run_batch(counted, self.rng)
+            self.values = np.concatenate([self.values, np.where(release.values != BELOW, candidates, -1)])
+            self.hits = np.concatenate([self.hits, np.asarray(release.target_hit)])
+            self.outcomes = np.concatenate([self.outcomes, np.asarray(release.outcomes, dtype=object)])
+
+    def passes(self, steps: int) -> int:
+        """Every teacher and the public model (which proposes the candidate) make one pass a step."""
+        return steps * (self.stream.size + 1)
+
+
 def _vote_mechanism(row: RowSpec, params: dict, world: World):
     from mechanisms import (
+        BetweenThresholds,
         BoundaryWrapper,
         DPArgMax,
+        DPWeightedSampling,
         GaussianNoisyArgMax,
         GaussianThresholdArgMax,
     )
 
-    if row.runner == "tct":
-        return BoundaryWrapper(DPArgMax(params["eps0"] / 2, params["delta0"]))
+    inner = DPWeightedSampling if row.inner == "dpws" else DPArgMax
+    if row.runner in ("candidate-individual", "candidate-tct"):
+        return BetweenThresholds.for_teachers(params["epsilon"], world.num_teachers)
+    if row.runner in ("tct", "tct-groups"):
+        return BoundaryWrapper(inner(params["eps0"] / 2, params["delta0"]))
     if "epsilon" in params:
-        return DPArgMax(params["epsilon"], params["delta0"])
+        return inner(params["epsilon"], params["delta0"])
     if "threshold" in params:
         return GaussianThresholdArgMax(params["sigma"], vocab_size=world.vocab_size, threshold=params["threshold"])
     return GaussianNoisyArgMax(params["sigma"], vocab_size=world.vocab_size)
@@ -588,20 +715,28 @@ class Outcome:
     verified: bool = attr.ib(default=False)
     #: The queries the ledger's verification counted (target charging records each query's outcome class).
     ledger_queries: int | None = attr.ib(default=None)
-    #: A ``-groups`` row: each group's private tokens (``steps`` is then each group's number of steps).
+    #: A ``-groups`` row: each group's private tokens (``steps`` is then each group's number of steps, or the
+    #: most of any group when they differ: ``group_steps``).
     group_tokens: tuple | None = attr.ib(default=None)
+    #: A target-charged ``-groups`` row: each group's number of steps (groups stop at different steps).
+    group_steps: tuple | None = attr.ib(default=None)
 
 
 _NO_SPENT = (math.nan, math.nan)
 
 
 def _releases(tape, steps: int) -> tuple[np.ndarray, int, int]:
-    """``(private tokens, target hits, fails)`` of the tape's first ``steps`` steps."""
+    """``(private tokens, target hits, fails)`` of the tape's first ``steps`` steps.  A target hit releases
+    nothing (a boundary wrapper's ``target``) unless the tape says ``hit_releases`` (BetweenThresholds'
+    ``between`` releases the candidate); a fail is a step that neither released nor hit."""
     tape.ensure(steps)
     values = tape.values[:steps]
     hits = tape.hits[:steps] if hasattr(tape, "hits") else np.zeros(steps, bool)
-    tokens = values[(values >= 0) & ~hits]
-    return tokens, int(hits.sum()), int(steps - tokens.size - hits.sum())
+    released = values >= 0
+    if not getattr(tape, "hit_releases", False):
+        released &= ~hits
+    tokens = values[released]
+    return tokens, int(hits.sum()), int(steps - np.count_nonzero(released | hits))
 
 
 def run_fixed(kind: str, event, tape, budget, cap: int, memo: dict, *, calibrate: bool = False) -> Outcome:
@@ -674,14 +809,44 @@ def _stop(acc, event, steps: int, cap: int) -> str:
     return "cap"
 
 
-def run_tct(tape: Tape, budget, cap: int, *, calibrate: bool = False) -> Outcome:
-    """A target-charged row: queries in blocks, each block checked by ``can_afford`` for its worst case where
-    that allows it, and cut after the hit that exhausts the hit limit (a query runs only while ``hits <
-    max_hits``); ``record_outcomes`` applies the accountant's one-by-one decision to the block.  Releases past
-    the cut are the queries the accountant would refuse: discarded unseen (equal in law to never running them,
-    each release depending on its own histogram and noise only).  The run ends when ``can_afford`` refuses the
-    next query, or at the cap.  ``calibrate``: the same accountant without a ledger."""
+def _tct_block(charge, limits, tape, steps: int, cap: int, own_hits: int) -> int:
+    """One block of a target-charged run, after ``charge.can_afford`` accepted the next query: queries
+    ``steps ..`` of ``tape``, at most ``CHUNK``, the cap and the queries ``limits`` (the target-charging
+    accountant) has left, cut after the hit that takes ``own_hits`` (the hits of the queries ``charge`` records,
+    so far) to the hit limit (a query runs only while ``hits < max_hits``); ``record_outcomes`` on ``charge``
+    (the accountant, or one group's view) applies the accountant's one-by-one decision, halving the block if it
+    refuses.  Returns the block's length."""
     from pate_accountant.errors import BudgetExhaustedError
+
+    event = tape.mechanism.event
+    if limits.max_hits is None:
+        block = 1
+    else:
+        block = min(CHUNK, cap - steps, max(1, limits.max_queries - limits.queries))
+    tape.ensure(steps + block)
+    hit = tape.hits[steps:steps + block]
+    if limits.max_hits is not None:
+        reached = np.flatnonzero(np.cumsum(hit) >= limits.max_hits - own_hits)
+        if reached.size:
+            block = int(reached[0]) + 1
+    while True:
+        try:
+            charge.record_outcomes(event, tape.hits[steps:steps + block], outcomes=tape.outcomes[steps:steps + block])
+            return block
+        except BudgetExhaustedError:
+            if block == 1:
+                raise
+            block //= 2
+
+
+def run_tct(tape: Tape, budget, cap: int, *, calibrate: bool = False) -> Outcome:
+    """A target-charged row: queries in blocks (:func:`_tct_block`), each block checked by ``can_afford`` for
+    its worst case where that allows it, and cut after the hit that exhausts the hit limit (a query runs only
+    while ``hits < max_hits``); ``record_outcomes`` applies the accountant's one-by-one decision to the block.
+    Releases past the cut are the queries the accountant would refuse: discarded unseen (equal in law to never
+    running them, each release depending on its own histogram and noise only).  The run ends when
+    ``can_afford`` refuses the next query, or at the cap.  ``calibrate``: the same accountant without a
+    ledger."""
     from pate_accountant.ledger import Ledger
 
     ledger = None if calibrate else Ledger.in_memory()
@@ -689,32 +854,127 @@ def run_tct(tape: Tape, budget, cap: int, *, calibrate: bool = False) -> Outcome
     event = tape.mechanism.event
     steps = 0
     while steps < cap and acc.can_afford(event):
-        if acc.max_hits is None:
-            block = 1
-        else:
-            block = min(CHUNK, cap - steps, max(1, acc.max_queries - acc.queries))
-        tape.ensure(steps + block)
-        hit = tape.hits[steps:steps + block]
-        if acc.max_hits is not None:
-            room = acc.max_hits - acc.hits
-            reached = np.flatnonzero(np.cumsum(hit) >= room)
-            if reached.size:
-                block = int(reached[0]) + 1
-        while True:
-            try:
-                acc.record_outcomes(event, tape.hits[steps:steps + block], outcomes=tape.outcomes[steps:steps + block])
-                break
-            except BudgetExhaustedError:
-                if block == 1:
-                    raise
-                block //= 2
-        steps += block
+        steps += _tct_block(acc, acc, tape, steps, cap, acc.hits)
     stop = _stop(acc, event, steps, cap)
     tokens, hits, fails = _releases(tape, steps)
     if calibrate:
         return Outcome(steps, tokens, hits, fails, stop, acc.spent(), tape.passes(steps), 0, True)
     verification = ledger.verify()
     return Outcome(steps, tokens, hits, fails, stop, acc.spent(), tape.passes(steps), 1, bool(verification.ok),
+                   verification.queries)
+
+
+def run_tct_groups(tapes: list, budget, cap: int, *, row: str = "", calibrate: bool = False,
+                   accountant_out: list | None = None) -> Outcome:
+    """A target-charged ``-groups`` row (docs/groups.md): ``G = len(tapes)`` disjoint groups, each with its own
+    vote stream and tape of wrapped queries, charged through ``parallel_groups(G)`` of ONE target-charging
+    accountant on ONE in-memory ledger (``begin_run`` first).  Target charging pays the largest number of hits
+    of any group (the envelope) and every query without a hit as it comes, summed over the groups
+    (:mod:`pate_accountant.accountants.parallel`); so once one group reaches the hit limit, a query without a
+    hit is refused to every group.  The groups advance nearly in lockstep, as a run's groups generate side by
+    side: in rounds of :data:`GROUP_ROUND` steps, each group in turn runs its queries up to the round's end
+    (:func:`_tct_block` on the group's view, with the group's own hits against the hit limit), until every
+    group's view refuses its next query or the group reached the cap (per group); private tokens are summed
+    over the groups.
+    ``calibrate``: the same accountant without a ledger.  ``accountant_out``: a list the accountant is appended
+    to (tests)."""
+    from pate_accountant.ledger import Ledger
+
+    ledger = None if calibrate else Ledger.in_memory()
+    acc = _accountant("target-charging", budget, ledger)
+    if ledger is not None:
+        ledger.begin_run({"experiment": NAME, "row": row, "groups": len(tapes), "seeded": True})
+    views = list(acc.parallel_groups(len(tapes)))
+    event = tapes[0].mechanism.event
+    steps, hits = [0] * len(tapes), [0] * len(tapes)
+    moved, end = True, 0
+    while moved:
+        moved, end = False, min(cap, end + GROUP_ROUND)
+        for g, (view, tape) in enumerate(zip(views, tapes)):
+            while steps[g] < end and view.can_afford(event):
+                block = _tct_block(view, acc, tape, steps[g], end, hits[g])
+                hits[g] += int(np.count_nonzero(tape.hits[steps[g]:steps[g] + block]))
+                steps[g] += block
+                moved = True
+    stops = {_stop(view, event, k, cap) for view, k in zip(views, steps)}
+    stop = "cap" if "cap" in stops else "refused"
+    releases = [_releases(tape, k) for tape, k in zip(tapes, steps)]
+    tokens = np.concatenate([r[0] for r in releases])
+    n_hits, fails = sum(r[1] for r in releases), sum(r[2] for r in releases)
+    passes = sum(tape.passes(k) for tape, k in zip(tapes, steps))
+    per_group = tuple(int(r[0].size) for r in releases)
+    if accountant_out is not None:
+        accountant_out.append(acc)
+    if calibrate:
+        return Outcome(max(steps), tokens, n_hits, fails, stop, acc.spent(), passes, 0, True,
+                       group_tokens=per_group, group_steps=tuple(steps))
+    verification = ledger.verify()
+    return Outcome(max(steps), tokens, n_hits, fails, stop, acc.spent(), passes, 1, bool(verification.ok),
+                   verification.queries, group_tokens=per_group, group_steps=tuple(steps))
+
+
+def run_individual(mechanism, stream: VoteStream, world: World, budget, cap: int, rng: np.random.Generator, *,
+                   calibrate: bool = False, accountant_out: list | None = None) -> Outcome:
+    """The public-candidate BetweenThresholds under individual charging (docs/tct_and_individual.md, "In
+    generate"): :class:`CandidateTape`'s query, charged by ONE
+    :class:`~pate_accountant.accountants.IndividualChargingAccountant` (``for_run``: the per-teacher limit from
+    the budget, the query's epsilon and gap) on ONE in-memory ledger; a ``between`` charges the counted teachers,
+    a teacher at its limit is removed and abstains from then on.  Each step's counted teachers are drawn in law:
+    given the stream's count ``c_v`` of the candidate among all ``n`` teachers, its voters are a uniform
+    ``c_v``-subset (in this world a teacher votes a common token independently of the others given the shared
+    randomness, and all share ``s``), so ``Hypergeometric(n, active, c_v)`` of them are active, each included
+    with probability ``nu``; the counted set is then uniform among the active teachers.  Steps run in blocks
+    cut after their first hit (a hit may remove teachers; the block's later draws are discarded unseen).  The
+    run ends when no teacher is active (``can_afford`` refuses) or at the cap; a budget that affords no charge
+    per teacher at this level runs nothing (``stop="refused"``, no ledger).  Passes: the active teachers and
+    the public model each step.  ``accountant_out``: a list the accountant is appended to (tests)."""
+    from mechanisms.between_thresholds import BELOW
+
+    from pate_accountant.accountants import IndividualChargingAccountant
+    from pate_accountant.ledger import Ledger
+
+    n = stream.size
+    ledger = None if calibrate else Ledger.in_memory()
+    try:
+        acc = IndividualChargingAccountant.for_run(budget=budget, ledger=ledger, mechanism=mechanism, num_teachers=n)
+    except ValueError as error:
+        if "does not allow a single charge" not in str(error):
+            raise
+        return Outcome(0, np.zeros(0, np.int64), 0, 0, "refused", (0.0, 0.0), 0, 0, True)
+    event = mechanism.event
+    steps = passes = hits = 0
+    released = []
+    while steps < cap and acc.can_afford(event):
+        block = min(CHUNK, cap - steps)
+        candidates, counts = public_candidates(world, stream, steps, block, rng)
+        nu = rng.uniform(1.0 / n, 1.0, block)
+        active = acc.num_active
+        voters = counts if active == n else rng.hypergeometric(active, n - active, counts)
+        counted = rng.binomial(voters, nu)
+        release = mechanism.run_batch(counted, rng)
+        hit = np.asarray(release.target_hit)
+        first = np.flatnonzero(hit)
+        indptr, indices = np.zeros(block + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if first.size:
+            block = int(first[0]) + 1
+            indptr = indptr[:block + 1]
+            indices = np.sort(rng.choice(acc.active_teachers(), size=int(counted[block - 1]), replace=False))
+            indptr[-1] = indices.size
+        acc.record_outcomes(event, hit[:block], (indptr, indices), outcomes=np.asarray(release.outcomes)[:block])
+        values = np.where(np.asarray(release.values)[:block] != BELOW, candidates[:block], -1)
+        released.append(values[values >= 0])
+        hits += int(np.count_nonzero(hit[:block]))
+        passes += block * (active + 1)
+        steps += block
+    stop = _stop(acc, event, steps, cap)
+    tokens = np.concatenate(released) if released else np.zeros(0, np.int64)
+    fails = steps - int(tokens.size)
+    if accountant_out is not None:
+        accountant_out.append(acc)
+    if calibrate:
+        return Outcome(steps, tokens, hits, fails, stop, _NO_SPENT, passes, 0, True)
+    verification = ledger.verify()
+    return Outcome(steps, tokens, hits, fails, stop, acc.spent(), passes, 1, bool(verification.ok),
                    verification.queries)
 
 
@@ -802,6 +1062,7 @@ def metrics(outcome: Outcome, world: World, budget) -> dict:
         "ledgers_verified": outcome.verified,
         "ledger_queries": outcome.ledger_queries,
         **({} if outcome.group_tokens is None else {"group_tokens": list(outcome.group_tokens)}),
+        **({} if outcome.group_steps is None else {"group_steps": list(outcome.group_steps)}),
     }
 
 
@@ -846,18 +1107,25 @@ def run_pass(world: World, rows: list[RowSpec], plan: dict, delta: float, cap: i
                     streams[key] = VoteStream(prior_world(world, params["mix"]), row.votes,
                                               _rng(seed, 1, kinds.index(row.votes)), decoys=True)
                 tape = Tape(_vote_mechanism(row, params, world), streams[key], tape_rng)
-            elif row.runner == "groups":
+            elif row.runner in ("groups", "tct-groups"):
+                # each group's votes: one stream per (kind, G, g), on the same seed for every grid point and row
+                # (so both groups rows read the same groups' votes), each tape its own noise
                 g_count, size = params["groups"], world.num_teachers // params["groups"]
                 mechanism = _vote_mechanism(row, params, world)
-                tape = [Tape(mechanism, VoteStream(world, row.votes, _rng(seed, 4, g_count, g),
-                                                   members=(g * size, size)),
-                             _rng(seed, 2, ROW_NAMES.index(row.name), p, g)) for g in range(g_count)]
+                tape = []
+                for g in range(g_count):
+                    key = (row.votes, "group", g_count, g)
+                    if key not in streams:
+                        streams[key] = VoteStream(world, row.votes, _rng(seed, 4, g_count, g), members=(g * size, size))
+                    tape.append(Tape(mechanism, streams[key], _rng(seed, 2, ROW_NAMES.index(row.name), p, g)))
             elif row.runner in ("tct", "fixed"):
                 tape = Tape(_vote_mechanism(row, params, world), streams[row.votes], tape_rng)
+            elif row.runner in ("candidate-tct", "candidate-individual"):
+                tape = CandidateTape(_vote_mechanism(row, params, world), streams[row.votes], world, tape_rng)
             elif row.runner == "tang":
                 tape = TangTape(world, params["q"], params["z"], tape_rng)
             estimate = None
-            if precision_steps and row.runner == "groups":
+            if precision_steps and row.runner in ("groups", "tct-groups"):
                 tokens = np.concatenate([_releases(t, precision_steps)[0] for t in tape])
                 estimate = float(np.mean(tokens < world.common)) if tokens.size else None
             elif precision_steps and row.runner != "invisibleink":
@@ -865,8 +1133,14 @@ def run_pass(world: World, rows: list[RowSpec], plan: dict, delta: float, cap: i
             for eps in budgets:
                 budget = (eps, delta)
                 extra = {"precision_estimate": estimate} if precision_steps else {}
-                if row.runner == "tct":
+                if row.runner in ("tct", "candidate-tct"):
                     outcome = run_tct(tape, budget, cap, calibrate=calibrate)
+                elif row.runner == "tct-groups":
+                    outcome = run_tct_groups(tape, budget, cap, row=row.name, calibrate=calibrate)
+                elif row.runner == "candidate-individual":
+                    run_rng = _rng(seed, 5, ROW_NAMES.index(row.name), p, round(eps * 1000))
+                    outcome = run_individual(tape.mechanism, tape.stream, world, budget, cap, run_rng,
+                                             calibrate=calibrate)
                 elif row.runner == "groups":
                     outcome = run_groups(row.accountant, tape[0].mechanism.event, tape, budget, cap, memo,
                                          row=row.name, calibrate=calibrate)
@@ -1167,6 +1441,13 @@ _STYLES = {
     "invisibleink-one-batch": ("indigo", "X", "-."),
     "hot-gnmax-threshold-pld-groups": ("saddlebrown", "H", "--"),
     "hot-gnmax-threshold-pld-prior": ("coral", "d", "--"),
+    "hot-dpws-tct": ("firebrick", "*", "-"),
+    "hot-dpws-pld": ("lightcoral", "*", "--"),
+    "cold-dpws-tct": ("navy", "*", ":"),
+    "cold-dpws-pld": ("steelblue", "*", ":"),
+    "hot-dpargmax-tct-groups": ("maroon", "h", "-"),
+    "hot-bt-public-individual": ("darkgreen", "p", "-"),
+    "hot-bt-public-tct": ("limegreen", "p", "--"),
 }
 
 
