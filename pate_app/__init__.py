@@ -26,6 +26,7 @@ COMMANDS = {
     "audit": "pate_app.commands.audit",
     "sign": "pate_app.commands.sign",
     "keygen": "pate_app.commands.keygen",
+    "ledger": "pate_app.commands.ledger_cmd",
     "audit-mechanism": "pate_app.commands.audit_mechanism",
     "experiment": "pate_app.commands.experiment",
 }
@@ -37,6 +38,7 @@ COMMAND_HELP = {
     "audit": "verify a privacy ledger and print the budget it spent",
     "sign": "verify a ledger and append a signed checkpoint of its head",
     "keygen": "make an Ed25519 key pair for signing ledger checkpoints",
+    "ledger": "copy a ledger between SQLite and PostgreSQL, verifying both ends",
     "audit-mechanism": "empirically lower-bound a mechanism's epsilon on a worst-case neighbouring pair",
     "experiment": "run a reproducible experiment from the paper",
 }

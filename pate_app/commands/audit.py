@@ -25,7 +25,9 @@ DESCRIPTION = (
     "(with --public-key) when a signed checkpoint is missing, forged or not extended; "
     "3 when the file cannot be checked at all (unreadable, not a ledger: an empty file or an SQLite database "
     "with no tables included, an interrupted write); 2 when PATH is missing or a key file is unusable (not a "
-    "regular file, larger than a key, not a PEM key). The audit never writes to the ledger nor creates files "
+    "regular file, larger than a key, not a PEM key). PATH may be a postgresql:// URL (docs/ledger.md, "
+    "\"PostgreSQL\"): its confidential part is its schema NAME_confidential, --checkpoints is then required with "
+    "--public-key, and no output shows its password. The audit never writes to the ledger nor creates files "
     "beside it."
 )
 #: Exit status when the file cannot be checked at all (distinct from 1, "it does not verify").
@@ -34,7 +36,8 @@ CANNOT_CHECK = 3
 
 def add_arguments(p) -> None:
     """``PATH``, ``--confidential FILE``, ``--json``."""
-    p.add_argument("path", metavar="PATH", help="the ledger file (SQLite)")
+    p.add_argument("path", metavar="PATH", help="the ledger file (SQLite), or a postgresql://USER@HOST:PORT/DB?ledger=NAME "
+                                             "URL (docs/ledger.md, \"PostgreSQL\")")
     p.add_argument("--confidential", metavar="FILE", default=None,
                    help="the confidential file (default PATH.confidential.sqlite, used when it exists)")
     p.add_argument("--expect-head", metavar="HASH", type=head_hash, default=None,
@@ -53,8 +56,60 @@ def add_arguments(p) -> None:
                    help="an Ed25519 public key (PEM): every signed checkpoint in --checkpoints must be signed by it "
                         "and extended by the ledger, and there must be one; exit 1 otherwise (docs/ledger.md)")
     p.add_argument("--checkpoints", metavar="FILE", default=None,
-                   help="the signed checkpoints to check with --public-key (default PATH.checkpoints.jsonl)")
+                   help="the signed checkpoints to check with --public-key (default PATH.checkpoints.jsonl; required "
+                        "for a postgresql:// ledger)")
     p.add_argument("--json", action="store_true", help="print only a JSON result")
+
+
+def is_url(location: str) -> bool:
+    """Whether ``location`` is a ``postgresql://`` (or ``postgres://``) ledger URL rather than a file path."""
+    from pate_accountant._ledger.postgres_store import is_postgres_url
+
+    return is_postgres_url(location)
+
+
+def shown_location(location: str) -> str:
+    """``location`` as output shows it: a URL without its password (user part or ``password`` parameter), with
+    its ``ledger`` parameter; a path as it is."""
+    if not is_url(location):
+        return location
+    from pate_accountant._ledger.postgres_store import parse_url
+
+    try:
+        return parse_url(location)[2]
+    except Exception:  # an invalid ledger name: show the scheme and host, never the user part
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(location)
+        return f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
+
+
+def scrub(text, *locations: str) -> str:
+    """``text`` with the passwords of every URL in ``locations`` replaced by ``***`` (a path has none)."""
+    text = str(text)
+    for location in locations:
+        if not is_url(location):
+            continue
+        from urllib.parse import parse_qsl, unquote, urlsplit
+
+        parts = urlsplit(location)
+        secrets = {value for key, value in parse_qsl(parts.query, keep_blank_values=True) if key == "password"}
+        if "@" in parts.netloc:
+            user, colon, password = parts.netloc.rsplit("@", 1)[0].partition(":")
+            if colon:
+                secrets |= {password, unquote(password)}
+        for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+            text = text.replace(secret, "***")
+    return text
+
+
+def store_errors() -> tuple:
+    """The database errors a ledger may raise when it cannot be read: SQLite's, and psycopg's when installed."""
+    try:
+        import psycopg
+    except ImportError:
+        return (sqlite3.Error,)
+    return (sqlite3.Error, psycopg.Error)
 
 
 def head_hash(text: str) -> str:
@@ -130,7 +185,19 @@ def main(args: argparse.Namespace) -> int:
         VerificationResult,
     )
 
-    if not os.path.isfile(args.path):
+    url = is_url(args.path)
+    location = shown_location(args.path)
+
+    def _print(*values, **kwargs):  # nothing printed shows a password of the URL
+        print(*(scrub(value, args.path) for value in values), **kwargs)
+
+    if url and args.confidential is not None:
+        args.parser.error("argument --confidential: a PostgreSQL ledger keeps its confidential part in the schema "
+                          "NAME_confidential of its database")
+    if url and args.public_key is not None and args.checkpoints is None:
+        args.parser.error("argument --checkpoints: required with --public-key for a postgresql:// ledger (there is "
+                          "no file beside it to default to)")
+    if not url and not os.path.isfile(args.path):
         args.parser.error(f"argument PATH: no ledger file at {args.path!r}")
     if args.confidential is not None and not os.path.isfile(args.confidential):
         args.parser.error(f"argument --confidential: no file at {args.confidential!r}")
@@ -154,15 +221,15 @@ def main(args: argparse.Namespace) -> int:
                 signed = _check_signed(ledger, checkpoints, public_key)
     except LedgerIntegrityError as exc:  # a ledger of ours whose stored layout or metadata was tampered with
         result = VerificationResult(False, 0, None, None, f"{type(exc).__name__}: {exc}")
-    except (LedgerError, sqlite3.Error, OSError, UnicodeDecodeError, ValueError) as exc:  # cannot be checked
-        message = f"{type(exc).__name__}: {exc}"
+    except (LedgerError, *store_errors(), OSError, UnicodeDecodeError, ValueError) as exc:  # cannot be checked
+        message = scrub(f"{type(exc).__name__}: {exc}", args.path)
         if args.json:
-            print(json.dumps({"path": args.path, "ok": False, "verdict": "cannot check", "message": message},
+            _print(json.dumps({"path": location, "ok": False, "verdict": "cannot check", "message": message},
                              indent=2))
         else:
-            print(f"ledger      : {args.path}")
-            print(f"verdict     : CANNOT CHECK: {message}")
-        print(f"pate-accountant audit: cannot check {args.path!r}: {message}", file=sys.stderr)
+            _print(f"ledger      : {location}")
+            _print(f"verdict     : CANNOT CHECK: {message}")
+        _print(f"pate-accountant audit: cannot check {location!r}: {message}", file=sys.stderr)
         return CANNOT_CHECK
     if pin is not None:
         result = attr.evolve(result, ok=False, message=f"the chain verifies, but {pin}")
@@ -176,13 +243,13 @@ def main(args: argparse.Namespace) -> int:
         "none": "shareable part (this accountant keeps no confidential data)",
     }[result.confidential]
     if args.json:
-        payload = {"path": args.path, "checked": checked, **result.as_dict()}
+        payload = {"path": location, "checked": checked, **result.as_dict()}
         if pinned:
             payload["pinned"] = {"head": args.expect_head, "rows": args.expect_rows, "run_head": args.expect_run_head,
                                  "runs": args.expect_runs, "extends": pin is None}
         if signed is not None:
             payload["signed"] = {"checkpoints_file": checkpoints, **signed.as_dict()}
-        print(json.dumps(payload, indent=2, default=str))
+        _print(json.dumps(payload, indent=2, default=str))
     else:
         budget = "none" if result.budget is None else f"epsilon {result.budget[0]:g}, delta {result.budget[1]:g}"
         if result.spent is not None:
@@ -193,52 +260,52 @@ def main(args: argparse.Namespace) -> int:
             spent = "confidential (kept in the confidential file); the guarantee is the budget"
         else:
             spent = "unknown"
-        print(f"ledger      : {args.path}")
-        print(f"checked     : {checked}")
-        print(f"data set    : {result.dataset if result.dataset is not None else 'not named'}")
-        print(f"accountant  : {result.kind or 'none attached'}")
+        _print(f"ledger      : {location}")
+        _print(f"checked     : {checked}")
+        _print(f"data set    : {result.dataset if result.dataset is not None else 'not named'}")
+        _print(f"accountant  : {result.kind or 'none attached'}")
         chain_ok = result.ok or pin is not None or signed is not None  # the chain itself verified in full
-        print(f"rows        : {result.rows}{'' if chain_ok else ' verified before the failure'}")
+        _print(f"rows        : {result.rows}{'' if chain_ok else ' verified before the failure'}")
         if result.queries is not None:
-            print(f"queries     : {result.queries} with an outcome, {result.hits} target hits")
-        print(f"spent       : {spent}{'' if chain_ok or result.spent is None else ' (up to the first bad row)'}")
-        print(f"budget      : {budget}")
+            _print(f"queries     : {result.queries} with an outcome, {result.hits} target hits")
+        _print(f"spent       : {spent}{'' if chain_ok or result.spent is None else ' (up to the first bad row)'}")
+        _print(f"budget      : {budget}")
         if result.budget is not None and result.spent is not None:
             left = (max(0.0, result.budget[0] - result.spent[0]), max(0.0, result.budget[1] - result.spent[1]))
             some = left[0] > 1e-12 * result.budget[0] and left[1] > 1e-12 * result.budget[1]  # not float dust
-            print(f"remaining   : epsilon {left[0]:.6g}, delta {left[1]:.3g}" if some else
+            _print(f"remaining   : epsilon {left[0]:.6g}, delta {left[1]:.3g}" if some else
                   "remaining   : spent: no budget left")
         if result.run_metadata is not None:
-            print("metadata    :")
+            _print("metadata    :")
             for line in metadata_lines(result.run_metadata, "  "):
-                print(line)
-        print(f"runs        : {len(result.runs)}")
+                _print(line)
+        _print(f"runs        : {len(result.runs)}")
         for run in result.runs:
-            print(f"  run {run['id']} ({run['rows']} rows from row {run['first_row'] + 1}):")
+            _print(f"  run {run['id']} ({run['rows']} rows from row {run['first_row'] + 1}):")
             for line in metadata_lines(run["metadata"], "    "):
-                print(line)
+                _print(line)
             groups = run.get("groups") or []
             if groups:
-                print(f"    groups: {len(groups)} disjoint groups of records (parallel composition); each alone "
+                _print(f"    groups: {len(groups)} disjoint groups of records (parallel composition); each alone "
                       "spent epsilon " + ", ".join(f"{g['spent'][0]:.6g}" for g in groups)
                       + "; the data set pays each event's largest count over the groups (docs/groups.md)")
         if result.software_version is not None:
-            print(f"created by  : pate-accountant {result.software_version}")
+            _print(f"created by  : pate-accountant {result.software_version}")
         if result.head_hash is not None:
-            print(f"head hash   : {result.head_hash}")
+            _print(f"head hash   : {result.head_hash}")
         if pinned:
             shown = ", ".join(x for x in (args.expect_head and f"head {args.expect_head[:16]}...",
                                           args.expect_rows and f"{args.expect_rows} rows",
                                           args.expect_run_head and f"run head {args.expect_run_head[:16]}...",
                                           args.expect_runs and f"{args.expect_runs} runs") if x)
-            print(f"pinned      : {shown}: {'extended' if pin is None and result.ok else 'NOT extended'}")
+            _print(f"pinned      : {shown}: {'extended' if pin is None and result.ok else 'NOT extended'}")
         if signed is not None:
-            print(f"signed      : {'OK' if signed.ok else 'FAILED'}: {signed.message} ({checkpoints})")
-        elif os.path.isfile(default_checkpoints_path(args.path)):
-            print(f"signed      : not checked: {default_checkpoints_path(args.path)} holds signed checkpoints; give "
+            _print(f"signed      : {'OK' if signed.ok else 'FAILED'}: {signed.message} ({checkpoints})")
+        elif not url and os.path.isfile(default_checkpoints_path(args.path)):
+            _print(f"signed      : not checked: {default_checkpoints_path(args.path)} holds signed checkpoints; give "
                   "the signer's public key with --public-key FILE to check the ledger against them")
-        print(f"verdict     : {'OK' if result.ok else 'FAILED'}: {result.message}")
+        _print(f"verdict     : {'OK' if result.ok else 'FAILED'}: {result.message}")
     if not result.ok:
         where = f" at row {result.first_bad_row}" if result.first_bad_row is not None else ""
-        print(f"pate-accountant audit: ledger does not verify{where}: {result.message}", file=sys.stderr)
+        _print(f"pate-accountant audit: ledger does not verify{where}: {result.message}", file=sys.stderr)
     return 0 if result.ok else 1

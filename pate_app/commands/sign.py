@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import sys
 
-from pate_app.commands.audit import CANNOT_CHECK
+from pate_app.commands.audit import CANNOT_CHECK, is_url, scrub, shown_location, store_errors
 
 NAME = "sign"
 HELP = "verify a ledger and append a signed checkpoint of its head"
@@ -20,13 +19,15 @@ DESCRIPTION = (
     "checkpoint holds only what the shareable ledger holds, so it may be published. Exit status 0 when signed; "
     "1 when the ledger does not verify (nothing is signed); 2 for a usage error (a missing --confidential file "
     "included), an unusable key or a checkpoints file that cannot be appended to; 3 when the file cannot be "
-    "checked (not a ledger: an empty file included)."
+    "checked (not a ledger: an empty file included). LEDGER may be a postgresql:// URL (docs/ledger.md, "
+    "\"PostgreSQL\"): --checkpoints is then required, and no output shows its password."
 )
 
 
 def add_arguments(p) -> None:
     """``LEDGER``, ``--key``, ``--checkpoints``, ``--confidential``, ``--json``."""
-    p.add_argument("path", metavar="LEDGER", help="the ledger file (SQLite)")
+    p.add_argument("path", metavar="LEDGER", help="the ledger file (SQLite), or a postgresql:// ledger URL (then "
+                                                 "--checkpoints is required)")
     p.add_argument("--key", metavar="KEY", required=True,
                    help="the Ed25519 private key (PEM; `pate-accountant keygen` makes one) (required)")
     p.add_argument("--checkpoints", metavar="FILE", default=None,
@@ -48,7 +49,15 @@ def main(args: argparse.Namespace) -> int:
     )
     from pate_accountant.ledger import Ledger, LedgerError
 
-    if not os.path.isfile(args.path):
+    url = is_url(args.path)
+    location = shown_location(args.path)
+    if url and args.confidential is not None:
+        args.parser.error("argument --confidential: a PostgreSQL ledger keeps its confidential part in the schema "
+                          "NAME_confidential of its database")
+    if url and args.checkpoints is None:
+        args.parser.error("argument --checkpoints: required for a postgresql:// ledger (there is no file beside it "
+                          "to default to)")
+    if not url and not os.path.isfile(args.path):
         args.parser.error(f"argument LEDGER: no ledger file at {args.path!r}")
     if args.confidential is not None and not os.path.isfile(args.confidential):  # as `audit` refuses it
         args.parser.error(f"argument --confidential: no file at {args.confidential!r}")
@@ -64,15 +73,16 @@ def main(args: argparse.Namespace) -> int:
         with Ledger.open(args.path, read_only=True, confidential=args.confidential) as ledger:
             verification = ledger.verify()
             if not verification.ok:
-                print(f"pate-accountant sign: {args.path!r} does not verify, so it is not signed: "
-                      f"{verification.message}", file=sys.stderr)
+                print(f"pate-accountant sign: {location!r} does not verify, so it is not signed: "
+                      f"{scrub(verification.message, args.path)}", file=sys.stderr)
                 return 1
             checkpoint = sign_checkpoint(ledger, key, verification=verification)
     except CheckpointError as exc:  # the ledger grew (another process) between the check and the signature
-        print(f"pate-accountant sign: not signed: {exc}", file=sys.stderr)
+        print(f"pate-accountant sign: not signed: {scrub(exc, args.path)}", file=sys.stderr)
         return 1
-    except (LedgerError, sqlite3.Error, OSError, ValueError) as exc:
-        print(f"pate-accountant sign: cannot check {args.path!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except (LedgerError, *store_errors(), OSError, ValueError) as exc:
+        print(f"pate-accountant sign: cannot check {location!r}: {scrub(f'{type(exc).__name__}: {exc}', args.path)}",
+              file=sys.stderr)
         return CANNOT_CHECK
     try:
         append_checkpoint(checkpoints, checkpoint)
@@ -82,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(checkpoint, indent=2, sort_keys=True))
         return 0
-    print(f"ledger      : {args.path} ({checkpoint['rows']} rows, {checkpoint['runs']} runs)")
+    print(f"ledger      : {location} ({checkpoint['rows']} rows, {checkpoint['runs']} runs)")
     print(f"head hash   : {checkpoint['head_hash']}")
     print(f"signed by   : key {checkpoint['key_id']}")
     print(f"appended to : {checkpoints}")

@@ -1,0 +1,190 @@
+"""The command line on a PostgreSQL ledger (issue 25, item 2): ``audit URL`` with pins and signed checkpoints,
+``sign URL``, and ``ledger copy SRC DST`` between SQLite and PostgreSQL, against a real PostgreSQL 18 server
+(tests/pg_server.py); no password of a URL in any output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pate_accountant.accountants import BasicCompositionAccountant
+from pate_accountant.accountants.individual import IndividualChargingAccountant
+from pate_accountant.checkpoints import generate_key
+from pate_accountant.cli import main
+from pate_accountant.events import BetweenThresholdsEvent, EpsilonDeltaEvent
+from pate_accountant.ledger import Ledger
+from pate_accountant.release import Release
+
+psycopg = pytest.importorskip("psycopg")
+
+BUDGET = (10.0, 1e-3)
+SECRET = "pw-s3cr3t-9"
+
+
+def _build(location, epsilons=(0.5, 0.1, 0.3, 0.05, 0.2, 0.4)) -> dict:
+    """Two runs of three rows each; the head record."""
+    with Ledger.open(location) as ledger:
+        ledger.set_dataset("sample")
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        for run, part in enumerate((epsilons[:3], epsilons[3:]), start=1):
+            ledger.begin_run({"run": run, "mechanism": "dp-argmax"})
+            for eps in part:
+                accountant.record(Release("tok", EpsilonDeltaEvent(eps, 1e-8)))
+        return ledger.head_record
+
+
+def _password_url(postgres_server, postgres_database, name="budget") -> str:
+    """A URL with a password (trust authentication accepts it) for a superuser role made for the test."""
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = 'cli_writer'").fetchone():  # roles are per server
+            conn.execute(f"CREATE ROLE cli_writer LOGIN PASSWORD '{SECRET}' SUPERUSER")
+    dbname = postgres_database.rsplit("/", 1)[1]
+    return postgres_server.url(user="cli_writer", dbname=dbname, password=SECRET) + f"?ledger={name}"
+
+
+def _run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    assert SECRET not in captured.out and SECRET not in captured.err, (captured.out, captured.err)
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory):
+    return generate_key(tmp_path_factory.mktemp("keys") / "operator.key")
+
+
+def test_audit_a_postgres_url_with_pins_and_no_password_shown(postgres_server, postgres_database, capsys):
+    url = _password_url(postgres_server, postgres_database)
+    head = _build(url)
+    code, out, _ = _run(capsys, "audit", url, "--json", "--expect-head", head["head_hash"], "--expect-rows",
+                        head["rows"], "--expect-run-head", head["run_head_hash"], "--expect-runs", head["runs"])
+    assert code == 0, out
+    payload = json.loads(out)
+    assert payload["ok"] and payload["pinned"]["extends"] and payload["rows"] == 6
+    assert payload["path"].endswith("?ledger=budget") and "cli_writer@" in payload["path"]
+    code, out, _ = _run(capsys, "audit", url)
+    assert code == 0 and "verdict     : OK" in out and head["head_hash"] in out
+    in_query = url.replace(f"cli_writer:{SECRET}@", "cli_writer@") + f"&password={SECRET}"
+    code, out, _ = _run(capsys, "audit", in_query, "--expect-rows", 6)
+    assert code == 0 and "password" not in out
+    # A pin the ledger does not extend, a ledger that is not there, a refused connection: exit 1, 3, 3.
+    code, out, err = _run(capsys, "audit", url, "--expect-head", "ab" * 32)
+    assert code == 1 and "NOT extended" in out
+    code, out, err = _run(capsys, "audit", url.replace("ledger=budget", "ledger=absent"))
+    assert code == 3 and "CANNOT CHECK" in out
+    code, out, err = _run(capsys, "audit", url.replace(f":{postgres_server.port}/", ":1/"), "--json")
+    assert code == 3 and not json.loads(out)["ok"]
+    code, out, err = _run(capsys, "audit", url, "--confidential", "x.sqlite")
+    assert code == 2 and "--confidential" in err
+
+
+def test_sign_and_audit_signed_checkpoints_on_a_postgres_url(postgres_server, postgres_database, capsys, key,
+                                                              tmp_path):
+    url = _password_url(postgres_server, postgres_database)
+    _build(url)
+    checkpoints = tmp_path / "budget.checkpoints.jsonl"
+    code, _, err = _run(capsys, "sign", url, "--key", key[0])  # no file beside a URL to default to
+    assert code == 2 and "--checkpoints" in err
+    code, out, _ = _run(capsys, "sign", url, "--key", key[0], "--checkpoints", checkpoints)
+    assert code == 0 and "6 rows, 2 runs" in out and checkpoints.is_file()
+    assert SECRET not in checkpoints.read_text()
+    code, _, err = _run(capsys, "audit", url, "--public-key", key[1])
+    assert code == 2 and "--checkpoints" in err
+    code, out, _ = _run(capsys, "audit", url, "--json", "--public-key", key[1], "--checkpoints", checkpoints)
+    assert code == 0, out
+    assert json.loads(out)["signed"]["ok"]
+    # Another key, or a ledger that no longer extends the checkpoint (a forged row): exit 1.
+    other = generate_key(tmp_path / "intruder.key")
+    code, out, _ = _run(capsys, "audit", url, "--public-key", other[1], "--checkpoints", checkpoints)
+    assert code == 1 and "signed      : FAILED" in out
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute("ALTER TABLE budget.charges DISABLE TRIGGER charges_append_only")
+        conn.execute("UPDATE budget.charges SET count = 2 WHERE id = 2")
+    code, out, err = _run(capsys, "audit", url, "--public-key", key[1], "--checkpoints", checkpoints)
+    assert code == 1 and "FAILED" in out
+
+
+def _copy(capsys, src, dst):
+    code, out, err = _run(capsys, "ledger", "copy", src, dst, "--json")
+    return code, json.loads(out) if out.strip() else None, err
+
+
+def test_copy_sqlite_to_postgres_and_back_keeps_every_head(postgres_server, postgres_database, capsys, tmp_path,
+                                                           key):
+    first, back = tmp_path / "first.sqlite", tmp_path / "back.sqlite"
+    head = _build(first)
+    checkpoints = tmp_path / "first.checkpoints.jsonl"
+    assert _run(capsys, "sign", first, "--key", key[0], "--checkpoints", checkpoints)[0] == 0
+    url = _password_url(postgres_server, postgres_database, "copied")
+    code, payload, err = _copy(capsys, first, url)
+    assert code == 0, (payload, err)
+    assert payload["ok"] and payload["same_heads"] and not payload["confidential_copied"]
+    for end in payload["ends"].values():
+        assert {k: end[k] for k in head} == head and end["ok"]
+    code, payload, err = _copy(capsys, url, back)
+    assert code == 0, (payload, err)
+    for location in (first, url, back):
+        with Ledger.open(location, read_only=True) as ledger:
+            result = ledger.verify()
+            assert result.ok, result.message
+            assert ledger.head_record == head and result.rows == 6 and len(result.runs) == 2
+    with Ledger.open(first, read_only=True) as a, Ledger.open(url, read_only=True) as b, \
+            Ledger.open(back, read_only=True) as c:
+        rows = [list(x._store.rows()) for x in (a, b, c)]
+        assert [tuple(r) for r in rows[0]] == [tuple(r) for r in rows[1]] == [tuple(r) for r in rows[2]]
+        assert a._store.meta() == b._store.meta() == c._store.meta()
+        assert [tuple(r) for r in a._store.runs()] == [tuple(r) for r in c._store.runs()]
+    # The copies are the same ledger: the checkpoint signed on the first verifies on both.
+    for location in (url, back):
+        code, out, _ = _run(capsys, "audit", location, "--public-key", key[1], "--checkpoints", checkpoints)
+        assert code == 0, out
+    code, out, _ = _run(capsys, "ledger", "copy", first, tmp_path / "text.sqlite")
+    assert code == 0 and "heads       : identical" in out and head["head_hash"] in out
+
+
+def test_copy_refuses_a_destination_with_rows(postgres_server, postgres_database, capsys, tmp_path):
+    src, other = tmp_path / "src.sqlite", tmp_path / "other.sqlite"
+    _build(src)
+    _build(other, epsilons=(0.1,) * 6)
+    url = _password_url(postgres_server, postgres_database, "taken")
+    _build(url, epsilons=(0.2,) * 6)
+    with Ledger.open(url, read_only=True) as ledger:
+        before = ledger.head_record
+    for dst in (url, other):
+        with Ledger.open(dst, read_only=True) as ledger:
+            before = ledger.head_record
+        code, payload, err = _copy(capsys, src, dst)
+        assert code == 1 and not payload["copied"] and "not overwritten" in err
+        with Ledger.open(dst, read_only=True) as ledger:
+            assert ledger.head_record == before and ledger.verify().ok
+    code, _, err = _run(capsys, "ledger", "copy", tmp_path / "missing.sqlite", url)
+    assert code == 2 and "SRC" in err
+    code, payload, err = _copy(capsys, url, url)  # a ledger onto itself
+    assert code == 1 and not payload["copied"]
+
+
+def test_copy_a_ledger_with_a_confidential_part(postgres_server, postgres_database, capsys, tmp_path):
+    src, back = tmp_path / "teachers.sqlite", tmp_path / "back.sqlite"
+    event = BetweenThresholdsEvent(0.1, q=0.3)
+    with Ledger.open(src) as ledger:
+        acc = IndividualChargingAccountant(20, per_teacher_limit=50, ledger=ledger)
+        for i in range(6):
+            acc.record(Release("between", event, target_hit=i % 3 != 2, charged_teachers={i, i + 1}))
+        counters = acc.counters.tolist()
+        head = ledger.head_record
+    url = _password_url(postgres_server, postgres_database, "teachers")
+    for a, b in ((src, url), (url, back)):
+        code, payload, err = _copy(capsys, a, b)
+        assert code == 0, (payload, err)
+        assert payload["confidential_copied"]
+        assert all(end["confidential"] == "verified" for end in payload["ends"].values())
+    with psycopg.connect(postgres_database) as conn:
+        assert conn.execute("SELECT count(*) FROM teachers_confidential.charges").fetchone()[0] == 4
+    for location in (url, back):
+        with Ledger.open(location, read_only=True) as ledger:
+            result = ledger.verify()
+            assert result.ok and result.confidential == "verified" and ledger.head_record == head
+            again = IndividualChargingAccountant(20, per_teacher_limit=50, ledger=ledger)
+            assert again.counters.tolist() == counters

@@ -1,0 +1,219 @@
+"""Fault transcripts of the PostgreSQL ledger against a real PostgreSQL 18 server (issue 25, item 3): a writer
+killed with SIGKILL while it holds the head-row lock, the server crashed (``pg_ctl stop -m immediate``) and
+restarted under a live ledger, a crash in the middle of a write transaction, and a forged row with a recomputed
+hash chain that ``verify()`` alone cannot see but a pin and a signed checkpoint do."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+
+import pytest
+
+import pate_accountant.ledger as ledger_module
+from pate_accountant.accountants import BasicCompositionAccountant
+from pate_accountant.checkpoints import (
+    check_checkpoints,
+    generate_key,
+    history_problem,
+    load_private_key,
+    load_public_key,
+    sign_checkpoint,
+)
+from pate_accountant.events import EpsilonDeltaEvent
+from pate_accountant.ledger import Ledger, LedgerError
+from pate_accountant.release import Release
+
+psycopg = pytest.importorskip("psycopg")
+
+BUDGET = (10.0, 1e-3)
+
+
+def _url(database_url: str, name: str = "budget") -> str:
+    return f"{database_url}?ledger={name}"
+
+
+def _sql(database_url: str, statement: str, params=None) -> list:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+# -- 1. a writer killed with SIGKILL while it holds the head-row lock ------------------------------------------
+def _killed_writer(url: str, inside, queue) -> None:
+    """Charge once (committed), then charge again and stop just before COMMIT: the rows are inserted and the head
+    row is locked; say so and wait to be killed."""
+    ledger = Ledger.open(url)
+    accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+    accountant.compose(EpsilonDeltaEvent(0.25))
+    queue.put((ledger._writer, ledger._store._conn.info.backend_pid))
+
+    def hold():
+        inside.set()
+        time.sleep(600)
+
+    ledger._between_commits = hold  # this child only: called inside the write transaction, before COMMIT
+    accountant.compose(EpsilonDeltaEvent(0.5))
+
+
+def test_a_writer_killed_while_holding_the_head_row_lock_leaves_no_row_and_no_lock(postgres_server,
+                                                                                  postgres_database):
+    url = _url(postgres_database)
+    with Ledger.open(url) as ledger:
+        BasicCompositionAccountant(budget=BUDGET, ledger=ledger).compose(EpsilonDeltaEvent(0.1))
+    context = multiprocessing.get_context("spawn")
+    inside, queue = context.Event(), context.Queue()
+    child = context.Process(target=_killed_writer, args=(url, inside, queue))
+    child.start()
+    try:
+        killed_writer, backend_pid = queue.get(timeout=60)
+        assert inside.wait(timeout=60), "the child never entered its second transaction"
+        # The child really is in the middle of its transaction: its rows are written, uncommitted, and it holds
+        # the head row, so another writer gives up after its lock timeout.
+        state = _sql(postgres_database, "SELECT state FROM pg_stat_activity WHERE pid = %s", (backend_pid,))
+        assert state == [("idle in transaction",)]
+        with Ledger.open(url, timeout=0.3) as blocked:
+            accountant = BasicCompositionAccountant(budget=BUDGET, ledger=blocked)
+            assert accountant.spent()[0] == pytest.approx(0.35)
+            with pytest.raises(LedgerError, match="cannot start a write transaction"):
+                accountant.compose(EpsilonDeltaEvent(0.05))
+            assert accountant.spent()[0] == pytest.approx(0.35)
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(timeout=30)
+        assert child.exitcode == -signal.SIGKILL
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join()
+    # The kernel closed the child's socket; its backend rolls back and releases the row lock at once: the next
+    # writer charges without waiting for any timeout (a 5 s lock timeout would raise, not wait longer).
+    with Ledger.open(url, timeout=5.0) as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        began = time.monotonic()
+        accountant.compose(EpsilonDeltaEvent(0.05))
+        assert time.monotonic() - began < 2.0
+        result = ledger.verify()
+        assert result.ok, result.message
+        assert result.rows == 3 and result.spent[0] == pytest.approx(0.4)  # 0.1 + 0.25 + 0.05: not the 0.5
+        assert [row.writer for row in ledger.rows()].count(killed_writer) == 1
+    assert _sql(postgres_database, "SELECT count(*) FROM budget.charges") == [(3,)]
+    assert _sql(postgres_database, "SELECT row_count FROM budget.head") == [(3,)]
+    assert _sql(postgres_database, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (backend_pid,)) == [(0,)]
+
+
+# -- 2. the server crashed and restarted under a live ledger -------------------------------------------------
+def _server_failure(exc) -> bool:
+    return isinstance(exc, (LedgerError, psycopg.OperationalError))
+
+
+def test_a_server_crash_between_charges_is_refused_cleanly_and_nothing_is_lost(postgres_server, postgres_database):
+    url = _url(postgres_database)
+    ledger = Ledger.open(url)
+    try:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        for eps in (0.1, 0.2, 0.3):
+            accountant.compose(EpsilonDeltaEvent(eps, 1e-7))
+        committed = ledger.head_record
+        spent = accountant.spent()
+        postgres_server.stop("immediate")  # a crash: no shutdown checkpoint, clients cut off
+        postgres_server.start()  # crash recovery replays the WAL
+        with pytest.raises(Exception) as caught:
+            accountant.compose(EpsilonDeltaEvent(0.4))
+        assert _server_failure(caught.value), repr(caught.value)
+        assert accountant.spent() == spent  # the accountant charged nothing it could not write
+        # The ledger object stays unusable (its connection is gone) and says so every time; it does not reconnect.
+        with pytest.raises(Exception) as again:
+            accountant.compose(EpsilonDeltaEvent(0.4))
+        assert _server_failure(again.value), repr(again.value)
+        assert accountant.spent() == spent
+    finally:
+        ledger.close()
+    with Ledger.open(url) as reopened:
+        result = reopened.verify()
+        assert result.ok, result.message
+        assert reopened.head_record == committed and result.rows == 3
+        assert result.spent == pytest.approx((0.6, 3e-7))
+        resumed = BasicCompositionAccountant(budget=BUDGET, ledger=reopened)
+        assert resumed.spent() == pytest.approx(spent)
+        resumed.compose(EpsilonDeltaEvent(0.4))
+        assert reopened.verify().ok and reopened.row_count == 4
+
+
+def test_a_server_crash_inside_a_write_transaction_leaves_nothing_half_written(postgres_server, postgres_database):
+    url = _url(postgres_database)
+    ledger = Ledger.open(url)
+    stopped = []
+    try:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        accountant.compose(EpsilonDeltaEvent(0.1))
+        committed, spent = ledger.head_record, accountant.spent()
+
+        def crash():  # the rows are inserted and the head updated, not committed
+            postgres_server.stop("immediate")
+            stopped.append(True)
+
+        ledger._between_commits = crash
+        with pytest.raises(Exception) as caught:
+            accountant.record_many([Release("tok", EpsilonDeltaEvent(0.2))] * 3)
+        assert stopped and _server_failure(caught.value), repr(caught.value)
+        assert accountant.spent() == spent
+    finally:
+        if stopped:
+            postgres_server.start()
+        ledger.close()
+    with Ledger.open(url, read_only=True) as reader:
+        result = reader.verify()
+        assert result.ok, result.message
+        assert reader.head_record == committed and result.rows == 1
+    assert _sql(postgres_database, "SELECT count(*) FROM budget.charges") == [(1,)]
+
+
+# -- 3. a forged row with a recomputed chain: verify() alone passes, a pin and a signed checkpoint do not -------
+def _forge_inserted_row(database_url: str, at: int) -> None:
+    """What a client with write access does: drop the append-only trigger, insert a well-formed row at ``at``
+    (the later rows moved up one), recompute every hash and stored total, and move the head."""
+    with psycopg.connect(database_url) as conn:  # one transaction
+        conn.execute("DROP TRIGGER charges_append_only ON budget.charges")
+        meta = dict(conn.execute("SELECT key, value FROM budget.meta"))
+        rows = [list(row) for row in conn.execute(f"SELECT {ledger_module._ROW_COLUMNS} FROM budget.charges "
+                                                  "ORDER BY id")]
+        rows.insert(at - 1, list(rows[at - 1]))  # a copy of row ``at``: a charge of the same kind, well formed
+        conn.execute("DELETE FROM budget.charges")
+        prev, replay = ledger_module._genesis_hash(meta), BasicCompositionAccountant()
+        for number, row in enumerate(rows, start=1):
+            row[0], row[1] = number, prev
+            replay.compose(ledger_module._Codec().decode(row[3]), row[4])
+            if row[7] is not None:
+                row[7], row[8] = replay.spent()
+            row[2] = ledger_module._row_hash(prev, *row[0:1], *row[3:])
+            conn.execute(f"INSERT INTO budget.charges ({ledger_module._ROW_COLUMNS}) "
+                         "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", row)
+            prev = row[2]
+        conn.execute("UPDATE budget.head SET row_count = %s, last_hash = %s WHERE id = 1", (len(rows), prev))
+
+
+def test_a_forged_row_with_a_recomputed_chain_passes_verify_but_not_a_pin_or_a_signed_checkpoint(
+        postgres_database, tmp_path):
+    url = _url(postgres_database)
+    private, public = generate_key(tmp_path / "operator.key")
+    with Ledger.open(url) as ledger:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        for eps in (0.5, 0.1, 0.3):
+            accountant.compose(EpsilonDeltaEvent(eps, 1e-8))
+        pin = ledger.head_record  # written down elsewhere
+        checkpoint = sign_checkpoint(ledger, load_private_key(private))
+        accountant.compose(EpsilonDeltaEvent(0.05, 1e-8))  # an honest later charge extends both
+        assert history_problem(ledger, rows=pin["rows"], head_hash=pin["head_hash"], record="pinned") is None
+        assert check_checkpoints(ledger, [checkpoint], load_public_key(public)).ok
+    _forge_inserted_row(postgres_database, 2)
+    with Ledger.open(url, read_only=True) as reader:
+        result = reader.verify()
+        assert result.ok, result.message  # the chain alone cannot tell: every hash and total is consistent
+        assert result.rows == 5 and result.spent[0] == pytest.approx(1.05)  # 0.1 more than was charged
+        assert reader.head_record != pin and reader.row_hash(pin["rows"]) != pin["head_hash"]
+        problem = history_problem(reader, rows=pin["rows"], head_hash=pin["head_hash"], record="pinned")
+        assert problem is not None and "does not have the pinned head hash" in problem
+        signed = check_checkpoints(reader, [checkpoint], load_public_key(public))
+        assert not signed.ok and "does not extend signed checkpoint 1" in signed.message, signed.message
