@@ -121,3 +121,18 @@ class PostgresServer:
         """A new empty database; its URL (as the superuser)."""
         self.execute(f'CREATE DATABASE "{name}"')
         return self.url(dbname=name)
+
+
+def ledger_url(database_url: str, name: str = "budget") -> str:
+    """The URL of the ledger ``name`` in the database ``database_url`` (``Ledger.open`` takes it)."""
+    return f"{database_url}?ledger={name}"
+
+
+def sql(database_url: str, statement: str, params=None) -> list:
+    """Run one statement on ``database_url`` (autocommit, as whoever the URL names); the rows it returns, if
+    any.  What an adversary with write access, or an operator, does beside the ledger."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description is not None else []

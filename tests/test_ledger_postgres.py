@@ -20,17 +20,9 @@ from pate_accountant.release import Release
 
 psycopg = pytest.importorskip("psycopg")
 
+from pg_server import ledger_url as _url, sql as _sql  # noqa: E402
+
 BUDGET = (1.0, 1e-5)
-
-
-def _url(database_url: str, name: str = "budget") -> str:
-    return f"{database_url}?ledger={name}"
-
-
-def _sql(database_url: str, statement: str, params=None) -> list:
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        cursor = conn.execute(statement, params)
-        return cursor.fetchall() if cursor.description is not None else []
 
 
 def test_create_charge_reopen_and_verify(postgres_database):

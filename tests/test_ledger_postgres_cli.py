@@ -7,31 +7,18 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_checkpoints import _build  # two runs of three rows each; the head record
 
-from pate_accountant.accountants import BasicCompositionAccountant
 from pate_accountant.accountants.individual import IndividualChargingAccountant
 from pate_accountant.checkpoints import generate_key
 from pate_accountant.cli import main
-from pate_accountant.events import BetweenThresholdsEvent, EpsilonDeltaEvent
+from pate_accountant.events import BetweenThresholdsEvent
 from pate_accountant.ledger import Ledger
 from pate_accountant.release import Release
 
 psycopg = pytest.importorskip("psycopg")
 
-BUDGET = (10.0, 1e-3)
 SECRET = "pw-s3cr3t-9"
-
-
-def _build(location, epsilons=(0.5, 0.1, 0.3, 0.05, 0.2, 0.4)) -> dict:
-    """Two runs of three rows each; the head record."""
-    with Ledger.open(location) as ledger:
-        ledger.set_dataset("sample")
-        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
-        for run, part in enumerate((epsilons[:3], epsilons[3:]), start=1):
-            ledger.begin_run({"run": run, "mechanism": "dp-argmax"})
-            for eps in part:
-                accountant.record(Release("tok", EpsilonDeltaEvent(eps, 1e-8)))
-        return ledger.head_record
 
 
 def _password_url(postgres_server, postgres_database, name="budget") -> str:
