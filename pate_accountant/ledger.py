@@ -115,6 +115,7 @@ from pate_accountant._ledger.errors import (  # noqa: F401  (re-exported)
     InterruptedWriteError,
     LedgerError,
     LedgerIntegrityError,
+    LedgerStorageError,
     _Discarded,
     _RowError,
 )
@@ -128,6 +129,7 @@ from pate_accountant._ledger.runs import (  # noqa: F401  (re-exported)
     describe_seed,
 )
 from pate_accountant._ledger.postgres_store import PostgresStore, is_postgres_url
+from pate_accountant._ledger.postgres_store import parse_url as parse_postgres_url
 from pate_accountant._ledger.sqlite_files import (  # noqa: F401  (re-exported)
     _CONF_COLUMNS,
     _CONFIDENTIAL_SCHEMA,
@@ -178,6 +180,8 @@ __all__ = [
     "LedgerError",
     "LedgerIntegrityError",
     "LedgerRow",
+    "LedgerStorageError",
+    "STORAGE_ERRORS",
     "PRIVATE_FILE_MODE",
     "VerificationResult",
     "accountant_class",
@@ -185,7 +189,32 @@ __all__ = [
     "confidential_path",
     "describe_mechanism",
     "describe_seed",
+    "is_ledger_url",
+    "shown_location",
 ]
+
+#: What a ledger's database raises when it fails under a read or a write (SQLite's own errors; the PostgreSQL
+#: store turns every driver error into :class:`LedgerStorageError`): catch these to stop a run cleanly.
+STORAGE_ERRORS = (sqlite3.Error, LedgerStorageError)
+
+
+def is_ledger_url(location) -> bool:
+    """Whether ``location`` names a PostgreSQL ledger (a ``postgresql://`` or ``postgres://`` URL), not a file."""
+    return is_postgres_url(location)
+
+
+def shown_location(location) -> str:
+    """``location`` as messages and output show it: a URL without any password (its user part or ``password``
+    parameter), with its ``ledger`` parameter; a path as it is."""
+    if not is_postgres_url(location):
+        return os.fspath(location)
+    try:
+        return parse_postgres_url(location)[2]
+    except LedgerError:  # an invalid ledger name: the scheme, host and database only, never the user part
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(location)
+        return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}{parts.path}"
 
 
 class Ledger(RunRecords):

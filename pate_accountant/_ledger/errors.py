@@ -17,13 +17,19 @@ class LedgerIntegrityError(LedgerError):
         self.row = row
 
 
+class LedgerStorageError(LedgerError):
+    """The database under a ledger failed while it was read or written (a lost connection, a server that stopped,
+    a full disk on the server): what was under way was rolled back, nothing half-written.  Raised by the
+    PostgreSQL store for every driver error; the message names the ledger (never its password)."""
+
+
 class InterruptedWriteError(LedgerError):
     """A ledger file with a rollback journal beside it: a write (the creation, most likely) was interrupted and
     has not been rolled back, so the file cannot be read as it is without writing to it."""
 
 
 # The public classes keep the module name they have always had (tracebacks, pickles, reprs).
-for _cls in (LedgerError, LedgerIntegrityError, InterruptedWriteError):
+for _cls in (LedgerError, LedgerIntegrityError, LedgerStorageError, InterruptedWriteError):
     _cls.__module__ = "pate_accountant.ledger"
 del _cls
 
