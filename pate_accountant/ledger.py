@@ -64,10 +64,7 @@ import contextlib
 import itertools
 import json
 import os
-import sqlite3  # noqa: F401  (kept reachable as pate_accountant.ledger.sqlite3: tests patch sqlite3.connect here)
-import sys
-import time  # noqa: F401  (re-bound by tests as pate_accountant.ledger.time: see _Facade)
-import types
+import sqlite3
 import uuid
 import weakref
 
@@ -687,30 +684,6 @@ def _charge_class():
 
 
 _codec_room.load_charge_class = _charge_class
-
-# -- names re-bound on this module ---------------------------------------------------------------------------
-
-#: The rooms whose names this module re-exports (every module of the package is imported above).
-_ROOMS = tuple(module for name, module in sorted(sys.modules.items()) if name.startswith("pate_accountant._ledger."))
-_MISSING = object()
-
-
-class _Facade(types.ModuleType):
-    """This module's type: re-binding a name here (``monkeypatch.setattr(pate_accountant.ledger, "time", clock)``,
-    ``..., "_set_wal", ...)``, ``..., "DISCARDED_WAIT_S", ...)``) re-binds it in every room where it is the
-    same object, as it did when everything lived in this module."""
-
-    def __setattr__(self, name, value):
-        old = self.__dict__.get(name, _MISSING)
-        super().__setattr__(name, value)
-        if old is _MISSING:
-            return
-        for room in _ROOMS:
-            if room.__dict__.get(name, _MISSING) is old:
-                setattr(room, name, value)
-
-
-sys.modules[__name__].__class__ = _Facade
 
 
 # -- copying a ledger between stores (issue 25, item 2) ------------------------------------------------------

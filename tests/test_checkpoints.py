@@ -477,11 +477,11 @@ def test_every_field_of_the_statement_is_checked_against_the_ledger(tmp_path, ke
 def test_a_checkpoint_cannot_say_it_was_signed_before_the_run_it_covers_began(tmp_path, monkeypatch, keys):
     import time
 
-    from test_ledger import _Clock
+    from test_ledger import _Clock, _use_clock
 
     clock = _Clock()
     clock.now = time.time() - 7200.0  # the ledger is made two hours ago ...
-    monkeypatch.setattr(ledger_module, "time", clock)
+    _use_clock(monkeypatch, clock)
     path = tmp_path / "l.sqlite"
     with Ledger.open(path) as ledger:
         ledger.set_dataset("sample")

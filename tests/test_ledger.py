@@ -17,6 +17,10 @@ from pathlib import Path
 import pytest
 
 from pate_accountant import ledger as ledger_module
+from pate_accountant._ledger import chain as ledger_chain
+from pate_accountant._ledger import confidential as ledger_confidential
+from pate_accountant._ledger import runs as ledger_runs
+from pate_accountant._ledger import sqlite_store as ledger_sqlite_store
 from pate_accountant.accountants import AdvancedCompositionAccountant, BasicCompositionAccountant
 from pate_accountant.accountants.base import Charge
 from pate_accountant.accountants.individual import IndividualChargingAccountant
@@ -324,7 +328,7 @@ def test_a_folder_or_an_unwritable_ledger_gives_one_line_naming_the_path(tmp_pat
     def refuse(where):
         raise sqlite3.OperationalError("attempt to write a readonly database")
 
-    monkeypatch.setattr(ledger_module, "_set_wal", lambda conn, where: refuse(where))
+    monkeypatch.setattr(ledger_sqlite_store, "_set_wal", lambda conn, where: refuse(where))
     with pytest.raises(LedgerError, match="cannot write the ledger at") as caught:
         Ledger.open(path)
     assert str(path) in str(caught.value) and "read_only=True" in str(caught.value)
@@ -1257,8 +1261,8 @@ def test_a_missing_path_is_still_created_and_a_new_ledger_still_opens(tmp_path):
 
 
 class _Clock:
-    """``time`` for the ledger module with a wall clock that moves one second at every reading (as if each step
-    took a data-dependent while); everything else is the real module."""
+    """``time`` for the ledger rooms with a wall clock that moves one second at every reading (as if each step
+    took a data-dependent while); everything else is the real module.  :func:`_use_clock` installs it."""
 
     def __init__(self):
         self.now = 1_700_000_000.0
@@ -1271,11 +1275,18 @@ class _Clock:
         return getattr(time, name)
 
 
+def _use_clock(monkeypatch, clock):
+    """Install ``clock`` as ``time`` in every ledger room that reads the wall clock: the ledger's creation time
+    (``chain``), a confidential part's (``confidential``) and a run's start (``runs``)."""
+    for room in (ledger_chain, ledger_confidential, ledger_runs):
+        monkeypatch.setattr(room, "time", clock)
+
+
 def test_row_times_are_their_runs_start_not_each_charges_own(path, monkeypatch, capsys):
     """Every row stores its run's start time (without a run: the ledger's creation time), whatever the time of
     the charge; the per-charge time is stored nowhere.  The chain and the audit are unchanged."""
     clock = _Clock()
-    monkeypatch.setattr(ledger_module, "time", clock)
+    _use_clock(monkeypatch, clock)
     with Ledger.open(path) as ledger:
         accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
         accountant.compose(EpsilonDeltaEvent(0.01, 1e-8))  # before any run

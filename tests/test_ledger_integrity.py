@@ -310,12 +310,10 @@ def test_a_process_that_opened_the_file_just_before_it_was_discarded_opens_the_n
     """The interleaving the discard mark exists for: B's connection reaches the file, then A removes it, then B
     reads.  B must not use the removed file (its charges would be lost with it): it sees the mark and opens
     what is at the path, a new ledger, whose rows are on disk."""
-    import pate_accountant.ledger as ledger_module
-
     path = tmp_path / "raced.sqlite"
     first = _claim(path)
     first_id = first.ledger_id
-    connect = ledger_module.sqlite3.connect
+    connect = sqlite3.connect
     calls = []
 
     def connect_then_discard(database, *args, **kwargs):
@@ -325,9 +323,9 @@ def test_a_process_that_opened_the_file_just_before_it_was_discarded_opens_the_n
             assert first.discard_if_unused() is True  # after B connected, before B reads
         return conn
 
-    monkeypatch.setattr(ledger_module.sqlite3, "connect", connect_then_discard)
+    monkeypatch.setattr(sqlite3, "connect", connect_then_discard)
     second = _claim(path)
-    monkeypatch.setattr(ledger_module.sqlite3, "connect", connect)
+    monkeypatch.setattr(sqlite3, "connect", connect)
     second_id = second.ledger_id
     assert calls and second_id != first_id and second.created_here
     accountant = BasicCompositionAccountant(budget=BUDGET, ledger=second)
@@ -342,6 +340,7 @@ def test_a_discard_mark_left_at_the_path_is_reported(tmp_path, monkeypatch, caps
     """A run stopped between marking its empty ledger and unlinking it (a kill in that instant) leaves a file
     that nobody may use: reading it says there is no ledger, writing it names the file to delete."""
     import pate_accountant.ledger as ledger_module
+    from pate_accountant._ledger import sqlite_store
 
     path = tmp_path / "abandoned.sqlite"
     _claim(path).close()
@@ -351,7 +350,7 @@ def test_a_discard_mark_left_at_the_path_is_reported(tmp_path, monkeypatch, caps
     conn.close()
     with pytest.raises(FileNotFoundError, match="no ledger at"):
         Ledger.open(path, read_only=True)
-    monkeypatch.setattr(ledger_module, "DISCARDED_WAIT_S", 0.05)
+    monkeypatch.setattr(sqlite_store, "DISCARDED_WAIT_S", 0.05)
     with pytest.raises(ledger_module.LedgerError, match="delete the file"):
         Ledger.open(path)
     assert main(["audit", str(path)]) == 3  # the file is there but holds no ledger to check
@@ -388,13 +387,14 @@ def test_a_new_ledger_on_a_full_disk_is_made_whole_or_not_at_all(tmp_path, monke
     import errno
 
     import pate_accountant.ledger as ledger_module
+    from pate_accountant._ledger import sqlite_store
 
     path = tmp_path / "new.sqlite"
     if failure == "disk-full-while-building":
         def full(conn, where):
             raise sqlite3.OperationalError("database or disk is full")
 
-        monkeypatch.setattr(ledger_module, "_set_wal", full)
+        monkeypatch.setattr(sqlite_store, "_set_wal", full)
         message = "database or disk is full"
     else:
         code = errno.ENOSPC if failure == "disk-full-at-the-link" else errno.EACCES
@@ -402,7 +402,7 @@ def test_a_new_ledger_on_a_full_disk_is_made_whole_or_not_at_all(tmp_path, monke
         def link(src, dst):
             raise OSError(code, os.strerror(code), str(dst))
 
-        monkeypatch.setattr(ledger_module.os, "link", link)
+        monkeypatch.setattr(sqlite_store.os, "link", link)
         message = os.strerror(code)
     with pytest.raises(ledger_module.LedgerError, match=f"cannot create a ledger at .*new.sqlite.*{message}"):
         Ledger.open(str(path))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import sys
 
 from pate_app.options import positive_int
@@ -61,34 +60,15 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print only a JSON result")
 
 
-def is_url(location: str) -> bool:
-    """Whether ``location`` is a ``postgresql://`` (or ``postgres://``) ledger URL rather than a file path."""
-    from pate_accountant._ledger.postgres_store import is_postgres_url
-
-    return is_postgres_url(location)
-
-
-def shown_location(location: str) -> str:
-    """``location`` as output shows it: a URL without its password (user part or ``password`` parameter), with
-    its ``ledger`` parameter; a path as it is."""
-    if not is_url(location):
-        return location
-    from pate_accountant._ledger.postgres_store import parse_url
-
-    try:
-        return parse_url(location)[2]
-    except Exception:  # an invalid ledger name: show the scheme and host, never the user part
-        from urllib.parse import urlsplit
-
-        parts = urlsplit(location)
-        return f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
-
-
 def scrub(text, *locations: str) -> str:
-    """``text`` with the passwords of every URL in ``locations`` replaced by ``***`` (a path has none)."""
+    """``text`` with the passwords of every URL in ``locations`` replaced by ``***`` (a path has none): the one
+    place the commands (``audit``, ``sign``, ``ledger copy``) remove them from what they print, behind
+    :func:`pate_accountant.ledger.shown_location` and the ledger's own messages."""
+    from pate_accountant.ledger import is_ledger_url
+
     text = str(text)
     for location in locations:
-        if not is_url(location):
+        if not is_ledger_url(location):
             continue
         from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -101,15 +81,6 @@ def scrub(text, *locations: str) -> str:
         for secret in sorted((s for s in secrets if s), key=len, reverse=True):
             text = text.replace(secret, "***")
     return text
-
-
-def store_errors() -> tuple:
-    """The database errors a ledger may raise when it cannot be read: SQLite's, and psycopg's when installed."""
-    try:
-        import psycopg
-    except ImportError:
-        return (sqlite3.Error,)
-    return (sqlite3.Error, psycopg.Error)
 
 
 def head_hash(text: str) -> str:
@@ -179,13 +150,16 @@ def main(args: argparse.Namespace) -> int:
         load_public_key,
     )
     from pate_accountant.ledger import (
+        STORAGE_ERRORS,
         Ledger,
         LedgerError,
         LedgerIntegrityError,
         VerificationResult,
+        is_ledger_url,
+        shown_location,
     )
 
-    url = is_url(args.path)
+    url = is_ledger_url(args.path)
     location = shown_location(args.path)
 
     def _print(*values, **kwargs):  # nothing printed shows a password of the URL
@@ -221,7 +195,7 @@ def main(args: argparse.Namespace) -> int:
                 signed = _check_signed(ledger, checkpoints, public_key)
     except LedgerIntegrityError as exc:  # a ledger of ours whose stored layout or metadata was tampered with
         result = VerificationResult(False, 0, None, None, f"{type(exc).__name__}: {exc}")
-    except (LedgerError, *store_errors(), OSError, UnicodeDecodeError, ValueError) as exc:  # cannot be checked
+    except (LedgerError, *STORAGE_ERRORS, OSError, UnicodeDecodeError, ValueError) as exc:  # cannot be checked
         message = scrub(f"{type(exc).__name__}: {exc}", args.path)
         if args.json:
             _print(json.dumps({"path": location, "ok": False, "verdict": "cannot check", "message": message},

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from pate_app.commands.audit import CANNOT_CHECK, is_url, scrub, shown_location, store_errors
+from pate_app.commands.audit import CANNOT_CHECK, scrub
 
 NAME = "ledger"
 HELP = "copy a ledger between SQLite and PostgreSQL, verifying both ends"
@@ -46,12 +46,12 @@ def _verified(location: str):
 
 def main(args: argparse.Namespace) -> int:
     """Copy, verify both ends, compare heads; see DESCRIPTION for the exit status."""
-    from pate_accountant.ledger import LedgerError, copy_ledger
+    from pate_accountant.ledger import STORAGE_ERRORS, LedgerError, copy_ledger, is_ledger_url, shown_location
 
     src, dst = args.source, args.destination
     shown_src, shown_dst = shown_location(src), shown_location(dst)
     parser = getattr(args, "copy_parser", args.parser)
-    if not is_url(src) and not os.path.isfile(src):
+    if not is_ledger_url(src) and not os.path.isfile(src):
         parser.error(f"argument SRC: no ledger file at {src!r}")
 
     def say(text: str, *, err: bool = False) -> None:  # nothing printed shows a password of either URL
@@ -59,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         copied = copy_ledger(src, dst)
-    except (LedgerError, *store_errors(), OSError, UnicodeDecodeError, ValueError) as exc:
+    except (LedgerError, *STORAGE_ERRORS, OSError, UnicodeDecodeError, ValueError) as exc:
         message = f"{type(exc).__name__}: {exc}"
         status = 1
         try:  # which end failed: SRC not readable as a ledger is "cannot check"
@@ -67,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
 
             with Ledger.open(src, read_only=True):
                 pass
-        except (LedgerError, *store_errors(), OSError, UnicodeDecodeError, ValueError):
+        except (LedgerError, *STORAGE_ERRORS, OSError, UnicodeDecodeError, ValueError):
             status = CANNOT_CHECK
         if args.json:
             say(json.dumps({"source": shown_src, "destination": shown_dst, "ok": False, "copied": False,
@@ -80,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
             result, head = _verified(location)
             ends[end] = {"location": shown_location(location), "ok": result.ok, "message": result.message,
                          "confidential": result.confidential, **{k: head[k] for k in HEAD_KEYS}}
-        except (LedgerError, *store_errors(), OSError, UnicodeDecodeError, ValueError) as exc:
+        except (LedgerError, *STORAGE_ERRORS, OSError, UnicodeDecodeError, ValueError) as exc:
             ends[end] = {"location": shown_location(location), "ok": False,
                          "message": f"{type(exc).__name__}: {exc}", "confidential": None,
                          **{k: None for k in HEAD_KEYS}}

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from pate_app.commands.audit import CANNOT_CHECK, is_url, scrub, shown_location, store_errors
+from pate_app.commands.audit import CANNOT_CHECK, scrub
 
 NAME = "sign"
 HELP = "verify a ledger and append a signed checkpoint of its head"
@@ -47,9 +47,9 @@ def main(args: argparse.Namespace) -> int:
         load_private_key,
         sign_checkpoint,
     )
-    from pate_accountant.ledger import Ledger, LedgerError
+    from pate_accountant.ledger import STORAGE_ERRORS, Ledger, LedgerError, is_ledger_url, shown_location
 
-    url = is_url(args.path)
+    url = is_ledger_url(args.path)
     location = shown_location(args.path)
     if url and args.confidential is not None:
         args.parser.error("argument --confidential: a PostgreSQL ledger keeps its confidential part in the schema "
@@ -80,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     except CheckpointError as exc:  # the ledger grew (another process) between the check and the signature
         print(f"pate-accountant sign: not signed: {scrub(exc, args.path)}", file=sys.stderr)
         return 1
-    except (LedgerError, *store_errors(), OSError, ValueError) as exc:
+    except (LedgerError, *STORAGE_ERRORS, OSError, ValueError) as exc:
         print(f"pate-accountant sign: cannot check {location!r}: {scrub(f'{type(exc).__name__}: {exc}', args.path)}",
               file=sys.stderr)
         return CANNOT_CHECK
