@@ -82,6 +82,8 @@ MAX_CHECKPOINT_LINE = 65536
 #: How much earlier than the ledger's creation a checkpoint may say it was signed (seconds): the signer's and the
 #: writer's clocks may differ a little when the ledger is signed on another machine.
 SIGNED_AT_SKEW_S = 600.0
+_CLOCKS = (f", or the signing host's clock is more than {SIGNED_AT_SKEW_S:g} s behind the clock of the host that "
+           "wrote that time (hosts sharing a ledger need clocks that agree within that: docs/ledger.md, \"Clocks\")")
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -411,12 +413,12 @@ def checkpoint_problem(ledger, checkpoint: dict) -> str | None:
     created = ledger.created
     if isinstance(created, (int, float)) and signed_at < created - SIGNED_AT_SKEW_S:
         return (f"its signed_at ({signed_at!r}) is before the ledger was created ({created!r}): it was not signed "
-                "for this ledger")
+                f"for this ledger{_CLOCKS}")
     if checkpoint["runs"]:
         started = ledger.runs[checkpoint["runs"] - 1]["created"]
         if isinstance(started, (int, float)) and signed_at < started - SIGNED_AT_SKEW_S:
             return (f"its signed_at ({signed_at!r}) is before run {checkpoint['runs']} began ({started!r}): it was not "
-                    "signed for this ledger")
+                    f"signed for this ledger{_CLOCKS}")
     return None
 
 

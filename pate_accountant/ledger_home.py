@@ -13,8 +13,13 @@ data set would spend three budgets while each reports its own.  This module ties
   ledger that keeps each data set's budget, and the default place of those ledgers.  A run looks its data set
   up there: a known data set's ledger is used, and a run that names another ledger for it is refused.
 
-What this cannot catch: a modified copy of the records (another fingerprint), another machine or another user
-account (another key and index), until a shared ledger gives a shared index.
+A PostgreSQL ledger's database keeps an index of its own (:class:`DatabaseIndex`), with a key of its own, so
+runs on any host that write to that database find one ledger per data set; such a run is also entered in the
+installation's index (under the installation's key, naming the database ledger by its :meth:`DatabaseIndex.identity`),
+so that the same records are not charged to a file on this installation as well.
+
+What this cannot catch: a modified copy of the records (another fingerprint); another machine or another user
+account that charges the records to a file (another key and index) rather than to the shared database.
 
 The folders: ``$PATE_ACCOUNTANT_CONFIG`` (else the platform's user configuration folder of
 ``pate-accountant``, :mod:`platformdirs`) holds the key; ``$PATE_ACCOUNTANT_HOME`` (else the platform's user
@@ -32,14 +37,17 @@ import sqlite3
 import stat
 import time
 from collections.abc import Iterable
+from contextlib import suppress as _suppress
 from pathlib import Path
 
+from pate_accountant._ledger.postgres_store import _import_psycopg, is_postgres_url, parse_url
 from pate_accountant.errors import PateAccountantError
 from pate_accountant.serialization import canonical_json
 
 __all__ = [
     "CONFIG_ENV",
     "DataSetLedgerError",
+    "DatabaseIndex",
     "HOME_ENV",
     "LedgerHome",
     "config_dir",
@@ -135,8 +143,13 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:60] or "dataset"
 
 
-def _real(path) -> Path:
-    return Path(os.path.realpath(os.fspath(path)))
+def _is_url(location) -> bool:
+    return is_postgres_url(location)
+
+
+def _real(location) -> Path | str:
+    """A ledger's identity in the index: a file's real path, or a database ledger's :meth:`DatabaseIndex.identity`."""
+    return location if _is_url(location) else Path(os.path.realpath(os.fspath(location)))
 
 
 def _same(a, b) -> bool:
@@ -174,8 +187,9 @@ class LedgerHome:
                          "dataset TEXT NOT NULL, registered REAL NOT NULL)")
         return conn
 
-    def lookup(self, fingerprint: str) -> Path | None:
-        """The ledger registered for ``fingerprint``, or ``None`` (nothing is created)."""
+    def lookup(self, fingerprint: str) -> Path | str | None:
+        """The ledger registered for ``fingerprint`` (a path, or a PostgreSQL ledger's identity URL), or ``None``
+        (nothing is created)."""
         conn = self._connect(write=False)
         if conn is None:
             return None
@@ -187,11 +201,12 @@ class LedgerHome:
             raise
         finally:
             conn.close()
-        return None if row is None else Path(row[0])
+        return None if row is None else _stored(row[0])
 
-    def check(self, fingerprint: str, ledger_path) -> Path | None:
+    def check(self, fingerprint: str, ledger_path) -> Path | str | None:
         """The registered ledger of ``fingerprint`` when it is ``ledger_path`` or none is registered (``None``);
-        :class:`DataSetLedgerError` naming the registered ledger when ``ledger_path`` is another file."""
+        :class:`DataSetLedgerError` naming the registered ledger when ``ledger_path`` is another one (a file, or a
+        PostgreSQL ledger's :meth:`DatabaseIndex.identity`)."""
         registered = self.lookup(fingerprint)
         if registered is not None and ledger_path is not None and not _same(registered, ledger_path):
             raise DataSetLedgerError(_split_message(registered, self))
@@ -211,13 +226,224 @@ class LedgerHome:
             conn.execute("COMMIT")
         finally:
             conn.close()
-        registered = Path(row[0])
+        registered = _stored(row[0])
         if not _same(registered, path):
             raise DataSetLedgerError(_split_message(registered, self))
         return registered
 
 
-def _split_message(registered: Path, home: LedgerHome) -> str:
+def _stored(text: str) -> Path | str:
+    return text if _is_url(text) else Path(text)
+
+
+def _split_message(registered: Path | str, home: LedgerHome) -> str:
     return (f"these records are already charged to the ledger {str(registered)!r} on this installation (index "
             f"{str(home.index_path)!r}): give --ledger {str(registered)!r}, or leave --ledger out, so that one "
             "budget covers them")
+
+
+# -- the index of a PostgreSQL database (issue 25: one budget per data set across hosts) -------------------------
+
+#: The schema of a database's data-set index, and the schema of its fingerprint key (kept apart so that an
+#: auditor's role can be granted the index without the key).
+INDEX_SCHEMA = "pate_accountant_index"
+INDEX_KEY_SCHEMA = "pate_accountant_index_key"
+
+_INDEX_DDL = f"""
+CREATE SCHEMA {INDEX_SCHEMA};
+CREATE SCHEMA {INDEX_KEY_SCHEMA};
+CREATE FUNCTION {INDEX_SCHEMA}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'a data set''s registration is permanent'; END $$;
+CREATE TABLE {INDEX_SCHEMA}.datasets (
+    fingerprint text PRIMARY KEY,
+    ledger      text NOT NULL,
+    dataset     text NOT NULL,
+    registered  double precision NOT NULL
+);
+CREATE TRIGGER datasets_permanent BEFORE UPDATE OR DELETE ON {INDEX_SCHEMA}.datasets
+FOR EACH ROW EXECUTE FUNCTION {INDEX_SCHEMA}.refuse();
+CREATE TRIGGER datasets_no_truncate BEFORE TRUNCATE ON {INDEX_SCHEMA}.datasets
+FOR EACH STATEMENT EXECUTE FUNCTION {INDEX_SCHEMA}.refuse();
+CREATE TABLE {INDEX_KEY_SCHEMA}.fingerprint_key (
+    id  integer PRIMARY KEY CHECK (id = 1),
+    key text NOT NULL
+);
+CREATE TRIGGER key_permanent BEFORE UPDATE OR DELETE ON {INDEX_KEY_SCHEMA}.fingerprint_key
+FOR EACH ROW EXECUTE FUNCTION {INDEX_SCHEMA}.refuse();
+CREATE TRIGGER key_no_truncate BEFORE TRUNCATE ON {INDEX_KEY_SCHEMA}.fingerprint_key
+FOR EACH STATEMENT EXECUTE FUNCTION {INDEX_SCHEMA}.refuse();
+"""
+
+
+def ledger_url_names_ledger(url: str) -> bool:
+    """Whether a ``postgresql://`` ledger URL has a ``ledger`` parameter (else the data set's index picks one)."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    return any(key == "ledger" for key, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True))
+
+
+def with_ledger_name(url: str, name: str) -> str:
+    """``url`` with its ``ledger`` parameter set to ``name`` (every other part, credentials included, kept)."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit
+
+    parts = urlsplit(url)
+    query = [(key, value) for key, value in parse_qsl(parts.query, keep_blank_values=True) if key != "ledger"]
+    # written out by hand: urlunsplit drops the "//" of an empty host ("postgresql:///?service=..."), which libpq
+    # then cannot read
+    return f"{parts.scheme}://{parts.netloc}{parts.path}?{urlencode(query + [('ledger', name)])}"
+
+
+class DatabaseIndex:
+    """The data-set index of one PostgreSQL database: which ledger of that database keeps each data set's budget,
+    so that runs on any number of hosts find one ledger per data set (docs/ledger.md, "One budget per data set").
+
+    It plays the part :class:`LedgerHome` plays on one installation, with two differences.  The fingerprint key
+    is the database's (schema ``pate_accountant_index_key``, made at first use), not a user's file: every host
+    that writes to the database computes the same fingerprint of the same records, which a per-host key would
+    not.  And the index names ledgers of this database by name (their schema), registered once and for good
+    (triggers refuse to change or remove a registration).
+
+    ``DatabaseIndex(url)`` takes a ledger URL (its ``ledger`` parameter is ignored); it connects at the first
+    call and keeps one connection until :meth:`close`.  Its errors are :class:`PateAccountantError` (a
+    :class:`DataSetLedgerError` for a split budget), none of which shows a password.
+    """
+
+    def __init__(self, url: str):
+        conninfo, _name, shown, self._secrets = parse_url(with_ledger_name(url, "ledger"))
+        self._conninfo = conninfo
+        self.location = shown.split("?", 1)[0]  # the database, as messages show it
+        self._pg = _import_psycopg()
+        self._conn = None
+        self._key = None
+
+    def _scrub(self, exc) -> str:
+        text = " ".join(str(exc).split())
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def _fail(self, exc) -> PateAccountantError:
+        return PateAccountantError(f"the data-set index of {self.location!r}: {self._scrub(exc)}")
+
+    def _connection(self):
+        if self._conn is None:
+            pg = self._pg
+            try:
+                self._conn = pg.connect(self._conninfo, autocommit=True)
+            except pg.Error as exc:
+                raise self._fail(exc) from None
+            try:
+                self._create_if_missing()
+            except BaseException:
+                self.close()
+                raise
+        return self._conn
+
+    def _create_if_missing(self) -> None:
+        conn, pg = self._conn, self._pg
+        try:
+            if self._laid_out():
+                return
+            # Creators serialise on a session lock taken *before* their transaction begins: a transaction that
+            # began before another creator committed can keep seeing the catalogue without its schema (cached
+            # lookups), and its CREATE SCHEMA would then fail.  The first lays the index out, the others find it.
+            conn.execute("SELECT pg_advisory_lock(hashtext('pate-accountant data-set index'), 1)")
+            try:
+                conn.execute("BEGIN")
+                try:
+                    if not self._laid_out():
+                        conn.execute(_INDEX_DDL)
+                        conn.execute(f"INSERT INTO {INDEX_KEY_SCHEMA}.fingerprint_key (id, key) VALUES (1, %s)",
+                                     (secrets.token_hex(32),))
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with _suppress(pg.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+            finally:
+                with _suppress(pg.Error):
+                    conn.execute("SELECT pg_advisory_unlock(hashtext('pate-accountant data-set index'), 1)")
+        except pg.Error as exc:
+            raise self._fail(exc) from None
+
+    def _laid_out(self) -> bool:
+        found = self._conn.execute("SELECT to_regclass(%s), to_regclass(%s)",
+                                   (f"{INDEX_SCHEMA}.datasets", f"{INDEX_KEY_SCHEMA}.fingerprint_key")).fetchone()
+        return found[0] is not None and found[1] is not None
+
+    def _query(self, sql: str, params=()):
+        conn = self._connection()
+        try:
+            return conn.execute(sql, params).fetchone()
+        except self._pg.Error as exc:
+            raise self._fail(exc) from None
+
+    def fingerprint_key(self) -> bytes:
+        """The database's fingerprint key (32 bytes)."""
+        if self._key is None:
+            row = self._query(f"SELECT key FROM {INDEX_KEY_SCHEMA}.fingerprint_key WHERE id = 1")
+            if row is None or not re.fullmatch(r"[0-9a-f]{64}", row[0] or ""):
+                raise PateAccountantError(f"the data-set index of {self.location!r} holds no fingerprint key")
+            self._key = bytes.fromhex(row[0])
+        return self._key
+
+    def fingerprint(self, records: Iterable) -> str:
+        """The records' fingerprint under the database's key (:func:`dataset_fingerprint`)."""
+        return dataset_fingerprint(records, key=self.fingerprint_key())
+
+    def identity(self, name: str) -> str:
+        """The ledger ``name`` of this database as the installation's own index records it: server, port,
+        database and ledger, no user and no password (the same whichever way the URL or ``PG*`` said it)."""
+        info = self._connection().info
+        host = info.host if not info.host.startswith("/") else "localhost"
+        return f"postgresql://{host}:{info.port}/{info.dbname}?ledger={name}"
+
+    def lookup(self, fingerprint: str) -> str | None:
+        """The name of the ledger registered for ``fingerprint``, or ``None``."""
+        row = self._query(f"SELECT ledger FROM {INDEX_SCHEMA}.datasets WHERE fingerprint = %s", (fingerprint,))
+        return None if row is None else row[0]
+
+    def check(self, fingerprint: str, name: str | None) -> str | None:
+        """The registered ledger's name (or ``None``); :class:`DataSetLedgerError` when ``name`` is another."""
+        registered = self.lookup(fingerprint)
+        if registered is not None and name is not None and registered != name:
+            raise DataSetLedgerError(self._split_message(registered))
+        return registered
+
+    def register(self, fingerprint: str, dataset: str, name: str) -> str:
+        """Register ``name`` as the ledger of ``fingerprint`` unless one is registered (of two hosts racing, the
+        first wins); :class:`DataSetLedgerError` when the registered one is another."""
+        self._query(f"INSERT INTO {INDEX_SCHEMA}.datasets (fingerprint, ledger, dataset, registered) "
+                    "VALUES (%s, %s, %s, %s) ON CONFLICT (fingerprint) DO NOTHING RETURNING ledger",
+                    (fingerprint, name, dataset, time.time()))
+        registered = self.lookup(fingerprint)
+        if registered != name:
+            raise DataSetLedgerError(self._split_message(registered))
+        return registered
+
+    @staticmethod
+    def default_name(dataset: str, fingerprint: str) -> str:
+        """The ledger name a data set gets when the URL names none: ``<name>_<12 hex of its fingerprint>``."""
+        slug = re.sub(r"[^a-z0-9_]+", "_", dataset.lower()).strip("_")[:37] or "dataset"
+        if not re.match(r"[a-z_]", slug) or slug.startswith("pg_"):
+            slug = "d_" + slug[:35]
+        return f"{slug}_{fingerprint.removeprefix(_PREFIX)[:12]}"
+
+    def _split_message(self, registered: str) -> str:
+        return (f"these records are already charged to the ledger {registered!r} of {self.location!r} (its data-set "
+                f"index): give ledger={registered} in the URL, or leave the ledger parameter out, so that one budget "
+                "covers them")
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with _suppress(Exception):
+                conn.close()
+
+
+def ledger_name_of(url: str) -> str | None:
+    """The ledger a ``postgresql://`` URL names by its ``ledger`` parameter, or ``None`` when it has none (then
+    :class:`DatabaseIndex` picks the data set's); a :class:`PateAccountantError` for an invalid name."""
+    if not ledger_url_names_ledger(url):
+        return None
+    return parse_url(url)[1]

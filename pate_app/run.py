@@ -74,8 +74,21 @@ from pate_accountant.checkpoints import (
     sign_checkpoint,
 )
 from pate_accountant.errors import PateAccountantError, UnsupportedEventError
-from pate_accountant.ledger import Ledger, describe_mechanism
-from pate_accountant.ledger_home import LedgerHome, dataset_fingerprint
+from pate_accountant.ledger import (
+    STORAGE_ERRORS,
+    Ledger,
+    VerificationResult,
+    describe_mechanism,
+    is_ledger_url,
+    shown_location,
+)
+from pate_accountant.ledger_home import (
+    DatabaseIndex,
+    LedgerHome,
+    dataset_fingerprint,
+    ledger_name_of,
+    with_ledger_name,
+)
 from pate_app.library_output import quiet_libraries
 from pate_app.records_out import RecordsOut, check_out_path
 from pate_app.options import DEFAULT_RAY_TIMEOUT
@@ -310,16 +323,17 @@ def group_prompts(records, num_teachers: int, groups: int, rng: np.random.Genera
     return [teacher_prompts(parts[g * size:(g + 1) * size], template, allow_empty=True) for g in range(groups)]
 
 
-def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budget, mechanism,
+def _check_existing_ledger(location, dataset: str, accountant_name: str, budget, mechanism,
                            num_teachers: int) -> None:
     """An existing ``--ledger``: it must belong to ``dataset``, be kept by the same accountant (kind and
     budget), verify as far as its rows replay, and have budget left for one step.  Read-only: nothing is
     written.  A ledger another run has only just created (no data set, no run, no row yet) passes: the claim
-    (:func:`_claim_ledger`) decides under the write lock."""
+    (:func:`_claim_ledger`) decides under the write lock.  ``location``: a file's path or a PostgreSQL URL."""
 
-    where = f"--ledger {str(path)!r}"
+    shown = shown_location(location)
+    where = f"--ledger {shown!r}"
     try:
-        ledger = Ledger.open(str(path), read_only=True)
+        ledger = Ledger.open(location if is_ledger_url(location) else str(location), read_only=True)
     except FileNotFoundError:
         return  # removed meanwhile by the run that created it: the claim creates a new one
     except (PateAccountantError, OSError, ValueError) as exc:
@@ -339,7 +353,7 @@ def _check_existing_ledger(path: Path, dataset: str, accountant_name: str, budge
                                     num_teachers=num_teachers)
         except RunInputError as exc:
             fixed = (" (a data set's budget is fixed when its ledger is created: run with the ledger's budget, shown "
-                     f"by `pate-accountant audit {path}`)") if "budget" in str(exc) else ""
+                     f"by `pate-accountant audit {shown}`)") if "budget" in str(exc) else ""
             raise RunInputError(f"{where} is kept by another accountant or budget: {exc}{fixed}") from None
         except PateAccountantError as exc:
             raise RunInputError(f"{where}: {exc}") from None
@@ -352,7 +366,7 @@ def _just_created(ledger: Ledger) -> bool:
     """A complete ledger with no data set, run or row: another run created it an instant ago and is claiming it."""
     try:
         return ledger.row_count == 0 and not ledger.runs
-    except (PateAccountantError, sqlite3.Error):  # no head or runs table: not a ledger's layout
+    except (PateAccountantError, *STORAGE_ERRORS):  # no head or runs table: not a ledger's layout
         return False
 
 
@@ -373,7 +387,7 @@ def _check_affords(acct, mechanism, where: str, dataset: str, budget) -> None:
             f"for another step: epsilon {float(spent[0]):.6g}, delta {float(spent[1]):.3g} already spent")
 
 
-def _claim_ledger(path: Path, dataset: str, accountant_name: str, budget, mechanism, num_teachers: int):
+def _claim_ledger(location, dataset: str, accountant_name: str, budget, mechanism, num_teachers: int):
     """Claim the data set's ledger for this run before any slow work (loading the model): open it, creating it
     when missing; name its data set and attach the run's accountant (which stores the accountant and budget in
     a new ledger, and replays an existing one's rows); check that one step is affordable.  From here a second
@@ -381,9 +395,9 @@ def _claim_ledger(path: Path, dataset: str, accountant_name: str, budget, mechan
     two started first.  Returns ``(ledger, accountant)``.  On a refusal nothing is left behind: an existing
     ledger is unchanged, and one created here is removed (:meth:`Ledger.discard_if_unused`)."""
 
-    where = f"--ledger {str(path)!r}"
+    where = f"--ledger {shown_location(location)!r}"
     try:
-        ledger = Ledger.open(str(path))
+        ledger = Ledger.open(location if is_ledger_url(location) else str(location))
     except (PateAccountantError, OSError, ValueError) as exc:
         raise RunInputError(f"{where}: cannot open it as a ledger: {exc}") from None
     try:
@@ -422,8 +436,8 @@ def _discard(ledger: Ledger) -> None:
     the clean-up never hides the refusal itself."""
     try:
         ledger.discard_if_unused()
-    except (sqlite3.Error, OSError):
-        with contextlib.suppress(sqlite3.Error):
+    except (*STORAGE_ERRORS, OSError):
+        with contextlib.suppress(*STORAGE_ERRORS):
             ledger.close()
 
 
@@ -635,20 +649,24 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
     shown = _fit_to_window(spec, task, plan, model, announce=progress)
     # 4. the ledger, claimed before the model loads
     register = spec.ledger is None or not bundled
-    home, fingerprint, ledger_path = _dataset_ledger(ledger_home, records, dataset, spec.ledger, check=register)
-    if not ledger_path.parent.is_dir():
-        raise RunInputError(f"ledger folder {str(ledger_path.parent)!r} does not exist")
-    key, checkpoints = _signing(spec.signing_key, spec.checkpoints, ledger_path)
-    accountant = spec.accountant
-    if ledger_path.exists():
-        _check_existing_ledger(ledger_path, dataset, accountant, budget, mech, group_teachers)  # read-only
-    ledger, acct = _claim_ledger(ledger_path, dataset, accountant, budget, mech, group_teachers)  # before the model
-    try:  # the index learns the data set's ledger once it is claimed; of two runs racing, the first one wins
-        if register:
-            home.register(fingerprint, dataset, ledger_path)
-    except (PateAccountantError, OSError, sqlite3.Error) as exc:
-        _discard(ledger)
-        raise RunInputError(f"--ledger {str(ledger_path)!r}: {exc}") from None
+    place = _dataset_ledger(ledger_home, records, dataset, spec.ledger, check=register)
+    ledger_path, fingerprint, where = place.location, place.fingerprint, f"--ledger {place.shown!r}"
+    try:
+        if not place.is_url and not ledger_path.parent.is_dir():
+            raise RunInputError(f"ledger folder {str(ledger_path.parent)!r} does not exist")
+        key, checkpoints = _signing(spec.signing_key, spec.checkpoints, ledger_path)
+        accountant = spec.accountant
+        if place.is_url or ledger_path.exists():
+            _check_existing_ledger(ledger_path, dataset, accountant, budget, mech, group_teachers)  # read-only
+        ledger, acct = _claim_ledger(ledger_path, dataset, accountant, budget, mech, group_teachers)  # before the model
+        try:  # the index learns the data set's ledger once it is claimed; of two runs racing, the first one wins
+            if register:
+                place.register()
+        except (PateAccountantError, OSError, sqlite3.Error) as exc:
+            _discard(ledger)
+            raise RunInputError(f"{where}: {exc}") from None
+    finally:
+        place.close()
     existing = not ledger.created_here
     try:
         with contextlib.ExitStack() as stack:  # stops the shards' workers, whatever happens
@@ -712,13 +730,13 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                       "the seed (they can re-run both neighbouring data sets and compare); the seed is not recorded. "
                       "Leave --seed out for a private run.", file=sys.stderr, flush=True)
             # can_afford catches up on runs that charged the ledger while the model loaded
-            _check_affords(acct, mech, f"--ledger {str(ledger_path)!r}", dataset, budget)
+            _check_affords(acct, mech, where, dataset, budget)
             spent_before = tuple(float(x) for x in acct.spent())
             try:
                 run_id = ledger.begin_run(metadata)
-            except sqlite3.Error as exc:  # a read-only file or folder, a full disk: nothing is charged yet
-                raise RunInputError(f"--ledger {str(ledger_path)!r}: cannot write to it: {exc}") from None
-            _check_one_partition(acct, ledger, f"--ledger {str(ledger_path)!r}", run_id)
+            except STORAGE_ERRORS as exc:  # a read-only file or folder, a full disk: nothing is charged yet
+                raise RunInputError(f"{where}: cannot write to it: {exc}") from None
+            _check_one_partition(acct, ledger, where, run_id)
             accountants = [acct] if groups == 1 else list(acct.parallel_groups(groups))
             generators = [PrivateGenerator(
                 backend, mech, group_acct, histograms="coordinated", fallback="public", public_backend=public,
@@ -774,24 +792,29 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                     stop.check()  # a Ctrl-C between records
             except _Interrupted:
                 interrupted = True  # the record under way is dropped; its charges stay in the ledger
-            except sqlite3.Error as exc:
-                # The ledger could not take a charge (a full disk, a file made read-only meanwhile): the failed
-                # charge released nothing (the accountant raised before its mechanism's output left), so the run
-                # stops here, keeping the finished records; the ledger holds every charge made before.
-                storage_error = (f"the ledger {str(ledger_path)!r} could not be written ({exc}): the run stopped "
+            except STORAGE_ERRORS as exc:
+                # The ledger could not take a charge (a full disk, a file made read-only meanwhile, a database
+                # server gone): the failed charge released nothing (the accountant raised before its mechanism's
+                # output left), so the run stops here, keeping the finished records; the ledger holds every charge
+                # made before.
+                storage_error = (f"the ledger {place.shown!r} could not be written ({exc}): the run stopped "
                                  f"after {len(out_records)} finished record(s)")
             finally:
                 bar.close()
             spent = tuple(float(x) for x in acct.spent())
             try:  # whether the data set's budget pays for one more step of this mechanism (a next run)
                 another_step = bool(acct.can_afford(mech.event))
-            except (PateAccountantError, sqlite3.Error):
+            except (PateAccountantError, *STORAGE_ERRORS):
                 another_step = False
-            heads = ledger.head_record  # rows, head hash, runs and run head hash, read together
-            run_rows = sum(1 for row in ledger.rows() if row.run == run_id)
-            verdict = ledger.verify()
+            try:
+                heads, run_rows, verdict = _ledger_state(ledger, run_id)
+            except STORAGE_ERRORS as exc:  # the connection to a database ledger is gone: read it afresh
+                heads, run_rows, verdict = _reread_ledger(ledger_path, run_id, exc)
             checkpoint, checkpoint_error = None, None
-            if key is not None and verdict.ok:
+            if key is not None and storage_error is not None:
+                checkpoint_error = ("the run stopped on a ledger that could not be written, so nothing was signed: "
+                                    "sign its head once it audits")
+            elif key is not None and verdict.ok:
                 try:
                     checkpoint = _sign(ledger, key, verdict, checkpoints)
                 except (OSError, PateAccountantError) as exc:  # the budget is spent: report, never lose the run
@@ -802,7 +825,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
         raise
     try:
         ledger.close()
-    except sqlite3.Error:  # closing checkpoints the write-ahead log; on a full disk its rows stay in the log,
+    except STORAGE_ERRORS:  # closing checkpoints the write-ahead log; on a full disk its rows stay in the log,
         pass  # where the next open of the ledger finds them
 
     complete = sum(1 for r in out_records if r["complete"])
@@ -824,7 +847,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
         "charged_runs": sum(r["charged_runs"] for r in out_records),
         "private_tokens": sum(r["private_tokens"] for r in out_records),
         "fallback_tokens": sum(r["fallback_tokens"] for r in out_records),
-        "ledger": {"path": str(ledger_path), "rows": heads["rows"], "head_hash": heads["head_hash"], "run": run_id,
+        "ledger": {"path": place.shown, "rows": heads["rows"], "head_hash": heads["head_hash"], "run": run_id,
                    "runs": heads["runs"], "run_head_hash": heads["run_head_hash"], "run_rows": run_rows,
                    "appended": existing, "dataset": dataset, "checkpoint": checkpoint,
                    "checkpoint_error": checkpoint_error, "write_error": storage_error},
@@ -989,29 +1012,99 @@ class _StopOnInterrupt:
         return False
 
 
+def _ledger_state(ledger: Ledger, run_id: int):
+    """``(heads, rows of run run_id, verdict)`` of ``ledger``: its heads read together, then its audit."""
+    heads = ledger.head_record  # rows, head hash, runs and run head hash, read together
+    run_rows = sum(1 for row in ledger.rows() if row.run == run_id)
+    return heads, run_rows, ledger.verify()
+
+
+def _reread_ledger(location, run_id: int, failure: BaseException):
+    """:func:`_ledger_state` through a new read-only connection, after ``failure`` broke the run's own (a
+    database server restarted, a connection cut); when that fails too, unknown heads and a failed audit saying
+    why (the ledger keeps every committed charge: ``pate-accountant audit`` checks it once it can be reached)."""
+    try:
+        with Ledger.open(location if is_ledger_url(location) else str(location), read_only=True) as again:
+            return _ledger_state(again, run_id)
+    except (PateAccountantError, OSError, *STORAGE_ERRORS) as exc:
+        heads = {"rows": None, "head_hash": None, "runs": None, "run_head_hash": None}
+        verdict = VerificationResult(False, 0, None, None, f"the ledger could not be read after the run stopped "
+                                     f"({_first_line(failure)}; then {_first_line(exc)}): audit it once it can be "
+                                     "reached")
+        return heads, None, verdict
+
+
 def _first_line(exc: BaseException) -> str:
     """The first line of a library's error message (its name when it has none), for a one-line usage error."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def _dataset_ledger(ledger_home, records, dataset: str, ledger_path, *, check: bool = True):
-    """``(home, fingerprint, ledger path)`` of a run over ``records``: the fingerprint of the records, and the
-    ledger that keeps their budget: ``ledger_path`` when given and the home knows no other ledger for them (else,
-    with ``check``, a :class:`RunInputError` naming that ledger), else the ledger the home has registered for
-    them, else a new one in the home.  Nothing is registered here (after the claim:
-    :meth:`LedgerHome.register`)."""
+@attr.s(frozen=True, auto_attribs=True)
+class _LedgerPlace:
+    """Where a run's data set keeps its budget (:func:`_dataset_ledger`)."""
+
+    #: A file's :class:`~pathlib.Path`, or a PostgreSQL ledger's URL (credentials included: never shown).
+    location: object
+    #: The location as messages and results show it (no password).
+    shown: str
+    #: The records' fingerprint: under the installation's key for a file, the database's key for PostgreSQL.
+    fingerprint: str
+    #: Enter the ledger in the index(es) once it is claimed.
+    register: object
+    #: Let go of the database index's connection (nothing to do for a file).
+    close: object = lambda: None
+
+    @property
+    def is_url(self) -> bool:
+        return not isinstance(self.location, Path)
+
+
+def _dataset_ledger(ledger_home, records, dataset: str, ledger, *, check: bool = True) -> _LedgerPlace:
+    """Where the budget of ``records`` is kept.  A file: ``ledger`` when given and the installation's ledger home
+    knows no other ledger for the records (else, with ``check``, a :class:`RunInputError` naming that ledger),
+    else the ledger the home has registered for them, else a new one in the home.  A PostgreSQL URL: the database's
+    own data-set index (:class:`~pate_accountant.ledger_home.DatabaseIndex`) decides in the same way across hosts
+    (a URL without a ``ledger`` parameter takes the registered ledger, else a new one named after the data set),
+    and the installation's home must not know the records under another ledger.  Nothing is registered here
+    (:attr:`_LedgerPlace.register`, after the claim)."""
     home = ledger_home if isinstance(ledger_home, LedgerHome) else LedgerHome(ledger_home)
-    where = "--ledger" if ledger_path is None else f"--ledger {str(ledger_path)!r}"
+    if ledger is None or not is_ledger_url(ledger):
+        where = "--ledger" if ledger is None else f"--ledger {str(ledger)!r}"
+        try:
+            fingerprint = dataset_fingerprint(records)
+            registered = home.check(fingerprint, ledger) if check else None
+            if ledger is None:
+                home.prepare()
+        except (PateAccountantError, OSError, sqlite3.Error) as exc:
+            raise RunInputError(f"{where}: {exc}") from None
+        if ledger is not None or not is_ledger_url(registered):
+            path = Path(ledger if ledger is not None else registered or home.default_path(dataset, fingerprint))
+            return _LedgerPlace(path, str(path), fingerprint, lambda: home.register(fingerprint, dataset, path))
+        ledger = registered  # the installation knows these records' ledger in a database: run there
+    where = f"--ledger {shown_location(ledger)!r}"
     try:
-        fingerprint = dataset_fingerprint(records)
-        registered = home.check(fingerprint, ledger_path) if check else None
-        if ledger_path is None:
-            home.prepare()
-    except (PateAccountantError, OSError, sqlite3.Error) as exc:
+        named = ledger_name_of(ledger)
+        index = DatabaseIndex(ledger)
+    except PateAccountantError as exc:
         raise RunInputError(f"{where}: {exc}") from None
-    if ledger_path is None:
-        ledger_path = registered if registered is not None else home.default_path(dataset, fingerprint)
-    return home, fingerprint, Path(ledger_path)
+    try:
+        fingerprint = index.fingerprint(records)
+        registered = index.check(fingerprint, named) if check else None
+        name = named or registered or index.default_name(dataset, fingerprint)
+        identity = index.identity(name)
+        local = dataset_fingerprint(records)
+        if check:
+            home.check(local, identity)
+    except (PateAccountantError, OSError, sqlite3.Error) as exc:
+        index.close()
+        raise RunInputError(f"{where}: {exc}") from None
+
+    def register():
+        index.register(fingerprint, dataset, name)
+        home.register(local, dataset, identity)
+
+    location = with_ledger_name(ledger, name)
+    return _LedgerPlace(location, shown_location(location), fingerprint, register, index.close)
 
 
 def _signing(signing_key, checkpoints, ledger_path: Path):

@@ -73,6 +73,14 @@ SECTIONS = {
     "signing": {"key": "signing_key", "checkpoints": "checkpoints"},
 }
 _KEY_OF = {field: f"{table}.{key}" for table, keys in SECTIONS.items() for key, field in keys.items()}
+def is_ledger_url(location) -> bool:
+    """:func:`pate_accountant.ledger.is_ledger_url`, imported when a spec is checked (the command line's start
+    imports no accountant)."""
+    from pate_accountant.ledger import is_ledger_url as check
+
+    return check(location)
+
+
 #: Fields that name a local file or folder: the shareable part keeps only the name.
 _PATHS = ("data", "model", "out", "ledger", "signing_key", "checkpoints", "template")
 
@@ -208,6 +216,10 @@ class RunSpec:
         if self.checkpoints is not None and self.signing_key is None:
             raise SpecError("--checkpoints (signing.checkpoints) needs --signing-key (signing.key): the checkpoints a "
                             "run appends are signed")
+        if self.signing_key is not None and self.checkpoints is None and is_ledger_url(self.ledger):
+            raise SpecError("--signing-key (signing.key) with a postgresql:// --ledger (output.ledger) needs "
+                            "--checkpoints FILE (signing.checkpoints): a database ledger has no folder to keep them "
+                            "beside it")
 
     @property
     def requested(self) -> int:
@@ -274,7 +286,9 @@ class RunSpec:
         for table, keys in SECTIONS.items():
             for key, name in keys.items():
                 value = getattr(self, name)
-                if name in _PATHS and value not in (None, "embedded", "bundled", "instructions", "records"):
+                if name == "ledger" and is_ledger_url(value):  # the database and ledger: no user, no password
+                    value = _shareable_url(value)
+                elif name in _PATHS and value not in (None, "embedded", "bundled", "instructions", "records"):
                     value = Path(os.path.expanduser(str(value))).name
                 out[table][key] = list(value) if isinstance(value, tuple) else value
         return out
@@ -293,6 +307,15 @@ class RunSpec:
 
 #: ``RunSpec`` fields whose ``generate`` flag has another ``dest``.
 _FLAG = {"data": "data", "records": "records", "out": "out", "signing_key": "signing_key"}
+
+
+def _shareable_url(url: str) -> str:
+    """A ledger URL as the shareable run description keeps it: scheme, host, port, database and ledger name."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit
+
+    parts = urlsplit(url)
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k == "ledger"])
+    return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}{parts.path}" + (f"?{query}" if query else "")
 
 
 def _toml_value(value) -> str:

@@ -86,3 +86,32 @@ def test_the_index_keeps_one_ledger_per_fingerprint(tmp_path):
     assert home.register(other, "poems-2", second) == second  # another data set: its own ledger
     default = home.default_path("my poems / v2", fp)
     assert default.parent == home.root / "ledgers" and default.name == f"my-poems-v2-{fp[12:24]}.sqlite"
+
+
+def test_a_database_ledgers_default_name_is_an_sql_identifier_of_the_data_set():
+    """``DatabaseIndex.default_name``: what a run with a URL and no ledger name creates; always a name the
+    PostgreSQL store accepts (lower-case identifier, at most 50 characters, not starting with pg_)."""
+    from pate_accountant._ledger.postgres_store import parse_url
+    from pate_accountant.ledger_home import DatabaseIndex, with_ledger_name
+
+    fingerprint = "hmac-sha256:" + "0123456789abcdef" * 4
+    names = {dataset: DatabaseIndex.default_name(dataset, fingerprint)
+             for dataset in ("Clinic Notes 2026", "9lives", "pg_stats", "x" * 200, "--", "Ünïcode")}
+    assert names["Clinic Notes 2026"] == "clinic_notes_2026_0123456789ab"
+    assert names["9lives"] == "d_9lives_0123456789ab"
+    assert names["pg_stats"] == "d_pg_stats_0123456789ab"
+    assert names["--"] == "dataset_0123456789ab"
+    for dataset, name in names.items():
+        assert parse_url(with_ledger_name("postgresql://h/db", name))[1] == name, dataset
+
+
+def test_a_ledger_url_keeps_its_credentials_and_parts_when_named():
+    from pate_accountant.ledger_home import ledger_name_of, ledger_url_names_ledger, with_ledger_name
+
+    assert with_ledger_name("postgresql://u:p@h:5/db?sslmode=require&ledger=a", "b") == \
+        "postgresql://u:p@h:5/db?sslmode=require&ledger=b"
+    assert with_ledger_name("postgresql:///?service=budgets", "b") == "postgresql:///?service=budgets&ledger=b"
+    assert ledger_name_of("postgresql://h/db") is None and not ledger_url_names_ledger("postgresql://h/db")
+    assert ledger_name_of("postgresql://h/db?ledger=budget") == "budget"
+    with pytest.raises(Exception, match="invalid ledger name"):
+        ledger_name_of("postgresql://h/db?ledger=Bad-Name")

@@ -349,3 +349,77 @@ def test_racing_creators_make_one_ledger(postgres_database):
 def _opener(url: str, queue) -> None:
     with Ledger.open(url) as ledger:
         queue.put((ledger.created_here, ledger.ledger_id))
+
+
+# -- server-side cursors for the long reads --------------------------------------------------------------------
+def _cursors(store) -> list:
+    return [name for (name,) in store._execute("SELECT name FROM pg_cursors ORDER BY name")]
+
+
+def test_long_reads_use_server_side_cursors_inside_a_transaction(postgres_database, monkeypatch):
+    from pate_accountant._ledger import postgres_store
+
+    monkeypatch.setattr(postgres_store, "ITERSIZE", 3)  # several pages from 10 rows
+    url = _url(postgres_database, "teachers")
+    event = BetweenThresholdsEvent(0.1, q=0.3)
+    with Ledger.open(url) as ledger:
+        acc = IndividualChargingAccountant(20, per_teacher_limit=50, ledger=ledger)
+        for run in (1, 2):
+            ledger.begin_run({"mechanism": "test", "run": run})
+            for i in range(5):
+                acc.record(Release("between", event, target_hit=i % 4 != 3, charged_teachers={i, i + run}))
+        store = ledger._store
+        outside = list(store.rows())  # autocommit: one statement, fetched whole (no cursor could outlive it)
+        assert not isinstance(store.rows(), postgres_store._ServerRows) and len(outside) == 10
+        conf_outside = list(store.confidential_rows(None, 10))
+        with store.read(confidential=True):
+            rows = store.rows()
+            assert isinstance(rows, postgres_store._ServerRows)
+            first = next(rows)
+            assert len(_cursors(store)) == 1  # declared on the server, fetched a page at a time
+            rest = list(rows)
+            assert [first, *rest] == outside and all(type(row) is tuple for row in rest)
+            assert _cursors(store) == []  # exhausted: closed on the server at once
+            assert [run[0] for run in store.runs()] == [1, 2]
+            assert list(store.confidential_rows(None, 10)) == conf_outside and len(conf_outside) == 8
+            assert [t[0] for t in store.confidential_totals(10)] == [row[0] for row in outside]
+            assert sorted(r for r, _ in store.confidential_teachers()) == [c[3] for c in conf_outside]
+            after = list(store.rows(7))
+            assert [row[0] for row in after] == [8, 9, 10]  # exactly one full page, then an empty fetch
+            two = store.rows(), store.rows(4)  # two cursors at once, interleaved (catching up does this)
+            assert [(a[0], b[0]) for a, b in zip(*two)] == [(1, 5), (2, 6), (3, 7), (4, 8), (5, 9), (6, 10)]
+            abandoned = store.rows()
+            next(abandoned)
+            del abandoned, two  # left unfinished: forgotten without a statement (or a warning); the server
+            unstarted = store.rows()  # closes them with the transaction
+            del unstarted
+        assert _cursors(store) == []
+        result = ledger.verify()  # verify and a fresh attach read through the cursors, 3 rows a time
+        assert result.ok and result.rows == 10 and result.confidential == "verified", result.message
+        again = IndividualChargingAccountant(20, per_teacher_limit=50, ledger=ledger)
+        assert again.counters.tolist() == acc.counters.tolist()
+        assert [sorted(row.charged_teachers) for row in ledger.rows()][:2] == [[0, 1], [1, 2]]
+
+
+@pytest.mark.parametrize("to_sqlite", [False, True])
+def test_copy_reads_the_source_through_server_side_cursors(postgres_database, monkeypatch, tmp_path, to_sqlite):
+    from pate_accountant._ledger import postgres_store
+    from pate_accountant.ledger import copy_ledger
+
+    monkeypatch.setattr(postgres_store, "ITERSIZE", 4)
+    source = _url(postgres_database, "teachers")
+    event = BetweenThresholdsEvent(0.1, q=0.3)
+    with Ledger.open(source) as ledger:
+        acc = IndividualChargingAccountant(20, per_teacher_limit=50, ledger=ledger)
+        for run in (1, 2, 3):
+            ledger.begin_run({"mechanism": "test", "run": run})
+            for i in range(4):
+                acc.record(Release("between", event, target_hit=i != 2, charged_teachers={i, 7}))
+        head = ledger.head_record
+    destination = str(tmp_path / "copy.sqlite") if to_sqlite else _url(postgres_database, "copied")
+    copied = copy_ledger(source, destination, batch=5)  # batches of 5 over pages of 4, into another store
+    assert copied["rows"] == 12 and copied["runs"] == 3 and copied["confidential"]
+    with Ledger.open(destination, read_only=True) as copy:
+        result = copy.verify()
+        assert result.ok and result.confidential == "verified", result.message
+        assert copy.head_record == head

@@ -1,7 +1,8 @@
 """Fault transcripts of the PostgreSQL ledger against a real PostgreSQL 18 server (issue 25, item 3): a writer
 killed with SIGKILL while it holds the head-row lock, the server crashed (``pg_ctl stop -m immediate``) and
-restarted under a live ledger, a crash in the middle of a write transaction, and a forged row with a recomputed
-hash chain that ``verify()`` alone cannot see but a pin and a signed checkpoint do."""
+restarted under a live ledger, a crash in the middle of a write transaction, a connection terminated by the server
+(every driver error is a ``LedgerStorageError`` naming the ledger, never its password), and a forged row with a
+recomputed hash chain that ``verify()`` alone cannot see but a pin and a signed checkpoint do."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from pate_accountant.checkpoints import (
     sign_checkpoint,
 )
 from pate_accountant.events import EpsilonDeltaEvent
-from pate_accountant.ledger import Ledger, LedgerError
+from pate_accountant.ledger import STORAGE_ERRORS, Ledger, LedgerError, LedgerStorageError
 from pate_accountant.release import Release
 
 psycopg = pytest.importorskip("psycopg")
@@ -96,11 +97,17 @@ def test_a_writer_killed_while_holding_the_head_row_lock_leaves_no_row_and_no_lo
 
 
 # -- 2. the server crashed and restarted under a live ledger -------------------------------------------------
-def _server_failure(exc) -> bool:
-    return isinstance(exc, (LedgerError, psycopg.OperationalError))
+def _server_failure(exc, url: str) -> bool:
+    """A driver error as the store raises it: ``LedgerStorageError``, one line naming the ledger, no driver
+    exception chained (a psycopg error is no ``LedgerStorageError``, so a raw one fails this)."""
+    return (isinstance(exc, LedgerStorageError) and isinstance(exc, STORAGE_ERRORS) and url in str(exc)
+            and "\n" not in str(exc) and exc.__cause__ is None
+            and (exc.__suppress_context__ or exc.__context__ is None))
 
 
-def test_a_server_crash_between_charges_is_refused_cleanly_and_nothing_is_lost(postgres_server, postgres_database):
+@pytest.mark.parametrize("mode", ["immediate", "fast"])
+def test_a_server_stopped_between_charges_is_refused_cleanly_and_nothing_is_lost(postgres_server, postgres_database,
+                                                                                mode):
     url = _url(postgres_database)
     ledger = Ledger.open(url)
     try:
@@ -109,16 +116,22 @@ def test_a_server_crash_between_charges_is_refused_cleanly_and_nothing_is_lost(p
             accountant.compose(EpsilonDeltaEvent(eps, 1e-7))
         committed = ledger.head_record
         spent = accountant.spent()
-        postgres_server.stop("immediate")  # a crash: no shutdown checkpoint, clients cut off
+        # immediate: a crash (no shutdown checkpoint, clients cut off); fast: a clean stop that disconnects clients
+        postgres_server.stop(mode)
         postgres_server.start()  # crash recovery replays the WAL
         with pytest.raises(Exception) as caught:
             accountant.compose(EpsilonDeltaEvent(0.4))
-        assert _server_failure(caught.value), repr(caught.value)
+        assert _server_failure(caught.value, url), repr(caught.value)
         assert accountant.spent() == spent  # the accountant charged nothing it could not write
-        # The ledger object stays unusable (its connection is gone) and says so every time; it does not reconnect.
-        with pytest.raises(Exception) as again:
-            accountant.compose(EpsilonDeltaEvent(0.4))
-        assert _server_failure(again.value), repr(again.value)
+        # The ledger object stays unusable (its connection is gone) and says so every time, at once; it does not
+        # reconnect, and a read fails the same way.
+        for attempt in (lambda: accountant.compose(EpsilonDeltaEvent(0.4)),
+                        lambda: accountant.can_afford(EpsilonDeltaEvent(0.4)), lambda: ledger.head_record):
+            began = time.monotonic()
+            with pytest.raises(Exception) as again:
+                attempt()
+            assert _server_failure(again.value, url), repr(again.value)
+            assert time.monotonic() - began < 5.0
         assert accountant.spent() == spent
     finally:
         ledger.close()
@@ -149,7 +162,8 @@ def test_a_server_crash_inside_a_write_transaction_leaves_nothing_half_written(p
         ledger._between_commits = crash
         with pytest.raises(Exception) as caught:
             accountant.record_many([Release("tok", EpsilonDeltaEvent(0.2))] * 3)
-        assert stopped and _server_failure(caught.value), repr(caught.value)
+        assert stopped and _server_failure(caught.value, url), repr(caught.value)
+        assert "during COMMIT" in str(caught.value)  # the connection was lost at the commit: its outcome unknown
         assert accountant.spent() == spent
     finally:
         if stopped:
@@ -162,7 +176,97 @@ def test_a_server_crash_inside_a_write_transaction_leaves_nothing_half_written(p
     assert _sql(postgres_database, "SELECT count(*) FROM budget.charges") == [(1,)]
 
 
-# -- 3. a forged row with a recomputed chain: verify() alone passes, a pin and a signed checkpoint do not -------
+# -- 3. a connection terminated by the server (an operator, a failover, a cut network) ---------------------------
+SECRET = "Tr0ub4dor-s3cret"
+
+
+def test_a_terminated_connection_raises_a_storage_error_naming_the_ledger_without_its_password(postgres_server,
+                                                                                             postgres_database):
+    dbname = postgres_database.rsplit("/", 1)[1]
+    url = postgres_server.url(dbname=dbname, password=SECRET) + "?ledger=budget"  # trust auth ignores the password
+    ledger = Ledger.open(url)
+    shown = ledger.path
+    assert SECRET not in shown
+    try:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+        for eps in (0.1, 0.2, 0.3, 0.05):
+            accountant.compose(EpsilonDeltaEvent(eps, 1e-7))
+        committed, spent = ledger.head_record, accountant.spent()
+        backend = ledger._store._conn.info.backend_pid
+        # From another connection; the call waits (up to 10 s) until the backend is gone.
+        assert _sql(postgres_database, "SELECT pg_terminate_backend(%s, 10000)", (backend,)) == [(True,)]
+        began = time.monotonic()
+        with pytest.raises(LedgerStorageError) as caught:
+            accountant.compose(EpsilonDeltaEvent(0.4, 1e-7))
+        assert time.monotonic() - began < 5.0
+        failure = caught.value
+        assert shown in str(failure) and _server_failure(failure, shown), repr(failure)
+        for text in (str(failure), repr(failure), repr(failure.__cause__), repr(failure.__context__)):
+            assert SECRET not in text, text
+        assert not isinstance(failure, psycopg.Error)
+        assert accountant.spent() == spent  # an accountant that raises leaves its state unchanged
+        # Every later call fails at once the same way (no hang, no AttributeError, no raw psycopg error), reads
+        # included; verify() either raises it or returns a failed verdict.
+        for attempt in (lambda: accountant.compose(EpsilonDeltaEvent(0.4)), lambda: ledger.head_record,
+                        lambda: ledger.row_count, lambda: list(ledger.rows()), lambda: ledger.runs,
+                        lambda: ledger.sync(accountant), lambda: ledger.begin_run({"mechanism": "test"})):
+            began = time.monotonic()
+            with pytest.raises(LedgerStorageError) as again:
+                attempt()
+            assert time.monotonic() - began < 5.0
+            assert _server_failure(again.value, shown) and SECRET not in str(again.value), repr(again.value)
+        try:
+            verdict = ledger.verify()
+        except LedgerStorageError as exc:
+            assert SECRET not in str(exc) and shown in str(exc)
+        else:
+            assert not verdict.ok and SECRET not in verdict.message
+        assert accountant.spent() == spent
+    finally:
+        ledger.close()
+    ledger.close()  # idempotent after a lost connection
+    with pytest.raises(LedgerStorageError, match="is closed"):
+        ledger.row_count  # noqa: B018  (a closed store says so, as an SQLite one raises sqlite3.Error)
+    assert _sql(postgres_database, "SELECT count(*) FROM budget.charges") == [(4,)]
+    with Ledger.open(url) as reopened:
+        result = reopened.verify()
+        assert result.ok, result.message
+        assert reopened.head_record == committed and result.rows == 4
+        assert result.spent == pytest.approx(spent)
+        resumed = BasicCompositionAccountant(budget=BUDGET, ledger=reopened)
+        assert resumed.spent() == pytest.approx(spent)
+
+
+def test_a_connection_lost_inside_a_long_read_raises_a_storage_error(postgres_server, postgres_database, monkeypatch):
+    """The server-side cursor of a long read (verify's rows, a few at a time) loses its connection midway."""
+    from pate_accountant._ledger import postgres_store
+
+    monkeypatch.setattr(postgres_store, "ITERSIZE", 2)
+    url = _url(postgres_database)
+    with Ledger.open(url) as writer:
+        accountant = BasicCompositionAccountant(budget=BUDGET, ledger=writer)
+        for _ in range(7):
+            accountant.compose(EpsilonDeltaEvent(0.01))
+    reader = Ledger.open(url, read_only=True)
+    try:
+        store = reader._store
+        with store.read():
+            rows = store.rows()
+            assert isinstance(rows, postgres_store._ServerRows)
+            first = [next(rows), next(rows), next(rows)]  # the second page is read
+            assert [row[0] for row in first] == [1, 2, 3]
+            backend = store._conn.info.backend_pid
+            assert _sql(postgres_database, "SELECT pg_terminate_backend(%s, 10000)", (backend,)) == [(True,)]
+            next(rows)  # still in the page fetched before
+            with pytest.raises(LedgerStorageError) as caught:
+                list(rows)
+            assert _server_failure(caught.value, url), repr(caught.value)
+            assert list(rows) == []  # the cursor is forgotten: nothing more, no other error
+    finally:
+        reader.close()
+
+
+# -- 4. a forged row with a recomputed chain: verify() alone passes, a pin and a signed checkpoint do not -------
 def _forge_inserted_row(database_url: str, at: int) -> None:
     """What a client with write access does: drop the append-only trigger, insert a well-formed row at ``at``
     (the later rows moved up one), recompute every hash and stored total, and move the head."""

@@ -34,6 +34,24 @@ Transactions.  One connection per :class:`PostgresStore`, in autocommit mode, wi
 * :meth:`PostgresStore.read` is one ``REPEATABLE READ, READ ONLY`` transaction: a single snapshot of both
   schemas, which is what "the shareable snapshot first, then the confidential one" is there to approximate.
 
+Long reads.  :meth:`PostgresStore.rows`, ``runs``, ``confidential_rows``, ``confidential_teachers`` and
+``confidential_totals`` inside a :meth:`~PostgresStore.read` or :meth:`~PostgresStore.write` transaction declare a
+server-side (named) cursor and fetch :data:`ITERSIZE` rows a round trip, so verifying or catching up on a long
+ledger never holds it all in memory; the iterator is valid until the transaction ends.  Outside a transaction
+(autocommit: a cursor without ``WITH HOLD`` ends with its statement) they are one statement fetched whole.
+
+Errors.  Every statement goes through one helper (:meth:`PostgresStore._execute`) and no psycopg exception leaves
+the store: a driver error becomes :class:`~.errors.LedgerStorageError`, one line naming the ledger by its shown
+location and the driver's error class, never the password, with no driver exception chained.  The few that mean
+something specific keep their own handling first (the lock timeout is ``LedgerError`` "cannot start a write
+transaction", as SQLite's; a role that may not read the confidential schema opens it as absent).  A lost
+connection (server stopped or restarted, backend terminated, network cut) is not re-established: the transaction
+under way is the server's to roll back (nothing half-written: both schemas commit in one ``COMMIT``), and every
+later call raises ``LedgerStorageError`` at once until :meth:`~PostgresStore.close` (which still works).  A
+connection lost *during* ``COMMIT`` says that the outcome is unknown: reopen the ledger to see.  Errors that are
+not about the connection (a table dropped under the ledger) are a private subclass in the store's ``errors``, so
+``verify()`` reports them as an unreadable ledger; a lost connection raises from ``verify()``.
+
 In use, and discarding.  A :class:`PostgresStore` holds a session-level *shared* advisory lock
 (``pg_advisory_lock_shared(h, 2)``) from before it first looks at the ledger until its connection closes: that is
 what "another connection uses the ledger" means here.  :meth:`PostgresStore.discard_if_unused` gives its own
@@ -49,14 +67,15 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
-from pate_accountant._ledger.errors import LedgerError, LedgerIntegrityError, _Discarded
+from pate_accountant._ledger.errors import LedgerError, LedgerIntegrityError, LedgerStorageError, _Discarded
 from pate_accountant._ledger.sqlite_files import DEFAULT_TIMEOUT, DISCARDED_KEY
 from pate_accountant._ledger.store import (
     CONFIDENTIAL_SCHEMA_VERSION,
     LEDGER_TABLES,
     SCHEMA_VERSION,
+    StoreIdentity,
 )
 
 #: URL schemes routed to this store by :meth:`Ledger.open`.
@@ -162,6 +181,9 @@ CREATE TRIGGER totals_append_only BEFORE UPDATE ON {s}.totals
 FOR EACH ROW EXECUTE FUNCTION {s}.refuse('confidential totals are append-only');
 """
 
+#: Rows fetched per round trip from a server-side cursor (:meth:`PostgresStore.rows` and the other long reads).
+ITERSIZE = 2000
+
 #: ``synchronous`` of :meth:`Ledger.open` as PostgreSQL's ``synchronous_commit``.
 _SYNCHRONOUS_COMMIT = {"FULL": "on", "EXTRA": "on", "NORMAL": "off"}
 
@@ -194,10 +216,16 @@ def parse_url(url: str) -> tuple[str, str, str, tuple]:
         raise LedgerError(f"invalid ledger name {name!r} in a PostgreSQL ledger URL: use 1 to 50 lower-case letters, "
                           "digits and underscores, starting with a letter or underscore (and not with 'pg_')")
     rest = [(key, value) for key, value in query if key != "ledger"]
-    conninfo = urlunsplit((parts.scheme, netloc, parts.path, urlencode(rest), ""))
+    conninfo = _join(parts.scheme, netloc, parts.path, urlencode(rest))
     shown_query = urlencode([(key, value) for key, value in rest if key != "password"] + [("ledger", name)])
-    shown = urlunsplit((parts.scheme, shown_netloc, parts.path, shown_query, ""))
+    shown = _join(parts.scheme, shown_netloc, parts.path, shown_query)
     return conninfo, name, shown, secrets
+
+
+def _join(scheme: str, netloc: str, path: str, query: str) -> str:
+    """A URL from its parts, keeping the ``//`` of an empty host (``postgresql:///?service=NAME``: libpq's service
+    file names the server), which :func:`urllib.parse.urlunsplit` drops and libpq then cannot read."""
+    return f"{scheme}://{netloc}{path}" + (f"?{query}" if query else "")
 
 
 def _import_psycopg():
@@ -207,6 +235,12 @@ def _import_psycopg():
         raise LedgerError("a PostgreSQL ledger needs psycopg 3: install pate-accountant with the 'postgresql' extra "
                           "(pip install 'pate-accountant[postgresql]')") from None
     return psycopg
+
+
+class _UnreadableLedger(LedgerStorageError):
+    """A driver error that is not about the connection (a table dropped or altered under the ledger, a privilege
+    missing, a value the layout refuses): :meth:`Ledger.verify` reports such a ledger as not readable (the
+    store's ``errors``) where a lost connection raises."""
 
 
 class _Snapshot:
@@ -219,16 +253,73 @@ class _Snapshot:
         """Nothing to start: the ``REPEATABLE READ`` snapshot already covers the confidential schema."""
 
 
-class PostgresStore:
+class _ServerRows:
+    """The rows of a server-side (named) cursor declared inside the open transaction, fetched :data:`ITERSIZE` at
+    a time; an iterator of tuples, as a client-side cursor is.  Exhausted, it closes the cursor on the server at
+    once; left unfinished it only forgets it (no statement from a finaliser, which may run at any moment): the
+    server closes it with the transaction."""
+
+    def __init__(self, store: PostgresStore, cursor):
+        self._store = store
+        self._cursor = cursor
+        self._page: list = []
+        self._at = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._at >= len(self._page):
+            cursor = self._cursor
+            if cursor is None:
+                raise StopIteration
+            store = self._store
+            failure = None
+            try:
+                self._page = cursor.fetchmany(ITERSIZE)
+            except store._pg.Error as exc:
+                failure = store._storage_error(exc)
+            if failure is not None:
+                self._forget()
+                raise failure
+            self._at = 0
+            if len(self._page) < ITERSIZE:  # the last page: close the cursor on the server now
+                self._cursor = None
+                try:
+                    cursor.close()
+                except store._pg.Error:  # the connection's trouble shows on its next statement
+                    store._pg.Cursor.close(cursor)
+            if not self._page:
+                raise StopIteration
+        row = self._page[self._at]
+        self._at += 1
+        return row
+
+    def _forget(self) -> None:
+        cursor, self._cursor = self._cursor, None
+        if cursor is not None:
+            self._store._pg.Cursor.close(cursor)  # the client side only: no statement
+
+    def __del__(self):
+        self._forget()
+
+
+class PostgresStore(StoreIdentity):
     """A ledger kept in PostgreSQL (see the module docstring).  ``PostgresStore(url, ...)`` parses the URL and
     checks the arguments; :meth:`open` connects (creating the ledger where its schema does not exist).  One store
-    is one connection: use it from one thread, in one process."""
+    is one connection: use it from one thread, in one process.
+
+    Every driver error of every method (and of the statements inside :meth:`read` and :meth:`write`) is raised as
+    :class:`LedgerStorageError`, one line naming the ledger by :attr:`location` and the driver's error class,
+    never the password, and chained to nothing (the driver's text is scrubbed; its exception is not kept).  A lost
+    connection is not re-established: every later call raises :class:`LedgerStorageError` at once, and
+    :meth:`close` still works."""
 
     def __init__(self, url: str, *, read_only: bool = False, synchronous: str = "FULL",
                  timeout: float = DEFAULT_TIMEOUT):
         self._conninfo, self._name, self._location, self._secrets = parse_url(url)
         self._pg = _import_psycopg()
-        self.errors = (self._pg.Error,)
+        self.errors = (_UnreadableLedger,)
         self._read_only = read_only
         self._synchronous_commit = _SYNCHRONOUS_COMMIT.get(str(synchronous).upper(), "on")
         self._timeout = timeout
@@ -241,6 +332,8 @@ class PostgresStore:
         self._conf_open = False
         self._conf_created_here = False
         self._busy = False
+        self._doing_what = None  # (template, where) of the operation under way, for its error messages
+        self._cursors = 0  # server-side cursors declared on this connection (their names)
 
     # -- identity ----------------------------------------------------------------------------------------------
     @property
@@ -250,14 +343,6 @@ class PostgresStore:
     @property
     def confidential_location(self) -> str:
         return f"{self._location} (schema {self._name}{_CONF_SUFFIX})"
-
-    @property
-    def read_only(self) -> bool:
-        return self._read_only
-
-    @property
-    def created_here(self) -> bool:
-        return self._created_here
 
     @property
     def has_confidential(self) -> bool:
@@ -277,39 +362,120 @@ class PostgresStore:
             text = text.replace(secret, "***")
         return text
 
-    def _fail(self, what: str, exc) -> LedgerError:
-        return LedgerError(f"{what} {self._location!r}: {self._scrub(exc).strip()}")
+    def _fail(self, what: str, exc, cls=LedgerError) -> LedgerError:
+        return cls(f"{what} {self._location!r}: {self._driver_text(exc)}")
+
+    # -- driver errors ------------------------------------------------------------------------------------------
+    def _driver_text(self, exc) -> str:
+        """``ErrorClass: message`` of a driver error on one line, without the password."""
+        return f"{type(exc).__name__}: {' '.join(self._scrub(exc).split()) or 'no message'}"
+
+    def _lost(self) -> bool:
+        conn = self._conn
+        return conn is None or conn.closed
+
+    def _storage_error(self, exc) -> LedgerStorageError:
+        """The :class:`LedgerStorageError` a driver error ``exc`` is raised as (see the class docstring)."""
+        pg = self._pg
+        lost = self._lost()
+        cls = LedgerStorageError if lost or isinstance(exc, (pg.OperationalError, pg.InterfaceError)) \
+            else _UnreadableLedger
+        text = self._driver_text(exc)
+        if self._doing_what is not None:
+            template, where = self._doing_what
+            return cls(f"{template.format(where=repr(where))}: {text}")
+        if lost:
+            return cls(f"lost the connection to the PostgreSQL ledger {self._location!r} ({text}); it does not "
+                       "reconnect: close the ledger and open it again")
+        return cls(f"the PostgreSQL ledger {self._location!r} failed ({text})")
+
+    @contextlib.contextmanager
+    def _doing(self, template: str, where: str | None = None):
+        """Name what is under way in the errors raised meanwhile (``template`` with ``{where}``, the location)."""
+        before, self._doing_what = self._doing_what, (template, self._location if where is None else where)
+        try:
+            yield
+        finally:
+            self._doing_what = before
+
+    def _live(self):
+        conn = self._conn
+        if conn is None:
+            raise LedgerStorageError(f"the PostgreSQL ledger {self._location!r} is closed")
+        return conn
+
+    def _execute(self, query, params=None, *, keep=()):
+        """Every statement goes through here: a client-side cursor with the result fetched, or
+        :class:`LedgerStorageError` for a driver error (those of the classes in ``keep`` excepted: the caller
+        handles them)."""
+        conn = self._live()
+        try:
+            return conn.execute(query, params)
+        except keep:
+            raise
+        except self._pg.Error as exc:
+            failure = self._storage_error(exc)
+        raise failure  # outside the except block: the driver's exception is not chained
+
+    def _executemany(self, query, rows) -> None:
+        conn = self._live()
+        try:
+            with conn.cursor() as cursor:
+                cursor.executemany(query, rows)
+            return
+        except self._pg.Error as exc:
+            failure = self._storage_error(exc)
+        raise failure
+
+    def _stream(self, query, params=None):
+        """The rows of a long read.  Inside a transaction (:meth:`read`, :meth:`write`): a server-side cursor,
+        :data:`ITERSIZE` rows a round trip (it lives until the transaction ends, so iterate it inside).  Outside
+        one (autocommit: a cursor without ``WITH HOLD`` would not outlive its statement): one statement, fetched
+        whole, as before."""
+        conn = self._live()
+        if conn.info.transaction_status != self._pg.pq.TransactionStatus.INTRANS:
+            return self._execute(query, params)
+        self._cursors += 1
+        cursor = conn.cursor(name=f"pate_ledger_{self._cursors}")
+        try:
+            cursor.execute(query, params)  # DECLARE: the rows are those of the snapshot at this point
+            return _ServerRows(self, cursor)
+        except self._pg.Error as exc:
+            self._pg.Cursor.close(cursor)
+            failure = self._storage_error(exc)
+        raise failure
 
     # -- opening ----------------------------------------------------------------------------------------------
     def open(self, layout) -> None:
         """Connect, take the shared "in use" lock, and create the ledger when its schema does not exist (schema,
         tables and first metadata in one transaction); then check the layout."""
         pg = self._pg
+        failure = None
         try:
             conn = pg.connect(self._conninfo, autocommit=True)
         except pg.Error as exc:
-            raise self._fail("cannot connect to the PostgreSQL ledger", exc) from None
+            failure = self._fail("cannot connect to the PostgreSQL ledger", exc, LedgerStorageError)
+        if failure is not None:
+            raise failure
         self._conn = conn
         try:
-            wait_ms = max(1, int(self._timeout * 1000))
-            conn.execute(f"SET lock_timeout = {wait_ms}")
-            conn.execute(f"SET synchronous_commit = {self._synchronous_commit}")
-            conn.execute("SELECT pg_advisory_lock_shared(hashtext(%s), 2)", (self._lock_key(),))
-            self._created_here = False
-            if not self._read_only:
-                self._create_if_missing(layout)
-            elif not self._schema_exists(self._name):
-                raise FileNotFoundError(f"no ledger at {self._location!r} (no schema {self._name!r})")
-            layout(create=False)
-            if not self._read_only:
-                layout(create=True)
+            with self._doing("cannot open the PostgreSQL ledger {where}"):
+                wait_ms = max(1, int(self._timeout * 1000))
+                self._execute(f"SET lock_timeout = {wait_ms}")
+                self._execute(f"SET synchronous_commit = {self._synchronous_commit}")
+                self._execute("SELECT pg_advisory_lock_shared(hashtext(%s), 2)", (self._lock_key(),))
+                self._created_here = False
+                if not self._read_only:
+                    self._create_if_missing(layout)
+                elif not self._schema_exists(self._name):
+                    raise FileNotFoundError(f"no ledger at {self._location!r} (no schema {self._name!r})")
+                layout(create=False)
+                if not self._read_only:
+                    layout(create=True)
         except _Discarded:
             self.close()
             raise LedgerError(f"{self._location!r} is an empty ledger marked discarded; drop its schemas and "
                               "start again") from None
-        except pg.Error as exc:
-            self.close()
-            raise self._fail("cannot open the PostgreSQL ledger", exc) from None
         except BaseException:
             self.close()
             raise
@@ -318,22 +484,21 @@ class PostgresStore:
         return f"pate-accountant ledger {self._name}"
 
     def _schema_exists(self, schema: str) -> bool:
-        return self._conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is not None
+        return self._execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is not None
 
     def _create_if_missing(self, layout) -> None:
-        conn = self._conn
         if self._schema_exists(self._name):
             return
-        conn.execute("BEGIN")
+        self._execute("BEGIN")
         try:
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), 1)", (self._lock_key(),))
+            self._execute("SELECT pg_advisory_xact_lock(hashtext(%s), 1)", (self._lock_key(),))
             if self._schema_exists(self._name):  # another creator was first: open what it made
-                conn.execute("ROLLBACK")
+                self._execute("ROLLBACK")
                 return
-            conn.execute(f"CREATE SCHEMA {self._schema}")
+            self._execute(f"CREATE SCHEMA {self._schema}")
             self._creating = True
             layout(create=True)
-            conn.execute("COMMIT")
+            self._execute("COMMIT")
         except BaseException:
             self._rollback()
             raise
@@ -349,12 +514,12 @@ class PostgresStore:
             if create:
                 self._run_script(_SCHEMA, self._schema)
                 for key, text in initial_meta().items():
-                    self._conn.execute(f"INSERT INTO {self._schema}.meta (key, value) VALUES (%s, %s) "
-                                       "ON CONFLICT (key) DO NOTHING", (key, text))
+                    self._execute(f"INSERT INTO {self._schema}.meta (key, value) VALUES (%s, %s) "
+                                  "ON CONFLICT (key) DO NOTHING", (key, text))
             return
         if self._laid_out and create:
             return
-        try:
+        with self._doing("cannot read the PostgreSQL ledger {where}"):
             tables = self.tables()
             if not tables:
                 raise LedgerError(f"{self._location!r}: schema {self._name!r} has no tables, so it is not a "
@@ -362,9 +527,7 @@ class PostgresStore:
             if not LEDGER_TABLES <= tables:
                 raise LedgerError(f"{self._location!r}: schema {self._name!r} is not a pate-accountant ledger "
                                   f"(tables {sorted(LEDGER_TABLES - tables)} missing); it was left unchanged")
-            meta = dict(self._conn.execute(f"SELECT key, value FROM {self._schema}.meta"))
-        except self._pg.Error as exc:
-            raise self._fail("cannot read the PostgreSQL ledger", exc) from None
+            meta = dict(self._execute(f"SELECT key, value FROM {self._schema}.meta"))
         if meta.get(DISCARDED_KEY):
             raise _Discarded()
         version = meta.get("schema_version")
@@ -379,13 +542,13 @@ class PostgresStore:
 
     def _run_script(self, script: str, schema: str) -> None:
         # Without parameters psycopg sends the script as one simple query: all its statements, in the open transaction.
-        self._conn.execute(script.format(s=schema))
+        self._execute(script.format(s=schema))
 
     def tables(self) -> set:
         return self._tables_of(self._name)
 
     def _tables_of(self, schema: str) -> set:
-        return {row[0] for row in self._conn.execute(
+        return {row[0] for row in self._execute(
             "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = %s AND c.relkind IN ('r', 'p')", (schema,))}
 
@@ -396,42 +559,40 @@ class PostgresStore:
         (an auditor granted the shareable schema only reads the confidential part as absent)."""
         if self._conf_open:
             return True
-        pg, conn = self._pg, self._conn
+        pg = self._pg
         schema = self._name + _CONF_SUFFIX
         where = self.confidential_location
         ledger_id = self.meta().get("ledger_id")
-        try:
+        with self._doing("{where} is not a usable confidential ledger part", where):
             if not self._schema_exists(schema):
                 if not create or self._read_only:
                     return False
-                conn.execute("BEGIN")
+                self._execute("BEGIN")
                 try:
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), 1)", (self._lock_key(),))
+                    self._execute("SELECT pg_advisory_xact_lock(hashtext(%s), 1)", (self._lock_key(),))
                     if not self._schema_exists(schema):
-                        conn.execute(f"CREATE SCHEMA {self._conf_schema}")
+                        self._execute(f"CREATE SCHEMA {self._conf_schema}")
                         self._run_script(_CONFIDENTIAL_SCHEMA, self._conf_schema)
                         for key, text in initial_meta(ledger_id).items():
-                            conn.execute(f"INSERT INTO {self._conf_schema}.meta (key, value) VALUES (%s, %s)",
-                                         (key, text))
+                            self._execute(f"INSERT INTO {self._conf_schema}.meta (key, value) VALUES (%s, %s)",
+                                          (key, text))
                         self._conf_created_here = True
-                    conn.execute("COMMIT")
+                    self._execute("COMMIT")
                 except BaseException:
                     self._conf_created_here = False
                     self._rollback()
                     raise
-            if not conn.execute("SELECT has_schema_privilege(%s, 'USAGE')", (schema,)).fetchone()[0]:
+            if not self._execute("SELECT has_schema_privilege(%s, 'USAGE')", (schema,)).fetchone()[0]:
                 return False
             tables = self._tables_of(schema)
             if not CONFIDENTIAL_TABLES <= tables:
                 raise LedgerError(f"{where!r} is not a confidential ledger part (tables "
                                   f"{sorted(CONFIDENTIAL_TABLES - tables)} missing)")
             try:
-                meta = dict(conn.execute(f"SELECT key, value FROM {self._conf_schema}.meta"))
+                meta = dict(self._execute(f"SELECT key, value FROM {self._conf_schema}.meta",
+                                          keep=(pg.errors.InsufficientPrivilege,)))
             except pg.errors.InsufficientPrivilege:
                 return False
-        except pg.Error as exc:
-            raise LedgerError(f"{where!r} is not a usable confidential ledger part: "
-                              f"{self._scrub(exc).strip()}") from None
         version = meta.get("schema_version")
         if version is None or json.loads(version) != CONFIDENTIAL_SCHEMA_VERSION:
             raise LedgerError(f"{where!r} is not a confidential ledger part of schema version "
@@ -442,55 +603,54 @@ class PostgresStore:
         return True
 
     def confidential_meta(self) -> dict:
-        return dict(self._conn.execute(f"SELECT key, value FROM {self._conf_schema}.meta"))
+        return dict(self._execute(f"SELECT key, value FROM {self._conf_schema}.meta"))
 
     def confidential_head(self):
-        row = self._conn.execute(f"SELECT row_count, last_hash FROM {self._conf_schema}.head WHERE id = 1").fetchone()
+        row = self._execute(f"SELECT row_count, last_hash FROM {self._conf_schema}.head WHERE id = 1").fetchone()
         return None if row is None else (row[0], row[1])
 
     def confidential_rows(self, after, up_to: int):
-        return self._conn.execute(f"SELECT {_CONF_COLUMNS} FROM {self._conf_schema}.charges "
-                                  "WHERE id > %s AND share_row <= %s ORDER BY id", (after or 0, up_to))
+        return self._stream(f"SELECT {_CONF_COLUMNS} FROM {self._conf_schema}.charges "
+                            "WHERE id > %s AND share_row <= %s ORDER BY id", (after or 0, up_to))
 
     def confidential_teachers(self):
-        return self._conn.execute(f"SELECT share_row, charged_teachers FROM {self._conf_schema}.charges")
+        return self._stream(f"SELECT share_row, charged_teachers FROM {self._conf_schema}.charges ORDER BY id")
 
     def confidential_totals(self, up_to: int):
-        return self._conn.execute(f"SELECT share_row, share_hash, spent_epsilon, spent_delta "
-                                  f"FROM {self._conf_schema}.totals WHERE share_row <= %s", (up_to,))
+        return self._stream(f"SELECT share_row, share_hash, spent_epsilon, spent_delta "
+                            f"FROM {self._conf_schema}.totals WHERE share_row <= %s ORDER BY share_row", (up_to,))
 
     def confidential_row_totals(self, share_row: int):
-        return self._conn.execute(f"SELECT share_hash, spent_epsilon, spent_delta FROM {self._conf_schema}.totals "
-                                  "WHERE share_row = %s", (share_row,)).fetchone()
+        return self._execute(f"SELECT share_hash, spent_epsilon, spent_delta FROM {self._conf_schema}.totals "
+                             "WHERE share_row = %s", (share_row,)).fetchone()
 
     def confidential_orphans(self, head_rows: int) -> int:
-        return self._conn.execute(f"SELECT count(*) FROM {self._conf_schema}.charges WHERE share_row > %s",
-                                  (head_rows,)).fetchone()[0]
+        return self._execute(f"SELECT count(*) FROM {self._conf_schema}.charges WHERE share_row > %s",
+                             (head_rows,)).fetchone()[0]
 
     def drop_confidential_orphans(self, head_rows: int):
-        conn, c = self._conn, self._conf_schema
-        dropped = conn.execute(f"DELETE FROM {c}.charges WHERE share_row > %s", (head_rows,)).rowcount
-        dropped += conn.execute(f"DELETE FROM {c}.totals WHERE share_row > %s", (head_rows,)).rowcount
+        c = self._conf_schema
+        dropped = self._execute(f"DELETE FROM {c}.charges WHERE share_row > %s", (head_rows,)).rowcount
+        dropped += self._execute(f"DELETE FROM {c}.totals WHERE share_row > %s", (head_rows,)).rowcount
         if dropped:
-            last = conn.execute(f"SELECT id, hash FROM {c}.charges ORDER BY id DESC LIMIT 1").fetchone()
+            last = self._execute(f"SELECT id, hash FROM {c}.charges ORDER BY id DESC LIMIT 1").fetchone()
             head = (last[0], last[1]) if last else (0, None)
-            conn.execute(f"UPDATE {c}.head SET row_count = %s, last_hash = %s WHERE id = 1", head)
+            self._execute(f"UPDATE {c}.head SET row_count = %s, last_hash = %s WHERE id = 1", head)
             return head
         return self.confidential_head()
 
     def append_confidential(self, rows, totals, row_count: int, last_hash) -> None:
-        conn, c = self._conn, self._conf_schema
-        with conn.cursor() as cursor:
-            cursor.executemany(f"INSERT INTO {c}.charges ({_CONF_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s)", list(rows))
-            cursor.executemany(f"INSERT INTO {c}.totals (share_row, share_hash, spent_epsilon, spent_delta) "
-                               "VALUES (%s,%s,%s,%s)", list(totals))
-        conn.execute(f"UPDATE {c}.head SET row_count = %s, last_hash = %s WHERE id = 1", (row_count, last_hash))
+        c = self._conf_schema
+        self._executemany(f"INSERT INTO {c}.charges ({_CONF_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s)", list(rows))
+        self._executemany(f"INSERT INTO {c}.totals (share_row, share_hash, spent_epsilon, spent_delta) "
+                          "VALUES (%s,%s,%s,%s)", list(totals))
+        self._execute(f"UPDATE {c}.head SET row_count = %s, last_hash = %s WHERE id = 1", (row_count, last_hash))
 
     # -- transactions ---------------------------------------------------------------------------------------
     def _rollback(self) -> None:
         conn = self._conn
         if conn is None or conn.closed:
-            return
+            return  # a lost connection: the server rolled the transaction back when it lost it
         if conn.info.transaction_status != self._pg.pq.TransactionStatus.IDLE:
             with contextlib.suppress(self._pg.Error):
                 conn.execute("ROLLBACK")
@@ -499,13 +659,18 @@ class PostgresStore:
     def read(self, *, confidential: bool = False):
         if self._busy:
             raise RuntimeError("a ledger transaction is already open on this Ledger")
-        self._conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self._execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         self._busy = True
+        failure = None
         try:
             yield _Snapshot(self)
+        except self._pg.Error as exc:  # a driver error from a statement made on this connection some other way
+            failure = self._storage_error(exc)
         finally:
             self._busy = False
             self._rollback()
+        if failure is not None:
+            raise failure from None
 
     @contextlib.contextmanager
     def write(self, *, confidential: bool = False, between_commits=None):
@@ -513,74 +678,98 @@ class PostgresStore:
             raise LedgerError(f"ledger {self._location!r} is open read-only")
         if self._busy:
             raise RuntimeError("a ledger transaction is already open on this Ledger")
-        pg, conn = self._pg, self._conn
+        pg = self._pg
         self._busy = True
+        failure = None
         try:
             try:
-                conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-                conn.execute(f"SELECT row_count FROM {self._schema}.head WHERE id = 1 FOR UPDATE")  # the write lock
+                self._execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                keep = (pg.errors.LockNotAvailable,)
+                self._execute(f"SELECT row_count FROM {self._schema}.head WHERE id = 1 FOR UPDATE",
+                              keep=keep)  # the write lock
                 if confidential and self._conf_open:
-                    conn.execute(f"SELECT row_count FROM {self._conf_schema}.head WHERE id = 1 FOR UPDATE")
+                    self._execute(f"SELECT row_count FROM {self._conf_schema}.head WHERE id = 1 FOR UPDATE",
+                                  keep=keep)
             except pg.errors.LockNotAvailable as exc:
-                raise self._fail(f"cannot start a write transaction (waited {self._timeout} s for another "
-                                 "writer) on", exc) from None
-            yield
-            if between_commits is not None:
-                between_commits()  # one transaction: both parts commit together, below
-            conn.execute("COMMIT")
+                failure = self._fail(f"cannot start a write transaction (waited {self._timeout} s for another "
+                                     "writer) on", exc)
+            if failure is None:
+                yield
+                if between_commits is not None:
+                    between_commits()  # one transaction: both parts commit together, below
+                self._commit()
+        except pg.Error as exc:  # a driver error from a statement made on this connection some other way
+            failure = self._storage_error(exc)
         except BaseException:
             self._rollback()
             raise
         finally:
             self._busy = False
+        if failure is not None:
+            self._rollback()
+            raise failure from None
+
+    def _commit(self) -> None:
+        conn = self._live()
+        try:
+            conn.execute("COMMIT")
+            return
+        except self._pg.Error as exc:
+            text = self._driver_text(exc)
+            if self._lost():
+                failure = LedgerStorageError(
+                    f"lost the connection to the PostgreSQL ledger {self._location!r} during COMMIT ({text}): "
+                    "whether the transaction committed is unknown (it does not reconnect: open the ledger again "
+                    "to see; the ledger, not the accountant that raised, is the truth)")
+            else:  # the server refused the commit: it rolled the transaction back
+                failure = LedgerStorageError(f"the PostgreSQL ledger {self._location!r} refused the commit ({text}): "
+                                             "nothing of the transaction is stored")
+        raise failure
 
     # -- the shareable schema -------------------------------------------------------------------------------
     def meta(self) -> dict:
         if not self._laid_out and "meta" not in self.tables():
             return {}
-        return dict(self._conn.execute(f"SELECT key, value FROM {self._schema}.meta"))
+        return dict(self._execute(f"SELECT key, value FROM {self._schema}.meta"))
 
     def head(self):
-        return self._conn.execute(
+        return self._execute(
             f"SELECT row_count, last_hash, run_count, run_last_hash FROM {self._schema}.head WHERE id = 1").fetchone()
 
     def rows(self, after=None):
-        return self._conn.execute(f"SELECT {_ROW_COLUMNS} FROM {self._schema}.charges WHERE id > %s ORDER BY id",
-                                  (after or 0,))
+        return self._stream(f"SELECT {_ROW_COLUMNS} FROM {self._schema}.charges WHERE id > %s ORDER BY id",
+                            (after or 0,))
 
     def runs(self):
-        return self._conn.execute(f"SELECT {_RUN_COLUMNS} FROM {self._schema}.runs ORDER BY id")
+        return self._stream(f"SELECT {_RUN_COLUMNS} FROM {self._schema}.runs ORDER BY id")
 
     def row_hash(self, row_id: int):
-        found = self._conn.execute(f"SELECT hash FROM {self._schema}.charges WHERE id = %s",
-                                   (int(row_id),)).fetchone()
+        found = self._execute(f"SELECT hash FROM {self._schema}.charges WHERE id = %s", (int(row_id),)).fetchone()
         return None if found is None else found[0]
 
     def run_hash(self, run_id: int):
-        found = self._conn.execute(f"SELECT hash FROM {self._schema}.runs WHERE id = %s", (int(run_id),)).fetchone()
+        found = self._execute(f"SELECT hash FROM {self._schema}.runs WHERE id = %s", (int(run_id),)).fetchone()
         return None if found is None else found[0]
 
     def row_totals(self, row_id: int):
-        stored = self._conn.execute(f"SELECT spent_epsilon, spent_delta FROM {self._schema}.charges WHERE id = %s",
-                                    (int(row_id),)).fetchone()
+        stored = self._execute(f"SELECT spent_epsilon, spent_delta FROM {self._schema}.charges WHERE id = %s",
+                               (int(row_id),)).fetchone()
         return None if stored is None or stored[0] is None else stored
 
     def set_meta(self, key: str, text: str) -> None:
-        self._conn.execute(f"INSERT INTO {self._schema}.meta (key, value) VALUES (%s, %s) "
-                           "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (key, text))
+        self._execute(f"INSERT INTO {self._schema}.meta (key, value) VALUES (%s, %s) "
+                      "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (key, text))
 
     def append_rows(self, rows, row_count: int, last_hash) -> None:
-        conn = self._conn
-        with conn.cursor() as cursor:
-            cursor.executemany(f"INSERT INTO {self._schema}.charges ({_ROW_COLUMNS}) "
-                               "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", list(rows))
-        conn.execute(f"UPDATE {self._schema}.head SET row_count = %s, last_hash = %s WHERE id = 1",
-                     (row_count, last_hash))
+        self._executemany(f"INSERT INTO {self._schema}.charges ({_ROW_COLUMNS}) "
+                          "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", list(rows))
+        self._execute(f"UPDATE {self._schema}.head SET row_count = %s, last_hash = %s WHERE id = 1",
+                      (row_count, last_hash))
 
     def append_run(self, run, run_count: int, run_last_hash) -> None:
-        self._conn.execute(f"INSERT INTO {self._schema}.runs ({_RUN_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s)", run)
-        self._conn.execute(f"UPDATE {self._schema}.head SET run_count = %s, run_last_hash = %s WHERE id = 1",
-                           (run_count, run_last_hash))
+        self._execute(f"INSERT INTO {self._schema}.runs ({_RUN_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s)", run)
+        self._execute(f"UPDATE {self._schema}.head SET run_count = %s, run_last_hash = %s WHERE id = 1",
+                      (run_count, run_last_hash))
 
     # -- life cycle ------------------------------------------------------------------------------------------
     def checkpoint(self) -> bool:
@@ -588,38 +777,38 @@ class PostgresStore:
         return True
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None and not conn.closed:
-            self._conn = conn
+        """Roll back what is open and close the connection (also after it was lost); idempotent."""
+        conn = self._conn
+        if conn is not None:
             self._rollback()
             self._conn = None
-            conn.close()  # also releases the session's advisory locks
+            with contextlib.suppress(self._pg.Error):
+                conn.close()  # also releases the session's advisory locks
         self._conf_open = False
 
     def discard_if_unused(self) -> bool:
         """Drop the ledger's schemas (the confidential one only when this store created it) when no other store
         has the ledger open (the exclusive "in use" lock is granted without waiting) and it has no row and no
         run; one transaction, so nobody sees a half-removed ledger.  Closes the store either way."""
-        conn = self._conn
-        if conn is None or self._read_only:
+        if self._conn is None or self._read_only:
             self.close()
             return False
         key = self._lock_key()
         try:
-            conn.execute("BEGIN")
-            conn.execute("SELECT pg_advisory_unlock_shared(hashtext(%s), 2)", (key,))
-            if not conn.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s), 2)", (key,)).fetchone()[0]:
+            self._execute("BEGIN")
+            self._execute("SELECT pg_advisory_unlock_shared(hashtext(%s), 2)", (key,))
+            if not self._execute("SELECT pg_try_advisory_xact_lock(hashtext(%s), 2)", (key,)).fetchone()[0]:
                 return False
-            counts = conn.execute(f"SELECT row_count, run_count FROM {self._schema}.head WHERE id = 1 FOR UPDATE"
-                                  ).fetchone()
+            counts = self._execute(f"SELECT row_count, run_count FROM {self._schema}.head WHERE id = 1 FOR UPDATE"
+                                   ).fetchone()
             if counts is None or counts[0] or counts[1]:
                 return False
-            conn.execute(f"DROP SCHEMA {self._schema} CASCADE")
+            self._execute(f"DROP SCHEMA {self._schema} CASCADE")
             if self._conf_created_here:
-                conn.execute(f"DROP SCHEMA IF EXISTS {self._conf_schema} CASCADE")
-            conn.execute("COMMIT")
+                self._execute(f"DROP SCHEMA IF EXISTS {self._conf_schema} CASCADE")
+            self._execute("COMMIT")
             return True
-        except self._pg.Error:
+        except LedgerStorageError:
             return False
         finally:
             self.close()

@@ -45,6 +45,7 @@ from pate_accountant._ledger.store import (
     CONFIDENTIAL_SCHEMA_VERSION,
     LEDGER_TABLES,
     SCHEMA_VERSION,
+    StoreIdentity,
 )
 
 _ROW_INSERT = f"INSERT INTO charges ({_ROW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
@@ -69,7 +70,7 @@ class _Snapshot:
         self.conf.execute("SELECT row_count FROM head WHERE id = 1").fetchone()
 
 
-class SQLiteStore:
+class SQLiteStore(StoreIdentity):
     """A ledger kept in SQLite files (or, :meth:`in_memory`, in two in-memory databases).
 
     ``SQLiteStore(path, ...)`` names the files and checks the arguments; :meth:`open` opens them (creating the
@@ -131,14 +132,6 @@ class SQLiteStore:
     @property
     def confidential_location(self) -> str | None:
         return self._conf_path
-
-    @property
-    def read_only(self) -> bool:
-        return self._read_only
-
-    @property
-    def created_here(self) -> bool:
-        return self._created_here
 
     @property
     def has_confidential(self) -> bool:

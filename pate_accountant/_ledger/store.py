@@ -16,7 +16,10 @@ stored values' types (``_field``), so a store must neither coerce nor round (a R
 ``str``; PostgreSQL: ``double precision``, ``bigint``, ``text``).  Metadata values are canonical JSON texts.
 
 Transactions.  Every read method runs inside the transaction that is open on the store (a :meth:`read` snapshot
-or a :meth:`write` transaction) when there is one, else as one statement of its own.
+or a :meth:`write` transaction) when there is one, else as one statement of its own.  The iterators of the long
+reads (``rows``, ``runs``, ``confidential_rows``, ``confidential_teachers``, ``confidential_totals``) returned
+inside a transaction are valid until it ends (a server store streams them through a server-side cursor): iterate
+them inside it.
 ``read(confidential=...)`` is one consistent snapshot: of the shareable part first, then of the confidential
 part (the confidential part is committed first, so every confidential row a shareable row in the first snapshot
 names is in the second).  ``write(confidential=...)`` serialises writers of the ledger across processes and
@@ -50,6 +53,23 @@ CONFIDENTIAL_SCHEMA_VERSION = 1
 LEDGER_TABLES = frozenset({"meta", "charges", "head", "runs"})
 
 
+class StoreIdentity:
+    """The identity properties every store answers the same way (a small base under both stores; :class:`LedgerStore`
+    stays the contract): the store sets ``_read_only`` when it is made and ``_created_here`` when its opener
+    created the ledger."""
+
+    _read_only: bool = False
+    _created_here: bool = False
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def created_here(self) -> bool:
+        return self._created_here
+
+
 @runtime_checkable
 class ReadSnapshot(Protocol):
     """What :meth:`LedgerStore.read` yields."""
@@ -64,7 +84,8 @@ class LedgerStore(Protocol):
     """Where one ledger's two parts are kept (see the module docstring for the rules every method follows)."""
 
     #: What the store raises when its data cannot be read at all (damaged pages, a broken layout): the
-    #: verification turns these into a failed verdict instead of a crash.
+    #: verification turns these into a failed verdict instead of a crash.  (A lost database connection is not
+    #: among them: it raises, as :class:`~.errors.LedgerStorageError` from a server store.)
     errors: tuple
 
     # -- identity ----------------------------------------------------------------------------------------------

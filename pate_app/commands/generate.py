@@ -60,11 +60,14 @@ def add_arguments(p) -> None:
                    help="the prompt template: 'instructions' (write a new instruction; the default for Dolly "
                         "records), 'records' (write a new record of the same kind; the default otherwise), or a "
                         "template file (TOML with header, example, open_slot and optional stop; docs/data.md)")
-    p.add_argument("--ledger", metavar="FILE", default=None,
+    p.add_argument("--ledger", metavar="FILE|URL", default=None,
                    help="the data set's ledger: created if missing; an existing one must belong to the same data "
                         "set, accountant and budget, and the run is appended to it (default: the ledger the ledger "
                         "home keeps for these records, found by their fingerprint; a FILE other than that one is "
-                        "refused; docs/ledger.md)")
+                        "refused). A postgresql://USER@HOST:PORT/DB URL keeps the budget in that database, shared by "
+                        "every host: its data-set index finds these records' ledger (give ?ledger=NAME to name it; "
+                        "another name than the registered one is refused); the password comes from the URL, PG* "
+                        "variables or ~/.pgpass and is never shown (docs/ledger.md, \"PostgreSQL\")")
     add_budget_options(p, default=False)
     p.add_argument("--model", metavar="PATH", default=EMBEDDED,
                    help=f"local model folder, .gguf file, or folder with one; '{EMBEDDED}' is the SmolLM2-135M-"

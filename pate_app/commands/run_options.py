@@ -112,6 +112,17 @@ def add_run_options(p) -> None:
     add_verbose_option(p)
 
 
+def _quoted(location: str) -> str:
+    return shlex.quote(location)
+
+
+def _checkpoints_flag(ledger: dict, file: str) -> str:
+    """`` --checkpoints FILE`` where the ledger is a database (its checkpoints have no default file)."""
+    from pate_accountant.ledger import is_ledger_url
+
+    return f" --checkpoints {shlex.quote(str(file))}" if is_ledger_url(ledger["path"]) else ""
+
+
 def pin_command(ledger: dict) -> str:
     """The ``audit`` command that checks a ledger against its heads as a run left them (``ledger``: the run
     result's ``ledger`` entry): row and run counts with their last hashes."""
@@ -186,21 +197,26 @@ def run_and_report(args, spec, *, command: str) -> int:
     else:
         print("remaining   : spent: no budget left for another step of this mechanism (the budget was fixed when "
               "the ledger was created)")
-    print(f"ledger      : {led['path']} ({led['rows']} rows; run {led['run']} of {led['runs']}"
-          f"{', appended' if led['appended'] else ', new'})")
-    print(f"head        : {led['head_hash']} ({plural(led['rows'], 'row')}; runs head {led['run_head_hash']}, "
-          f"{plural(led['runs'], 'run')})")
-    print(f"pin         : {pin_command(led)}  (write it down somewhere this machine cannot change: it fails if this "
-          "history is ever rewritten)")
+    if led["rows"] is None:  # a database ledger that could not be reached again after a failed charge
+        print(f"ledger      : {led['path']} (run {led['run']}; could not be read after the run stopped)")
+    else:
+        print(f"ledger      : {led['path']} ({led['rows']} rows; run {led['run']} of {led['runs']}"
+              f"{', appended' if led['appended'] else ', new'})")
+        print(f"head        : {led['head_hash']} ({plural(led['rows'], 'row')}; runs head {led['run_head_hash']}, "
+              f"{plural(led['runs'], 'run')})")
+        print(f"pin         : {pin_command(led)}  (write it down somewhere this machine cannot change: it fails if "
+              "this history is ever rewritten)")
     if led["checkpoint"] is not None:
         c = led["checkpoint"]
         print(f"signed      : checkpoint of the first {c['rows']} rows by key {c['key_id']}, appended to {c['file']} "
-              f"(`pate-accountant audit {led['path']} --public-key PUBLIC_KEY` checks the ledger against it)")
+              f"(`pate-accountant audit {_quoted(led['path'])} --public-key PUBLIC_KEY{_checkpoints_flag(led, c['file'])}` "
+              "checks the ledger against it)")
     if led["write_error"] is not None:
         print(f"stopped     : {led['write_error']}")
     if led["checkpoint_error"] is not None:
         print(f"signed      : NOT WRITTEN: {led['checkpoint_error']} (the run is charged and its ledger audits; "
-              f"`pate-accountant sign {led['path']} --key KEY` signs its head later)")
+              f"`pate-accountant sign {_quoted(led['path'])} --key KEY{_checkpoints_flag(led, 'FILE')}` signs its head "
+              "later)")
     audit = result["audit"]
     print(f"audit       : {'OK' if audit['ok'] else 'FAILED'}: {audit['message']}")
     print(f"wall time   : {result['wall_seconds']:.1f} s")

@@ -1,0 +1,255 @@
+"""``generate --ledger postgresql://...`` end to end against a real server (issue 25): a run charges a database
+ledger, the database's data-set index keeps one ledger per data set whichever host runs, the installation's own
+index keeps a file and a database ledger from both taking the same records, a run whose database goes away stops
+cleanly, and no password reaches a result, a message or the ledger."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("psycopg")
+
+from pg_server import ledger_url, sql  # noqa: E402
+from test_run import _records, _run, model_dir  # noqa: E402,F401  (the tiny model, built once for this module)
+
+from pate_accountant.ledger import Ledger  # noqa: E402
+from pate_accountant.ledger_home import INDEX_KEY_SCHEMA, INDEX_SCHEMA, DatabaseIndex, dataset_fingerprint  # noqa: E402
+from pate_app.run import RunInputError  # noqa: E402
+from pate_app.spec import RunSpec, SpecError  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+SECRET = "s3cret-Pass_word"
+
+
+def _with_password(url: str) -> str:
+    """``url`` with a password in its user part (the test server trusts the loopback address and ignores it)."""
+    return url.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@", 1)
+
+
+def _schemas(database: str) -> set:
+    return {row[0] for row in sql(database, "SELECT nspname FROM pg_namespace")}
+
+
+def _host(tmp_path, monkeypatch, name: str):
+    """Another host: its own configuration (fingerprint key) and ledger home."""
+    monkeypatch.setenv("PATE_ACCOUNTANT_CONFIG", str(tmp_path / name / "config"))
+    monkeypatch.setenv("PATE_ACCOUNTANT_HOME", str(tmp_path / name / "home"))
+    return tmp_path / name / "home"
+
+
+def test_a_run_charges_a_database_ledger_and_shows_no_password(model_dir, postgres_database, tmp_path):
+    url = _with_password(ledger_url(postgres_database, "budget"))
+    result = _run(model_dir, url)
+    assert result["audit"]["ok"], result["audit"]
+    assert result["within_budget"]
+    text = json.dumps(result)
+    assert SECRET not in text
+    assert result["ledger"]["path"] == ledger_url(postgres_database, "budget")  # the user part, no password
+    assert result["spec"]["output"]["ledger"].endswith("/" + postgres_database.rsplit("/", 1)[1] + "?ledger=budget")
+    assert "postgres@" not in result["spec"]["output"]["ledger"]  # the shareable description names no user
+    with Ledger.open(url, read_only=True) as ledger:
+        verdict = ledger.verify()
+        assert verdict.ok, verdict.message
+        assert verdict.rows == result["ledger"]["rows"] == result["charged_runs"] > 0
+        assert ledger.dataset == result["parameters"]["dataset"]
+        stored = json.dumps(ledger.runs)
+    assert SECRET not in stored
+    # the fingerprint recorded is the database's, which every host computes alike
+    index = DatabaseIndex(url)
+    try:
+        assert result["parameters"]["dataset_fingerprint"] == index.fingerprint(_records(12))
+        assert index.lookup(index.fingerprint(_records(12))) == "budget"
+    finally:
+        index.close()
+    # a second run appends to the same budget
+    again = _run(model_dir, url, seed=1)
+    assert again["ledger"]["runs"] == 2 and again["ledger"]["appended"]
+    assert again["spent_before"] == result["spent"]
+
+
+def test_a_url_without_a_ledger_name_takes_the_data_sets_ledger(model_dir, postgres_database):
+    first = _run(model_dir, postgres_database)
+    name = first["ledger"]["path"].rsplit("ledger=", 1)[1]
+    assert name.startswith("records_") and len(name) == len("records_") + 12  # the data set's name and fingerprint
+    assert name in _schemas(postgres_database)
+    second = _run(model_dir, postgres_database, seed=1)
+    assert second["ledger"]["path"] == first["ledger"]["path"]
+    assert second["ledger"]["runs"] == 2
+
+
+def test_two_hosts_cannot_open_two_budgets_for_one_data_set(model_dir, postgres_database, tmp_path, monkeypatch):
+    home_a = _host(tmp_path, monkeypatch, "host-a")
+    first = _run(model_dir, ledger_url(postgres_database, "first"), ledger_home=home_a)
+    assert first["audit"]["ok"]
+    # host B: another fingerprint key and ledger home, the same records, the same database
+    home_b = _host(tmp_path, monkeypatch, "host-b")
+    with pytest.raises(RunInputError) as refused:
+        _run(model_dir, ledger_url(postgres_database, "second"), ledger_home=home_b)
+    message = str(refused.value)
+    assert "already charged to the ledger 'first'" in message and "\n" not in message
+    assert "second" not in _schemas(postgres_database)  # refused before anything was created
+    # without a name, host B's run joins the data set's one budget
+    joined = _run(model_dir, postgres_database, ledger_home=home_b, seed=1)
+    assert joined["ledger"]["path"].endswith("?ledger=first")
+    assert joined["ledger"]["runs"] == 2
+    assert joined["spent_before"] == first["spent"]
+    # other records are another data set: their own ledger
+    other = _run(model_dir, ledger_url(postgres_database, "second"), ledger_home=home_b,
+                 records=_records(12)[1:] + [{"instruction": "another one", "context": "", "response": "x",
+                                              "category": "open_qa"}])
+    assert other["ledger"]["runs"] == 1
+
+
+def test_hosts_racing_to_register_one_data_set_keep_one_ledger(postgres_database):
+    indexes = [DatabaseIndex(postgres_database) for _ in range(2)]
+    try:
+        fingerprints = {index.fingerprint(_records(12)) for index in indexes}
+        assert len(fingerprints) == 1  # one key per database, whichever connection reads it
+        fingerprint = fingerprints.pop()
+        assert indexes[0].register(fingerprint, "records", "one") == "one"
+        with pytest.raises(Exception, match="already charged to the ledger 'one'"):
+            indexes[1].register(fingerprint, "records", "two")
+        assert indexes[1].register(fingerprint, "records", "one") == "one"  # registering again is harmless
+    finally:
+        for index in indexes:
+            index.close()
+    # a registration is permanent, and the key cannot be changed
+    for statement in (f"DELETE FROM {INDEX_SCHEMA}.datasets", f"UPDATE {INDEX_SCHEMA}.datasets SET ledger = 'two'",
+                      f"TRUNCATE {INDEX_SCHEMA}.datasets", f"UPDATE {INDEX_KEY_SCHEMA}.fingerprint_key SET key = 'x'"):
+        with pytest.raises(Exception, match="registration is permanent"):
+            sql(postgres_database, statement)
+    assert sql(postgres_database, f"SELECT ledger FROM {INDEX_SCHEMA}.datasets") == [("one",)]
+
+
+def test_one_installation_charges_records_to_a_file_or_a_database_not_both(model_dir, postgres_database, tmp_path,
+                                                                           monkeypatch):
+    home = tmp_path / "home"
+    _run(model_dir, ledger_url(postgres_database, "budget"), ledger_home=home)
+    with pytest.raises(RunInputError) as refused:
+        _run(model_dir, tmp_path / "local.sqlite", ledger_home=home)
+    assert "?ledger=budget" in str(refused.value) and not (tmp_path / "local.sqlite").exists()
+    # without --ledger the installation's index sends the run to the database (credentials from PG* variables)
+    monkeypatch.setenv("PGUSER", "postgres")
+    joined = _run(model_dir, None, ledger_home=home, seed=1)
+    assert joined["ledger"]["path"].endswith("?ledger=budget") and joined["ledger"]["runs"] == 2
+    # and the other way round: records charged to a file first are refused a database ledger
+    other_home = tmp_path / "other-home"
+    _run(model_dir, tmp_path / "first.sqlite", ledger_home=other_home, records=_records(12)[2:])
+    with pytest.raises(RunInputError, match="first.sqlite"):
+        _run(model_dir, ledger_url(postgres_database, "late"), ledger_home=other_home, records=_records(12)[2:])
+    assert "late" not in _schemas(postgres_database)
+
+
+def test_signing_a_database_ledger_needs_a_checkpoints_file():
+    url = f"postgresql://postgres:{SECRET}@db.example:5432/budgets?ledger=budget"
+    with pytest.raises(SpecError, match="--checkpoints FILE") as refused:
+        RunSpec(ledger=url, signing_key="key.pem", data="records", budget_epsilon=1.0, budget_delta=1e-6)
+    assert SECRET not in str(refused.value)
+    spec = RunSpec(ledger=url, signing_key="key.pem", checkpoints="c.jsonl", data="records", budget_epsilon=1.0,
+                   budget_delta=1e-6)
+    assert spec.shareable()["output"]["ledger"] == "postgresql://db.example:5432/budgets?ledger=budget"
+
+
+def test_a_run_whose_database_goes_away_stops_cleanly(model_dir, postgres_database, tmp_path, monkeypatch):
+    """The server ends the run's connection after its second charged step: the next charge fails, the run stops
+    keeping what it finished, says so without a password, and the ledger audits with every committed charge."""
+    import pate_app.run as run_module
+
+    url = _with_password(ledger_url(postgres_database, "budget"))
+    steps = []
+    real_step = run_module.RunProgress.step
+
+    def step(self, outcome):
+        real_step(self, outcome)
+        steps.append(outcome)
+        if len(steps) == 2:  # an operator (or a failover) ends every other session on the database
+            sql(postgres_database, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                "current_database() AND pid <> pg_backend_pid()")
+
+    monkeypatch.setattr(run_module.RunProgress, "step", step)
+    result = _run(model_dir, url, num_records=3, max_tokens=6)
+    error = result["ledger"]["write_error"]
+    assert error is not None and "could not be written" in error
+    assert SECRET not in json.dumps(result)
+    assert len(steps) == 2  # the third step's charge failed: nothing released after it
+    # read afresh after the failure: the two committed charges, audited
+    assert result["ledger"]["rows"] == 2 and result["audit"]["ok"], result["audit"]
+    with Ledger.open(url, read_only=True) as ledger:
+        verdict = ledger.verify()
+        assert verdict.ok and verdict.rows == 2
+
+
+def test_the_local_fingerprint_and_the_database_fingerprint_differ(postgres_database):
+    """Why a database keeps its own key: the installation's key would give each host another fingerprint."""
+    index = DatabaseIndex(postgres_database)
+    try:
+        assert index.fingerprint(_records(12)) != dataset_fingerprint(_records(12))
+    finally:
+        index.close()
+
+
+def test_the_two_roles_of_the_docs_run_and_audit_without_a_superuser(model_dir, postgres_server, postgres_database,
+                                                                     capsys):
+    """docs/ledger.md, "Roles": a writer with CREATE on the database only runs; an auditor granted the ledger's
+    schema audits it, and can read neither the confidential schema nor the index's key."""
+    import os
+
+    from pate_app.cli import main
+
+    suffix = f"{os.getpid()}_{abs(hash(postgres_database)) % 10_000}"
+    writer, auditor = f"pate_writer_{suffix}", f"pate_auditor_{suffix}"
+    database = postgres_database.rsplit("/", 1)[1]
+    postgres_server.execute(f'CREATE ROLE {writer} LOGIN; GRANT CREATE ON DATABASE "{database}" TO {writer}; '
+                            f"CREATE ROLE {auditor} LOGIN")
+    as_writer = postgres_database.replace("postgresql://postgres@", f"postgresql://{writer}@", 1)
+    as_auditor = postgres_database.replace("postgresql://postgres@", f"postgresql://{auditor}@", 1)
+    result = _run(model_dir, ledger_url(as_writer, "budget"), mechanism="between-thresholds",
+                  accountant="individual-charging", step_epsilon=0.2, relation="replace-one", epsilon=30.0,
+                  delta=1e-5, num_records=1, max_tokens=6)
+    assert result["audit"]["ok"], result["audit"]
+    sql(postgres_database, f"GRANT USAGE ON SCHEMA budget TO {auditor}; "
+                           f"GRANT SELECT ON ALL TABLES IN SCHEMA budget TO {auditor}")
+    assert main(["audit", ledger_url(as_auditor, "budget")]) == 0
+    out = capsys.readouterr().out
+    assert "was not found" in out  # the confidential part: not readable to the auditor, so reported absent
+    for table in ("budget_confidential.charges", f"{INDEX_KEY_SCHEMA}.fingerprint_key"):
+        with pytest.raises(Exception, match="permission denied"):
+            sql(as_auditor, f"SELECT * FROM {table}")
+
+
+def test_credentials_from_a_service_file(model_dir, postgres_server, postgres_database, tmp_path, monkeypatch):
+    """libpq's service file names the server, the database and the user: the URL names only the service."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(postgres_database)
+    service = tmp_path / "pg_service.conf"
+    service.write_text(f"[budgets]\nhost={parts.hostname}\nport={parts.port}\ndbname={parts.path[1:]}\n"
+                       "user=postgres\n", encoding="utf-8")
+    monkeypatch.setenv("PGSERVICEFILE", str(service))
+    result = _run(model_dir, "postgresql:///?service=budgets&ledger=served")
+    assert result["audit"]["ok"], result["audit"]
+    assert "served" in _schemas(postgres_database)
+    with Ledger.open(ledger_url(postgres_database, "served"), read_only=True) as ledger:
+        assert ledger.verify().rows == result["ledger"]["rows"] > 0
+
+
+def _index_key(url: str) -> str:
+    """In a new process: the database's fingerprint key, creating the index if it is the first."""
+    index = DatabaseIndex(url)
+    try:
+        return index.fingerprint_key().hex()
+    finally:
+        index.close()
+
+
+def test_hosts_creating_the_index_at_once_agree_on_one_key(postgres_database):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
+        keys = list(pool.map(_index_key, [postgres_database] * 8))
+    assert len(set(keys)) == 1 and len(keys[0]) == 64
+    assert sql(postgres_database, f"SELECT count(*) FROM {INDEX_KEY_SCHEMA}.fingerprint_key") == [(1,)]
