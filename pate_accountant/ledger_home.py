@@ -40,7 +40,7 @@ from collections.abc import Iterable
 from contextlib import suppress as _suppress
 from pathlib import Path
 
-from pate_accountant._ledger.postgres_store import _import_psycopg, is_postgres_url, parse_url
+from pate_accountant._ledger.postgres_store import _import_psycopg, connect, is_postgres_url, parse_url
 from pate_accountant.errors import PateAccountantError
 from pate_accountant.serialization import canonical_json
 
@@ -329,7 +329,7 @@ class DatabaseIndex:
         if self._conn is None:
             pg = self._pg
             try:
-                self._conn = pg.connect(self._conninfo, autocommit=True)
+                self._conn = connect(pg, self._conninfo)
             except pg.Error as exc:
                 raise self._fail(exc) from None
             try:

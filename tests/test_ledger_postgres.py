@@ -423,3 +423,23 @@ def test_copy_reads_the_source_through_server_side_cursors(postgres_database, mo
         result = copy.verify()
         assert result.ok and result.confidential == "verified", result.message
         assert copy.head_record == head
+
+
+def test_a_connection_gives_a_silent_server_up_unless_the_url_says_otherwise(postgres_database, monkeypatch):
+    """A network cut that sends nothing back must not hang a run for the operating system's many minutes: ledger
+    connections get a connect timeout, TCP keepalives and a TCP user timeout, which the URL or PG* variables
+    may set otherwise."""
+    from pate_accountant._ledger.postgres_store import CONNECTION_DEFAULTS
+
+    with Ledger.open(_url(postgres_database)) as ledger:
+        settings = ledger._store._conn.info.get_parameters()
+    for key, value in CONNECTION_DEFAULTS.items():
+        assert settings.get(key) == value, key
+    url = _url(postgres_database).replace("?", "?connect_timeout=3&keepalives_idle=5&", 1)
+    with Ledger.open(url) as ledger:
+        settings = ledger._store._conn.info.get_parameters()
+    assert settings["connect_timeout"] == "3" and settings["keepalives_idle"] == "5"
+    assert settings["keepalives_count"] == "3"  # the rest keep their defaults
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "7")
+    with Ledger.open(_url(postgres_database)) as ledger:
+        assert ledger._store._conn.info.get_parameters()["connect_timeout"] == "7"

@@ -228,6 +228,26 @@ def _join(scheme: str, netloc: str, path: str, query: str) -> str:
     return f"{scheme}://{netloc}{path}" + (f"?{query}" if query else "")
 
 
+#: libpq settings a ledger connection gets unless its URL or ``PG*`` variables say otherwise: a server that does not
+#: answer is given up after ``connect_timeout`` seconds, and a peer gone silent (a network cut that sends no reset)
+#: is noticed by TCP keepalives on an idle connection and by ``tcp_user_timeout`` (milliseconds) on one that waits
+#: for an acknowledgement, instead of the operating system's default of many minutes.
+CONNECTION_DEFAULTS = {"connect_timeout": "10", "keepalives": "1", "keepalives_idle": "30",
+                       "keepalives_interval": "10", "keepalives_count": "3", "tcp_user_timeout": "60000"}
+_ENVIRONMENT = {"connect_timeout": "PGCONNECT_TIMEOUT"}  # the one of them libpq also reads from a variable
+
+
+def connect(pg, conninfo: str):
+    """A connection in autocommit mode, with :data:`CONNECTION_DEFAULTS` for whatever ``conninfo`` (a URL) and
+    the ``PG*`` variables leave unset."""
+    import os
+
+    given = pg.conninfo.conninfo_to_dict(conninfo)
+    extra = {key: value for key, value in CONNECTION_DEFAULTS.items()
+             if key not in given and not os.environ.get(_ENVIRONMENT.get(key, ""))}
+    return pg.connect(conninfo, autocommit=True, **extra)
+
+
 def _import_psycopg():
     try:
         import psycopg
@@ -452,7 +472,7 @@ class PostgresStore(StoreIdentity):
         pg = self._pg
         failure = None
         try:
-            conn = pg.connect(self._conninfo, autocommit=True)
+            conn = connect(pg, self._conninfo)
         except pg.Error as exc:
             failure = self._fail("cannot connect to the PostgreSQL ledger", exc, LedgerStorageError)
         if failure is not None:
