@@ -203,6 +203,23 @@ class LedgerHome:
             conn.close()
         return None if row is None else _stored(row[0])
 
+    def entries(self) -> list[dict]:
+        """Every registration, oldest first: ``{"ledger", "dataset", "registered"}`` (a path, or a PostgreSQL
+        ledger's identity URL; the data set's name; seconds since the epoch).  Fingerprints are left out."""
+        conn = self._connect(write=False)
+        if conn is None:
+            return []
+        try:
+            rows = conn.execute("SELECT ledger, dataset, registered FROM datasets ORDER BY registered, ledger").fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise
+        finally:
+            conn.close()
+        return [{"ledger": _stored(ledger), "dataset": dataset, "registered": registered}
+                for ledger, dataset, registered in rows]
+
     def check(self, fingerprint: str, ledger_path) -> Path | str | None:
         """The registered ledger of ``fingerprint`` when it is ``ledger_path`` or none is registered (``None``);
         :class:`DataSetLedgerError` naming the registered ledger when ``ledger_path`` is another one (a file, or a
@@ -314,6 +331,7 @@ class DatabaseIndex:
         self.location = shown.split("?", 1)[0]  # the database, as messages show it
         self._pg = _import_psycopg()
         self._conn = None
+        self._ready = False
         self._key = None
 
     def _scrub(self, exc) -> str:
@@ -325,18 +343,22 @@ class DatabaseIndex:
     def _fail(self, exc) -> PateAccountantError:
         return PateAccountantError(f"the data-set index of {self.location!r}: {self._scrub(exc)}")
 
-    def _connection(self):
+    def _connection(self, create: bool = True):
+        """The index's connection; with ``create``, the index is laid out first when the database has none."""
         if self._conn is None:
             pg = self._pg
             try:
                 self._conn = connect(pg, self._conninfo)
             except pg.Error as exc:
                 raise self._fail(exc) from None
+            self._ready = False
+        if create and not self._ready:
             try:
                 self._create_if_missing()
             except BaseException:
                 self.close()
                 raise
+            self._ready = True
         return self._conn
 
     def _create_if_missing(self) -> None:
@@ -420,6 +442,20 @@ class DatabaseIndex:
         if registered != name:
             raise DataSetLedgerError(self._split_message(registered))
         return registered
+
+    def entries(self) -> list[dict]:
+        """Every registration, oldest first: ``{"ledger", "dataset", "registered"}`` (the ledger's name in this
+        database); ``[]`` when the database has no index.  Read-only: nothing is created, and the key is not read."""
+        conn = self._connection(create=False)
+        try:
+            if not self._laid_out():
+                return []
+            rows = conn.execute(f"SELECT ledger, dataset, registered FROM {INDEX_SCHEMA}.datasets "
+                                "ORDER BY registered, ledger").fetchall()
+        except self._pg.Error as exc:
+            raise self._fail(exc) from None
+        return [{"ledger": ledger, "dataset": dataset, "registered": registered}
+                for ledger, dataset, registered in rows]
 
     @staticmethod
     def default_name(dataset: str, fingerprint: str) -> str:

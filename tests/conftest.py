@@ -1,5 +1,6 @@
 import contextlib
 import os
+import shutil
 import types
 
 import numpy as np
@@ -85,15 +86,24 @@ def mechanism_rngs(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory):
-    """A real PostgreSQL server for this test session (tests/pg_server.py), stopped and removed at its end."""
+def postgres_server():
+    """A real PostgreSQL server for this test session (tests/pg_server.py), stopped and removed at its end.  Its
+    folder is outside pytest's temporary folders: another pytest session on the machine prunes old ones, and a
+    server whose data folder is removed shuts down in the middle of this session."""
+    import tempfile
+    from pathlib import Path
+
     from pg_server import PostgresServer
 
-    server = PostgresServer(tmp_path_factory.mktemp("postgres") / "server").start()
+    folder = Path(tempfile.mkdtemp(prefix="pate-accountant-pg-"))
     try:
-        yield server
+        server = PostgresServer(folder / "server").start()
+        try:
+            yield server
+        finally:
+            server.remove()
     finally:
-        server.remove()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

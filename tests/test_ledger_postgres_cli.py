@@ -175,3 +175,62 @@ def test_copy_a_ledger_with_a_confidential_part(postgres_server, postgres_databa
             assert result.ok and result.confidential == "verified" and ledger.head_record == head
             again = IndividualChargingAccountant(20, per_teacher_limit=50, ledger=ledger)
             assert again.counters.tolist() == counters
+
+
+def _charged(location, dataset: str, charges: int) -> None:
+    """A ledger of ``dataset`` with ``charges`` rows under a basic accountant of budget (10, 1e-5)."""
+    from pate_accountant.accountants import BasicCompositionAccountant
+    from pate_accountant.events import EpsilonDeltaEvent
+
+    with Ledger.open(location) as ledger:
+        ledger.set_dataset(dataset)
+        accountant = BasicCompositionAccountant(budget=(10.0, 1e-5), ledger=ledger)
+        for _ in range(charges):
+            accountant.compose(EpsilonDeltaEvent(0.5))
+
+
+def test_ledger_list_shows_a_databases_data_sets_without_a_password(postgres_server, postgres_database, capsys):
+    from pate_accountant.ledger_home import INDEX_SCHEMA, DatabaseIndex, with_ledger_name
+    from pg_server import sql
+
+    url = _password_url(postgres_server, postgres_database)
+    database = url.split("?", 1)[0]
+    code, out, _ = _run(capsys, "ledger", "list", database)  # no index yet: nothing listed, nothing created
+    assert code == 0 and "(0 data sets)" in out
+    assert not sql(postgres_database, "SELECT 1 FROM pg_namespace WHERE nspname = %s", (INDEX_SCHEMA,))
+    index = DatabaseIndex(database)
+    try:
+        for name, dataset, charges in (("clinic", "clinic notes", 3), ("support", "support tickets", 1)):
+            _charged(with_ledger_name(database, name), dataset, charges)
+            index.register(index.fingerprint([{"text": dataset}]), dataset, name)
+        index.register(index.fingerprint([{"text": "gone"}]), "gone", "refused_run")  # registered, never made
+    finally:
+        index.close()
+    code, out, _ = _run(capsys, "ledger", "list", database, "--json")
+    assert code == 0
+    listed = {item["ledger"]: item for item in json.loads(out)["ledgers"]}
+    assert set(listed) == {"clinic", "support", "refused_run"}
+    assert listed["clinic"]["dataset"] == "clinic notes" and listed["clinic"]["rows"] == 3
+    assert listed["clinic"]["budget"] == {"epsilon": 10.0, "delta": 1e-5} and listed["clinic"]["accountant"] == "basic"
+    assert listed["support"]["rows"] == 1 and listed["support"]["runs"] == 0
+    assert not listed["refused_run"]["readable"] and "no ledger there" in listed["refused_run"]["problem"]
+    assert "hmac-sha256" not in out  # no fingerprint is shown
+    code, out, _ = _run(capsys, "ledger", "list", database)
+    assert code == 0 and "(3 data sets)" in out and "'clinic notes'" in out and "3 rows, 0 runs" in out
+
+
+def test_ledger_list_shows_this_installations_data_sets(tmp_path, capsys):
+    from pate_accountant.ledger_home import LedgerHome
+
+    home = LedgerHome()  # the test's own (tests/conftest.py)
+    kept, removed = tmp_path / "kept.sqlite", tmp_path / "removed.sqlite"
+    _charged(kept, "kept", 2)
+    home.register("hmac-sha256:" + "1" * 64, "kept", kept)
+    home.register("hmac-sha256:" + "2" * 64, "removed", removed)
+    code, out, _ = _run(capsys, "ledger", "list", "--json")
+    assert code == 0
+    listed = {item["dataset"]: item for item in json.loads(out)["ledgers"]}
+    assert listed["kept"]["rows"] == 2 and listed["kept"]["location"] == str(kept.resolve())
+    assert not listed["removed"]["readable"]
+    code, out, err = _run(capsys, "ledger", "list", str(kept))
+    assert code == 2 and "not a postgresql:// URL" in err

@@ -1,4 +1,5 @@
-"""``pate-accountant ledger copy SRC DST``: copy a whole ledger between SQLite and PostgreSQL (docs/ledger.md)."""
+"""``pate-accountant ledger copy SRC DST``: copy a whole ledger between SQLite and PostgreSQL; ``pate-accountant
+ledger list [URL]``: the data sets an installation or a database keeps budgets for (docs/ledger.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 from pate_app.commands.audit import CANNOT_CHECK, scrub
 
 NAME = "ledger"
-HELP = "copy a ledger between SQLite and PostgreSQL, verifying both ends"
+HELP = "list the data sets' ledgers, or copy a ledger between SQLite and PostgreSQL"
 DESCRIPTION = (
     "`ledger copy SRC DST` copies the whole ledger SRC (a SQLite file or a postgresql://USER@HOST:PORT/DB?ledger=NAME "
     "URL) to DST (either kind): its metadata, every row and run and, when SRC has one, its confidential part, as "
@@ -20,6 +21,14 @@ DESCRIPTION = (
     "printed. Exit status 0 when copied, both ends verify and the heads agree; 1 when DST is refused, the copy "
     "fails (a new DST is removed again) or a check fails; 2 for a usage error (SRC missing); 3 when SRC cannot be "
     "read as a ledger. No output shows a URL's password."
+)
+LIST_DESCRIPTION = (
+    "`ledger list` prints the data sets whose budgets this installation keeps (its ledger home's index: "
+    "$PATE_ACCOUNTANT_HOME), `ledger list postgresql://USER@HOST:PORT/DB` those a database keeps (its data-set "
+    "index, shared by every host): for each, its ledger, the data set's name, when it was registered, and what the "
+    "ledger holds (rows, runs, accountant and budget, read-only: `pate-accountant audit LEDGER` verifies it and "
+    "says what is spent). Nothing is created or written. Exit status 0; 3 when the index cannot be read. No output "
+    "shows a URL's password, nor a data set's fingerprint."
 )
 HEAD_KEYS = ("rows", "head_hash", "runs", "run_head_hash")
 
@@ -34,6 +43,80 @@ def add_arguments(p) -> None:
                       help="where to copy it: a new SQLite file or a postgresql:// URL naming an absent ledger")
     copy.add_argument("--json", action="store_true", help="print only a JSON result")
     copy.set_defaults(copy_parser=copy)
+    listing = actions.add_parser("list", help="the data sets whose budgets an installation or a database keeps",
+                                 description=LIST_DESCRIPTION)
+    listing.add_argument("where", metavar="URL", nargs="?", default=None,
+                         help="a postgresql://USER@HOST:PORT/DB database (default: this installation's ledger home)")
+    listing.add_argument("--json", action="store_true", help="print only a JSON result")
+    listing.set_defaults(list_parser=listing)
+
+
+def _described(location) -> dict:
+    """What the ledger at ``location`` holds, read-only and unverified: rows, runs, accountant kind and budget."""
+    from pate_accountant.ledger import Ledger
+
+    with Ledger.open(location if isinstance(location, str) else os.fspath(location), read_only=True) as ledger:
+        head, config = ledger.head_record, ledger.config or {}
+        budget = config.get("budget")
+        return {"rows": head["rows"], "runs": head["runs"], "accountant": config.get("kind"),
+                "budget": None if budget is None else {"epsilon": budget[0], "delta": budget[1]}}
+
+
+def _list(args: argparse.Namespace) -> int:
+    """``ledger list [URL]``: the index's registrations, each with what its ledger holds."""
+    import datetime
+
+    from pate_accountant.errors import PateAccountantError
+    from pate_accountant.ledger import STORAGE_ERRORS, LedgerError, is_ledger_url, shown_location
+    from pate_accountant.ledger_home import DatabaseIndex, LedgerHome, with_ledger_name
+
+    where = args.where
+    if where is not None and not is_ledger_url(where):
+        getattr(args, "list_parser", args.parser).error(f"argument URL: not a postgresql:// URL: {shown_location(where)!r} (leave it out for "
+                          "this installation's ledger home)")
+    try:
+        if where is None:
+            home = LedgerHome()
+            index_name, entries = str(home.index_path), home.entries()
+            locations = [entry["ledger"] for entry in entries]
+        else:
+            index = DatabaseIndex(where)
+            try:
+                index_name, entries = index.location, index.entries()
+            finally:
+                index.close()
+            locations = [with_ledger_name(where, entry["ledger"]) for entry in entries]
+    except (PateAccountantError, *STORAGE_ERRORS, OSError) as exc:
+        print(scrub(f"pate-accountant ledger list: cannot read the index: {exc}", where or ""), file=sys.stderr)
+        return CANNOT_CHECK
+    listed = []
+    for entry, location in zip(entries, locations):
+        item = {"ledger": shown_location(location) if where is None else entry["ledger"],
+                "location": shown_location(location), "dataset": entry["dataset"],
+                "registered": datetime.datetime.fromtimestamp(entry["registered"], datetime.timezone.utc)
+                .strftime("%Y-%m-%dT%H:%M:%SZ")}
+        try:
+            item.update(_described(location), readable=True, problem=None)
+        except FileNotFoundError:
+            item.update(readable=False, problem="no ledger there (removed, or its run was refused before a charge)")
+        except (LedgerError, *STORAGE_ERRORS, OSError, ValueError) as exc:
+            item.update(readable=False, problem=f"{type(exc).__name__}: {exc}")
+        listed.append(item)
+    if args.json:
+        print(scrub(json.dumps({"index": index_name, "ledgers": listed}, indent=2), where or ""))
+        return 0
+    print(scrub(f"index       : {index_name} ({len(listed)} data set{'s' if len(listed) != 1 else ''})", where or ""))
+    for item in listed:
+        print(scrub(f"{item['ledger']}", where or ""))
+        print(f"  data set  : {item['dataset']!r}, registered {item['registered']}")
+        if item["readable"]:
+            budget = item["budget"]
+            kept = "" if budget is None else f", budget epsilon {budget['epsilon']:g}, delta {budget['delta']:g}"
+            print(f"  holds     : {item['rows']} rows, {item['runs']} runs; {item['accountant'] or 'no'} accountant"
+                  f"{kept}")
+        else:
+            print(scrub(f"  holds     : not readable: {item['problem']}", where or ""))
+    return 0
 
 
 def _verified(location: str):
@@ -45,7 +128,9 @@ def _verified(location: str):
 
 
 def main(args: argparse.Namespace) -> int:
-    """Copy, verify both ends, compare heads; see DESCRIPTION for the exit status."""
+    """``list``, or: copy, verify both ends, compare heads; see DESCRIPTION for the exit status."""
+    if args.action == "list":
+        return _list(args)
     from pate_accountant.ledger import STORAGE_ERRORS, LedgerError, copy_ledger, is_ledger_url, shown_location
 
     src, dst = args.source, args.destination
