@@ -38,7 +38,7 @@ COMMAND_HELP = {
     "audit": "verify a privacy ledger and print the budget it spent",
     "sign": "verify a ledger and append a signed checkpoint of its head",
     "keygen": "make an Ed25519 key pair for signing ledger checkpoints",
-    "ledger": "copy a ledger between SQLite and PostgreSQL, verifying both ends",
+    "ledger": "list the data sets' ledgers, or copy a ledger between SQLite and PostgreSQL",
     "audit-mechanism": "empirically lower-bound a mechanism's epsilon on a worst-case neighbouring pair",
     "experiment": "run a reproducible experiment from the paper",
 }
