@@ -35,9 +35,11 @@ Transactions.  One connection per :class:`PostgresStore`, in autocommit mode, wi
   schemas, which is what "the shareable snapshot first, then the confidential one" is there to approximate.
 
 Long reads.  :meth:`PostgresStore.rows`, ``runs``, ``confidential_rows``, ``confidential_teachers`` and
-``confidential_totals`` inside a :meth:`~PostgresStore.read` or :meth:`~PostgresStore.write` transaction declare a
-server-side (named) cursor and fetch :data:`ITERSIZE` rows a round trip, so verifying or catching up on a long
-ledger never holds it all in memory; the iterator is valid until the transaction ends.  Outside a transaction
+``confidential_totals`` inside a :meth:`~PostgresStore.read` or :meth:`~PostgresStore.write` transaction take a
+first page of :data:`ITERSIZE` rows in one statement (a writer's catch-up on a few rows: one round trip) and,
+only when it comes back full, declare a server-side (named) cursor and fetch :data:`ITERSIZE` rows a round trip,
+so verifying or catching up on a long ledger never holds it all in memory; the iterator is valid until the
+transaction ends.  Outside a transaction
 (autocommit: a cursor without ``WITH HOLD`` ends with its statement) they are one statement fetched whole.
 
 Errors.  Every statement goes through one helper (:meth:`PostgresStore._execute`) and no psycopg exception leaves
@@ -448,13 +450,19 @@ class PostgresStore(StoreIdentity):
         raise failure
 
     def _stream(self, query, params=None):
-        """The rows of a long read.  Inside a transaction (:meth:`read`, :meth:`write`): a server-side cursor,
-        :data:`ITERSIZE` rows a round trip (it lives until the transaction ends, so iterate it inside).  Outside
+        """The rows of a long read.  Inside a transaction (:meth:`read`, :meth:`write`): one page when the rows fit
+        in it, else a server-side cursor, :data:`ITERSIZE` rows a round trip (it lives until the transaction ends, so iterate it inside).  Outside
         one (autocommit: a cursor without ``WITH HOLD`` would not outlive its statement): one statement, fetched
         whole, as before."""
         conn = self._live()
         if conn.info.transaction_status != self._pg.pq.TransactionStatus.INTRANS:
             return self._execute(query, params)
+        # Most reads are short (a writer catching up on the few rows other writers added): one page, fetched in
+        # one round trip, answers them; a server-side cursor (three round trips: DECLARE, FETCH, CLOSE) is
+        # declared only when the first page comes back full.  Every query here ends in ORDER BY.
+        first = list(self._execute(f"{query} LIMIT {ITERSIZE}", params))
+        if len(first) < ITERSIZE:
+            return iter(first)
         self._cursors += 1
         cursor = conn.cursor(name=f"pate_ledger_{self._cursors}")
         try:
