@@ -54,6 +54,7 @@ __all__ = [
     "dataset_fingerprint",
     "fingerprint_key",
     "home_dir",
+    "ledger_identity",
 ]
 
 APP = "pate-accountant"
@@ -229,6 +230,26 @@ class LedgerHome:
             raise DataSetLedgerError(_split_message(registered, self))
         return registered
 
+    def moved(self, old, new) -> int:
+        """The data sets registered to the ledger ``old`` are registered to ``new`` instead (a path or a
+        PostgreSQL ledger's :meth:`DatabaseIndex.identity`, as :func:`ledger_identity` gives them): what
+        ``ledger copy`` does once a copy verifies with the same heads, so that the records' next runs charge the
+        copy, which continues the same budget, and a run naming the old ledger is refused.  Returns how many data
+        sets were re-registered (``0`` when the index names ``old`` for none, or there is no index)."""
+        probe = self._connect(write=False)
+        if probe is None:
+            return 0
+        probe.close()
+        conn = self._connect(write=True)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            changed = conn.execute("UPDATE datasets SET ledger = ? WHERE ledger = ?",
+                                   (str(new), str(old))).rowcount
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        return changed
+
     def register(self, fingerprint: str, dataset: str, ledger_path) -> Path:
         """Record ``ledger_path`` as the ledger of ``fingerprint`` unless one is registered already (one write
         transaction, so of two runs racing the first wins); returns the registered ledger.
@@ -247,6 +268,19 @@ class LedgerHome:
         if not _same(registered, path):
             raise DataSetLedgerError(_split_message(registered, self))
         return registered
+
+
+def ledger_identity(location) -> Path | str:
+    """How the installation's index names the ledger at ``location``: a file's real path, or for a PostgreSQL
+    URL its :meth:`DatabaseIndex.identity` (server, port, database and ledger as the connection reports them;
+    this connects)."""
+    if not _is_url(location):
+        return _real(location)
+    index = DatabaseIndex(location)
+    try:
+        return index.identity(parse_url(location)[1])
+    finally:
+        index.close()
 
 
 def _stored(text: str) -> Path | str:
@@ -416,7 +450,7 @@ class DatabaseIndex:
     def identity(self, name: str) -> str:
         """The ledger ``name`` of this database as the installation's own index records it: server, port,
         database and ledger, no user and no password (the same whichever way the URL or ``PG*`` said it)."""
-        info = self._connection().info
+        info = self._connection(create=False).info
         host = info.host if not info.host.startswith("/") else "localhost"
         return f"postgresql://{host}:{info.port}/{info.dbname}?ledger={name}"
 

@@ -234,3 +234,27 @@ def test_ledger_list_shows_this_installations_data_sets(tmp_path, capsys):
     assert not listed["removed"]["readable"]
     code, out, err = _run(capsys, "ledger", "list", str(kept))
     assert code == 2 and "not a postgresql:// URL" in err
+
+
+def test_copying_a_ledger_moves_its_data_sets_in_this_installations_index(postgres_server, postgres_database,
+                                                                            tmp_path, capsys):
+    """A ledger moved to PostgreSQL (or back) continues the same budget: the installation's index sends the
+    records' next runs to the copy, and a run naming the old file for them is refused (one budget per data set)."""
+    from pate_accountant.ledger_home import DataSetLedgerError, LedgerHome, ledger_identity
+
+    home, fingerprint = LedgerHome(), "hmac-sha256:" + "3" * 64
+    source = tmp_path / "moving.sqlite"
+    _charged(source, "moving", 2)
+    home.register(fingerprint, "moving", source)
+    home.register("hmac-sha256:" + "4" * 64, "other", tmp_path / "other.sqlite")
+    url = _password_url(postgres_server, postgres_database, name="moved")
+    code, out, _ = _run(capsys, "ledger", "copy", source, url, "--json")
+    assert code == 0 and json.loads(out)["reindexed"] == 1
+    assert home.lookup(fingerprint) == ledger_identity(url) == f"postgresql://{url.split('@', 1)[1]}"  # no user
+    with pytest.raises(DataSetLedgerError, match="moved"):
+        home.check(fingerprint, source)  # the old file: refused for these records
+    assert home.lookup("hmac-sha256:" + "4" * 64) == (tmp_path / "other.sqlite").resolve()  # others untouched
+    back = tmp_path / "back.sqlite"
+    code, out, _ = _run(capsys, "ledger", "copy", url, back)
+    assert code == 0 and "1 data set(s) this installation charged to the source now charge the destination" in out
+    assert home.lookup(fingerprint) == back.resolve()

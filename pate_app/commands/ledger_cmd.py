@@ -18,7 +18,9 @@ DESCRIPTION = (
     "stored (byte for byte: nothing is re-charged or re-hashed, so the hashes and any signed checkpoint still "
     "hold). DST must not hold a ledger with rows or runs (it is refused and left unchanged). Both ends are then "
     "verified as `audit` does and their heads (row count, head hash, run count, run head hash) compared and "
-    "printed. Exit status 0 when copied, both ends verify and the heads agree; 1 when DST is refused, the copy "
+    "printed. When they do, the data sets this installation's index charges to SRC are charged to DST from then on "
+    "(the copy continues the same budget; a run naming SRC for them is refused). Exit status 0 when copied, both "
+    "ends verify and the heads agree; 1 when DST is refused, the copy "
     "fails (a new DST is removed again) or a check fails; 2 for a usage error (SRC missing); 3 when SRC cannot be "
     "read as a ledger. No output shows a URL's password."
 )
@@ -172,9 +174,19 @@ def main(args: argparse.Namespace) -> int:
     same = all(ends["source"][k] == ends["destination"][k] == copied[k] for k in HEAD_KEYS) and \
         ends["source"]["confidential"] == ends["destination"]["confidential"]
     ok = ends["source"]["ok"] and ends["destination"]["ok"] and same
+    reindexed, index_error = 0, None
+    if ok:  # the records' next runs charge the copy, which continues the same budget (docs/ledger.md)
+        from pate_accountant.errors import PateAccountantError
+        from pate_accountant.ledger_home import LedgerHome, ledger_identity
+
+        try:
+            reindexed = LedgerHome().moved(ledger_identity(src), ledger_identity(dst))
+        except (PateAccountantError, *STORAGE_ERRORS, OSError) as exc:
+            index_error = f"{type(exc).__name__}: {exc}"
     if args.json:
         say(json.dumps({"source": shown_src, "destination": shown_dst, "ok": ok, "copied": True,
-                        "confidential_copied": copied["confidential"], "same_heads": same, "ends": ends}, indent=2))
+                        "confidential_copied": copied["confidential"], "same_heads": same, "ends": ends,
+                        "reindexed": reindexed, "index_error": index_error}, indent=2))
     else:
         say(f"source      : {shown_src}")
         say(f"destination : {shown_dst}")
@@ -189,6 +201,11 @@ def main(args: argparse.Namespace) -> int:
             say(f"  rows {e['rows']}, head hash {e['head_hash']}")
             say(f"  runs {e['runs']}, run head hash {e['run_head_hash']}")
         say(f"heads       : {'identical' if same else 'DIFFER'}")
+        if reindexed:
+            say(f"index       : {reindexed} data set(s) this installation charged to the source now charge the "
+                "destination (a run naming the source for them is refused)")
+        if index_error is not None:
+            say(f"index       : NOT updated ({index_error}): runs on this installation still charge the source")
         say(f"verdict     : {'OK' if ok else 'FAILED'}")
     if not ok:
         say("pate-accountant ledger copy: copied, but " + ("the heads differ" if not same else
