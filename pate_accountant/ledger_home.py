@@ -448,10 +448,11 @@ class DatabaseIndex:
         return dataset_fingerprint(records, key=self.fingerprint_key())
 
     def identity(self, name: str) -> str:
-        """The ledger ``name`` of this database as the installation's own index records it: server, port,
-        database and ledger, no user and no password (the same whichever way the URL or ``PG*`` said it)."""
+        """The ledger ``name`` of this database as the installation's own index records it: the server's address,
+        port, database and ledger, no user and no password (the same whichever way the URL or ``PG*`` said it)."""
         info = self._connection(create=False).info
-        host = info.host if not info.host.startswith("/") else "localhost"
+        # the address connected to (so "localhost" and "127.0.0.1" name one server); a Unix socket has none
+        host = info.hostaddr or ("localhost" if info.host.startswith("/") else info.host)
         return f"postgresql://{host}:{info.port}/{info.dbname}?ledger={name}"
 
     def lookup(self, fingerprint: str) -> str | None:

@@ -253,3 +253,13 @@ def test_hosts_creating_the_index_at_once_agree_on_one_key(postgres_database):
         keys = list(pool.map(_index_key, [postgres_database] * 8))
     assert len(set(keys)) == 1 and len(keys[0]) == 64
     assert sql(postgres_database, f"SELECT count(*) FROM {INDEX_KEY_SCHEMA}.fingerprint_key") == [(1,)]
+
+
+def test_a_database_ledger_has_one_identity_however_the_url_names_its_server(postgres_database):
+    """The installation's index names a database ledger by the address connected to: "localhost" and
+    "127.0.0.1" are one server, so one ledger, not two budgets (nor a refusal of the same ledger)."""
+    from pate_accountant.ledger_home import ledger_identity
+
+    by_address = ledger_url(postgres_database)
+    by_name = by_address.replace("@127.0.0.1:", "@localhost:", 1)
+    assert ledger_identity(by_name) == ledger_identity(by_address) == "postgresql://" + by_address.split("@", 1)[1]
