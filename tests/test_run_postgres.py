@@ -263,3 +263,20 @@ def test_a_database_ledger_has_one_identity_however_the_url_names_its_server(pos
     by_address = ledger_url(postgres_database)
     by_name = by_address.replace("@127.0.0.1:", "@localhost:", 1)
     assert ledger_identity(by_name) == ledger_identity(by_address) == "postgresql://" + by_address.split("@", 1)[1]
+
+
+def test_a_signed_run_on_a_database_ledger_audits_with_its_checkpoints(model_dir, postgres_database, tmp_path,
+                                                                      capsys):
+    from pate_accountant.checkpoints import generate_key
+    from pate_app.cli import main
+
+    private, public = generate_key(tmp_path / "operator.key")
+    checkpoints = tmp_path / "budget.checkpoints.jsonl"
+    url = _with_password(ledger_url(postgres_database, "budget"))
+    result = _run(model_dir, url, signing_key=str(private), checkpoints=str(checkpoints))
+    signed = result["ledger"]["checkpoint"]
+    assert signed is not None and signed["rows"] == result["ledger"]["rows"] and signed["file"] == str(checkpoints)
+    assert SECRET not in checkpoints.read_text(encoding="utf-8")
+    assert main(["audit", url, "--public-key", str(public), "--checkpoints", str(checkpoints)]) == 0
+    out = capsys.readouterr().out
+    assert "signed      : OK" in out and SECRET not in out
