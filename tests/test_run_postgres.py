@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("psycopg")
 
 from pg_server import ledger_url, sql  # noqa: E402
-from test_run import _records, _run, model_dir  # noqa: E402,F401  (the tiny model, built once for this module)
+import test_run  # noqa: E402
+from test_run import _records, _run  # noqa: E402
 
 from pate_accountant.ledger import Ledger  # noqa: E402
 from pate_accountant.ledger_home import INDEX_KEY_SCHEMA, INDEX_SCHEMA, DatabaseIndex, dataset_fingerprint  # noqa: E402
@@ -20,6 +21,9 @@ from pate_app.run import RunInputError  # noqa: E402
 from pate_app.spec import RunSpec, SpecError  # noqa: E402
 
 pytestmark = pytest.mark.slow
+
+#: test_run's tiny model, as a fixture of this module too (built once for it).
+model_dir = test_run.model_dir
 
 SECRET = "s3cret-Pass_word"
 
@@ -280,3 +284,50 @@ def test_a_signed_run_on_a_database_ledger_audits_with_its_checkpoints(model_dir
     assert main(["audit", url, "--public-key", str(public), "--checkpoints", str(checkpoints)]) == 0
     out = capsys.readouterr().out
     assert "signed      : OK" in out and SECRET not in out
+
+
+def test_the_tutorials_database_section_runs_as_written(postgres_server, postgres_database, tmp_path, monkeypatch,
+                                                        capsys):
+    """docs/tutorial.md, section 6: its console block run against the test server (the example host and database
+    replaced by the server's, the ledger's `<12 hex>` by the name the run printed), with the roles the text
+    names, made as docs/ledger.md says; the embedded model, as a reader would run it."""
+    import os
+    import shlex
+
+    from test_tutorial import _blocks
+
+    from pate_accountant.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    topics = ("refund", "delivery", "password", "invoice", "account", "parcel", "subscription", "address")
+    (tmp_path / "tickets.csv").write_text("text\n" + "".join(
+        f"Ticket {i} asks about my {topics[i % len(topics)]} and needs help.\n" for i in range(96)),
+        encoding="utf-8")
+    database = postgres_database.rsplit("/", 1)[1]
+    postgres_server.execute("DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pate_writer') THEN "
+                            "CREATE ROLE pate_writer LOGIN; END IF; IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE "
+                            "rolname = 'pate_auditor') THEN CREATE ROLE pate_auditor LOGIN; END IF; END $$")
+    postgres_server.execute(f'GRANT CREATE ON DATABASE "{database}" TO pate_writer')
+    server = f"127.0.0.1:{postgres_server.port}/{database}"
+    lines = [line for line in _blocks("console")[0].splitlines() if line.startswith("pate-accountant ")]
+    assert [shlex.split(line)[1] for line in lines] == ["generate", "ledger", "audit"]
+    name = None
+    for line in lines:
+        line = line.replace("db.example.org/budgets", server)
+        if name is not None:
+            line = line.replace("tickets_csv_<12 hex>", name)
+        argv = shlex.split(line)[1:]
+        assert main(argv) == 0, line
+        out = capsys.readouterr().out
+        if argv[0] == "generate":
+            name = next(l for l in out.splitlines() if l.startswith("ledger ")).split("?ledger=", 1)[1].split()[0]
+            assert name.startswith("tickets_csv_") and len(name) == len("tickets_csv_") + 12
+            assert (tmp_path / "tickets-synthetic.jsonl").is_file()
+            sql(postgres_database, f"GRANT USAGE ON SCHEMA {name} TO pate_auditor; "
+                                   f"GRANT SELECT ON ALL TABLES IN SCHEMA {name} TO pate_auditor")
+        elif argv[0] == "ledger":
+            assert name in out and "'tickets.csv'" in out
+        else:
+            assert "verdict     : OK" in out
+    assert os.environ.get("PGPASSWORD") is None  # nothing here needed a password (trust on the loopback)
