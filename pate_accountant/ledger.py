@@ -127,6 +127,7 @@ from pate_accountant._ledger.runs import (  # noqa: F401  (re-exported)
 )
 from pate_accountant._ledger.postgres_store import PostgresStore, is_postgres_url
 from pate_accountant._ledger.postgres_store import parse_url as parse_postgres_url
+from pate_accountant._ledger.postgres_store import scrub_secrets, url_secrets
 from pate_accountant._ledger.sqlite_files import (  # noqa: F401  (re-exported)
     _CONF_COLUMNS,
     _CONFIDENTIAL_SCHEMA,
@@ -186,6 +187,7 @@ __all__ = [
     "confidential_path",
     "describe_mechanism",
     "describe_seed",
+    "hide_passwords",
     "is_ledger_url",
     "shown_location",
 ]
@@ -198,6 +200,15 @@ STORAGE_ERRORS = (sqlite3.Error, LedgerStorageError)
 def is_ledger_url(location) -> bool:
     """Whether ``location`` names a PostgreSQL ledger (a ``postgresql://`` or ``postgres://`` URL), not a file."""
     return is_postgres_url(location)
+
+
+def hide_passwords(text, *locations) -> str:
+    """``text`` with the password of every ``postgresql://`` URL among ``locations`` replaced by ``***`` (a path
+    has none)."""
+    for location in locations:
+        if is_postgres_url(location):
+            text = scrub_secrets(text, url_secrets(location))
+    return str(text)
 
 
 def shown_location(location) -> str:

@@ -40,7 +40,7 @@ from collections.abc import Iterable
 from contextlib import suppress as _suppress
 from pathlib import Path
 
-from pate_accountant._ledger.postgres_store import _import_psycopg, connect, is_postgres_url, parse_url
+from pate_accountant._ledger.postgres_store import _import_psycopg, connect, is_postgres_url, parse_url, scrub_secrets
 from pate_accountant.errors import PateAccountantError
 from pate_accountant.serialization import canonical_json
 
@@ -144,13 +144,9 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:60] or "dataset"
 
 
-def _is_url(location) -> bool:
-    return is_postgres_url(location)
-
-
 def _real(location) -> Path | str:
     """A ledger's identity in the index: a file's real path, or a database ledger's :meth:`DatabaseIndex.identity`."""
-    return location if _is_url(location) else Path(os.path.realpath(os.fspath(location)))
+    return location if is_postgres_url(location) else Path(os.path.realpath(os.fspath(location)))
 
 
 def _same(a, b) -> bool:
@@ -236,10 +232,8 @@ class LedgerHome:
         ``ledger copy`` does once a copy verifies with the same heads, so that the records' next runs charge the
         copy, which continues the same budget, and a run naming the old ledger is refused.  Returns how many data
         sets were re-registered (``0`` when the index names ``old`` for none, or there is no index)."""
-        probe = self._connect(write=False)
-        if probe is None:
+        if not self.index_path.is_file():
             return 0
-        probe.close()
         conn = self._connect(write=True)
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -274,7 +268,7 @@ def ledger_identity(location) -> Path | str:
     """How the installation's index names the ledger at ``location``: a file's real path, or for a PostgreSQL
     URL its :meth:`DatabaseIndex.identity` (server, port, database and ledger as the connection reports them;
     this connects)."""
-    if not _is_url(location):
+    if not is_postgres_url(location):
         return _real(location)
     index = DatabaseIndex(location)
     try:
@@ -284,7 +278,7 @@ def ledger_identity(location) -> Path | str:
 
 
 def _stored(text: str) -> Path | str:
-    return text if _is_url(text) else Path(text)
+    return text if is_postgres_url(text) else Path(text)
 
 
 def _split_message(registered: Path | str, home: LedgerHome) -> str:
@@ -368,14 +362,9 @@ class DatabaseIndex:
         self._ready = False
         self._key = None
 
-    def _scrub(self, exc) -> str:
-        text = " ".join(str(exc).split())
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
-
     def _fail(self, exc) -> PateAccountantError:
-        return PateAccountantError(f"the data-set index of {self.location!r}: {self._scrub(exc)}")
+        text = scrub_secrets(" ".join(str(exc).split()), self._secrets)
+        return PateAccountantError(f"the data-set index of {self.location!r}: {text}")
 
     def _connection(self, create: bool = True):
         """The index's connection; with ``create``, the index is laid out first when the database has none."""

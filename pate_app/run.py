@@ -333,7 +333,7 @@ def _check_existing_ledger(location, dataset: str, accountant_name: str, budget,
     shown = shown_location(location)
     where = f"--ledger {shown!r}"
     try:
-        ledger = Ledger.open(location if is_ledger_url(location) else str(location), read_only=True)
+        ledger = Ledger.open(location, read_only=True)
     except FileNotFoundError:
         return  # removed meanwhile by the run that created it: the claim creates a new one
     except (PateAccountantError, OSError, ValueError) as exc:
@@ -397,7 +397,7 @@ def _claim_ledger(location, dataset: str, accountant_name: str, budget, mechanis
 
     where = f"--ledger {shown_location(location)!r}"
     try:
-        ledger = Ledger.open(location if is_ledger_url(location) else str(location))
+        ledger = Ledger.open(location)
     except (PateAccountantError, OSError, ValueError) as exc:
         raise RunInputError(f"{where}: cannot open it as a ledger: {exc}") from None
     try:
@@ -1024,7 +1024,7 @@ def _reread_ledger(location, run_id: int, failure: BaseException):
     database server restarted, a connection cut); when that fails too, unknown heads and a failed audit saying
     why (the ledger keeps every committed charge: ``pate-accountant audit`` checks it once it can be reached)."""
     try:
-        with Ledger.open(location if is_ledger_url(location) else str(location), read_only=True) as again:
+        with Ledger.open(location, read_only=True) as again:
             return _ledger_state(again, run_id)
     except (PateAccountantError, OSError, *STORAGE_ERRORS) as exc:
         heads = {"rows": None, "head_hash": None, "runs": None, "run_head_hash": None}

@@ -73,6 +73,8 @@ SECTIONS = {
     "signing": {"key": "signing_key", "checkpoints": "checkpoints"},
 }
 _KEY_OF = {field: f"{table}.{key}" for table, keys in SECTIONS.items() for key, field in keys.items()}
+
+
 def is_ledger_url(location) -> bool:
     """:func:`pate_accountant.ledger.is_ledger_url`, imported when a spec is checked (the command line's start
     imports no accountant)."""

@@ -194,6 +194,26 @@ def is_postgres_url(location) -> bool:
     return isinstance(location, str) and location.startswith(URL_SCHEMES)
 
 
+def url_secrets(url: str) -> tuple:
+    """What of ``url`` must never be shown: its password (the user part's, raw and decoded, and a ``password``
+    parameter's), longest first."""
+    parts = urlsplit(url)
+    secrets = [value for key, value in parse_qsl(parts.query, keep_blank_values=True) if key == "password"]
+    if "@" in parts.netloc:
+        _user, colon, password = parts.netloc.rsplit("@", 1)[0].partition(":")
+        if colon:
+            secrets += [password, unquote(password)]
+    return tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+
+
+def scrub_secrets(text, secrets) -> str:
+    """``text`` with each of ``secrets`` replaced by ``***``."""
+    text = str(text)
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
 def parse_url(url: str) -> tuple[str, str, str, tuple]:
     """``(conninfo, ledger name, shown location, secrets)``: the URL to connect with (the ``ledger`` parameter
     removed), the ledger's name, the URL as messages show it (no password anywhere) and the secrets that must
@@ -201,16 +221,12 @@ def parse_url(url: str) -> tuple[str, str, str, tuple]:
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     names = [value for key, value in query if key == "ledger"]
-    secrets = [value for key, value in query if key == "password"]
     netloc = parts.netloc
     shown_netloc = netloc
     if "@" in netloc:
         userinfo, hosts = netloc.rsplit("@", 1)
-        user, colon, password = userinfo.partition(":")
-        if colon:
-            secrets += [password, unquote(password)]
-        shown_netloc = f"{user}@{hosts}"
-    secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+        shown_netloc = f"{userinfo.partition(':')[0]}@{hosts}"
+    secrets = url_secrets(url)
     if len(names) > 1:
         raise LedgerError("a PostgreSQL ledger URL names one ledger: give the ledger parameter once")
     name = names[0] if names else DEFAULT_LEDGER_NAME
@@ -379,10 +395,7 @@ class PostgresStore(StoreIdentity):
         return f"PostgresStore({self._location!r}{', read-only' if self._read_only else ''})"
 
     def _scrub(self, text) -> str:
-        text = str(text)
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+        return scrub_secrets(text, self._secrets)
 
     def _fail(self, what: str, exc, cls=LedgerError) -> LedgerError:
         return cls(f"{what} {self._location!r}: {self._driver_text(exc)}")

@@ -64,23 +64,9 @@ def scrub(text, *locations: str) -> str:
     """``text`` with the passwords of every URL in ``locations`` replaced by ``***`` (a path has none): the one
     place the commands (``audit``, ``sign``, ``ledger copy``) remove them from what they print, behind
     :func:`pate_accountant.ledger.shown_location` and the ledger's own messages."""
-    from pate_accountant.ledger import is_ledger_url
+    from pate_accountant.ledger import hide_passwords
 
-    text = str(text)
-    for location in locations:
-        if not is_ledger_url(location):
-            continue
-        from urllib.parse import parse_qsl, unquote, urlsplit
-
-        parts = urlsplit(location)
-        secrets = {value for key, value in parse_qsl(parts.query, keep_blank_values=True) if key == "password"}
-        if "@" in parts.netloc:
-            user, colon, password = parts.netloc.rsplit("@", 1)[0].partition(":")
-            if colon:
-                secrets |= {password, unquote(password)}
-        for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-            text = text.replace(secret, "***")
-    return text
+    return hide_passwords(text, *locations)
 
 
 def head_hash(text: str) -> str:

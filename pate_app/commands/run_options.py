@@ -112,10 +112,6 @@ def add_run_options(p) -> None:
     add_verbose_option(p)
 
 
-def _quoted(location: str) -> str:
-    return shlex.quote(location)
-
-
 def _checkpoints_flag(ledger: dict, file: str) -> str:
     """`` --checkpoints FILE`` where the ledger is a database (its checkpoints have no default file)."""
     from pate_accountant.ledger import is_ledger_url
@@ -209,13 +205,13 @@ def run_and_report(args, spec, *, command: str) -> int:
     if led["checkpoint"] is not None:
         c = led["checkpoint"]
         print(f"signed      : checkpoint of the first {c['rows']} rows by key {c['key_id']}, appended to {c['file']} "
-              f"(`pate-accountant audit {_quoted(led['path'])} --public-key PUBLIC_KEY{_checkpoints_flag(led, c['file'])}` "
+              f"(`pate-accountant audit {shlex.quote(led['path'])} --public-key PUBLIC_KEY{_checkpoints_flag(led, c['file'])}` "
               "checks the ledger against it)")
     if led["write_error"] is not None:
         print(f"stopped     : {led['write_error']}")
     if led["checkpoint_error"] is not None:
         print(f"signed      : NOT WRITTEN: {led['checkpoint_error']} (the run is charged and its ledger audits; "
-              f"`pate-accountant sign {_quoted(led['path'])} --key KEY{_checkpoints_flag(led, 'FILE')}` signs its head "
+              f"`pate-accountant sign {shlex.quote(led['path'])} --key KEY{_checkpoints_flag(led, 'FILE')}` signs its head "
               "later)")
     audit = result["audit"]
     print(f"audit       : {'OK' if audit['ok'] else 'FAILED'}: {audit['message']}")
