@@ -242,20 +242,25 @@ def test_discard_if_unused_drops_an_unused_ledger_only(postgres_database):
         assert reopened.row_count == 1 and reopened.verify().ok
 
 
-def _racer(url: str, budget: float, step: float, queue, start) -> None:
+def charge_until_spent(accountant, step: float, budget: float) -> int:
+    """Charge ``step`` until the accountant refuses (its budget spent), never seeing more than ``budget`` spent;
+    how many charges it made.  What each writer of a race does, between the other writers' charges."""
     charged = 0
+    while True:
+        time.sleep(0.001)
+        try:
+            accountant.compose(EpsilonDeltaEvent(step))
+        except BudgetExhaustedError:
+            return charged
+        charged += 1
+        assert accountant.spent()[0] <= budget + 1e-9
+
+
+def _racer(url: str, budget: float, step: float, queue, start) -> None:
     with Ledger.open(url) as ledger:
         accountant = BasicCompositionAccountant(budget=(budget, 1e-5), ledger=ledger)
         start.wait(timeout=120)  # every racer connected and attached: go
-        while True:
-            time.sleep(0.001)
-            try:
-                accountant.compose(EpsilonDeltaEvent(step))
-            except BudgetExhaustedError:
-                break
-            charged += 1
-            assert accountant.spent()[0] <= budget + 1e-9
-        queue.put((charged, ledger._writer))
+        queue.put((charge_until_spent(accountant, step, budget), ledger._writer))
 
 
 def test_eight_writer_processes_never_overspend_one_budget(postgres_database):

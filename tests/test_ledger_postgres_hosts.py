@@ -26,13 +26,13 @@ from pate_accountant.checkpoints import (
     sign_checkpoint,
 )
 from pate_accountant.cli import main
-from pate_accountant.errors import BudgetExhaustedError
 from pate_accountant.events import EpsilonDeltaEvent
 from pate_accountant.ledger import Ledger
 
 psycopg = pytest.importorskip("psycopg")
 
 from pg_server import ledger_url as _url  # noqa: E402
+from test_ledger_postgres import charge_until_spent  # noqa: E402
 
 #: Each host's clock, relative to the true time, in the order the hosts begin their runs (so run start times go
 #: down: nothing may assume that a later run began later).
@@ -68,7 +68,6 @@ def _host(url: str, index: int, turns, start, queue) -> None:
     once every host has, charges ``STEP`` at a time, interleaved with the others, until the budget is spent."""
     skew = SKEWS[index]
     _skew_clock(skew)
-    charged = 0
     with Ledger.open(url) as ledger:
         accountant = BasicCompositionAccountant(budget=(BUDGET, 1e-5), ledger=ledger)
         if index:
@@ -76,14 +75,7 @@ def _host(url: str, index: int, turns, start, queue) -> None:
         run = ledger.begin_run({"mechanism": "test", "host": index})
         turns[index].set()
         start.wait(timeout=120)  # every host has begun its run: charge
-        while True:
-            time.sleep(0.001)
-            try:
-                accountant.compose(EpsilonDeltaEvent(STEP))
-            except BudgetExhaustedError:
-                break
-            charged += 1
-            assert accountant.spent()[0] <= BUDGET + 1e-9
+        charged = charge_until_spent(accountant, STEP, BUDGET)
         queue.put((index, charged, ledger._writer, run, ledger.runs[run - 1]["created"], time.time()))
 
 
