@@ -187,33 +187,27 @@ class LedgerHome:
     def lookup(self, fingerprint: str) -> Path | str | None:
         """The ledger registered for ``fingerprint`` (a path, or a PostgreSQL ledger's identity URL), or ``None``
         (nothing is created)."""
-        conn = self._connect(write=False)
-        if conn is None:
-            return None
-        try:
-            row = conn.execute("SELECT ledger FROM datasets WHERE fingerprint = ?", (fingerprint,)).fetchone()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return None
-            raise
-        finally:
-            conn.close()
-        return None if row is None else _stored(row[0])
+        rows = self._read("SELECT ledger FROM datasets WHERE fingerprint = ?", (fingerprint,))
+        return _stored(rows[0][0]) if rows else None
 
-    def entries(self) -> list[dict]:
-        """Every registration, oldest first: ``{"ledger", "dataset", "registered"}`` (a path, or a PostgreSQL
-        ledger's identity URL; the data set's name; seconds since the epoch).  Fingerprints are left out."""
+    def _read(self, sql: str, params=()) -> list:
+        """The rows of one query on the index; none when there is no index yet (nothing is created)."""
         conn = self._connect(write=False)
         if conn is None:
             return []
         try:
-            rows = conn.execute("SELECT ledger, dataset, registered FROM datasets ORDER BY registered, ledger").fetchall()
+            return conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []
             raise
         finally:
             conn.close()
+
+    def entries(self) -> list[dict]:
+        """Every registration, oldest first: ``{"ledger", "dataset", "registered"}`` (a path, or a PostgreSQL
+        ledger's identity URL; the data set's name; seconds since the epoch).  Fingerprints are left out."""
+        rows = self._read("SELECT ledger, dataset, registered FROM datasets ORDER BY registered, ledger")
         return [{"ledger": _stored(ledger), "dataset": dataset, "registered": registered}
                 for ledger, dataset, registered in rows]
 
