@@ -14,6 +14,9 @@ of the checks needs pytest.
   it, ``can_afford`` agrees, and a refused charge (``compose``, ``record``, several at once) changes nothing.
 * :func:`check_register_refuses_before_running` -- ``register(mechanism)`` runs and records while the budget
   lasts, and refuses before running the mechanism once it does not.
+* :func:`check_record_in_two_groups` -- the record-level case: in a block of groups where one record can change
+  two groups (``parallel_groups(G, touches=2)``: a replaced record that moves between two label groups), the
+  spend is at least that of the two costliest groups' charges composed.
 
 :class:`AccountantCase` bundles what the checks need to know about one accountant, and
 :func:`check_accountant` runs them all; :func:`default_accountant_case` describes an accountant that charges
@@ -43,6 +46,7 @@ __all__ = [
     "check_count_equivalence",
     "check_empty_is_zero",
     "check_monotone",
+    "check_record_in_two_groups",
     "check_register_refuses_before_running",
     "check_unsupported_rejected_atomically",
     "default_accountant_case",
@@ -273,10 +277,36 @@ def check_register_refuses_before_running(factory: Callable, event, release: Cal
         raise AssertionError("a run refused for budget still ran the mechanism or changed the spend")
 
 
+def check_record_in_two_groups(factory: Callable, event, release: Callable = plain_release, *,
+                               counts: tuple = (2, 5, 3), deltas: Iterable[float] = (1e-9, 1e-6, 1e-3)) -> None:
+    """A record that can change two groups of a block (docs/privacy_unit.md): the groups of
+    ``parallel_groups(len(counts), touches=2)`` record ``counts[g]`` releases of ``event`` each, interleaved;
+    whichever two groups the record is in, its loss is those two groups' releases composed, so the spend must be
+    at least what a fresh accountant reports for the two largest counts' releases recorded one after the other."""
+    accountant = factory()
+    groups = accountant.parallel_groups(len(counts), touches=2)
+    left = list(counts)
+    while any(left):
+        for g, remaining in enumerate(left):
+            if remaining:
+                groups[g].record(release(event))
+                left[g] -= 1
+    largest = sorted(counts)[-2:]
+    reference = factory()
+    for _ in range(sum(largest)):
+        reference.record(release(event))
+    for delta in deltas:
+        spent, alone = accountant.get_epsilon(delta), reference.get_epsilon(delta)
+        assert spent >= alone * (1 - REL), (
+            f"a record in two groups of {list(counts)} releases: spend epsilon {spent:.6g} at delta {delta:g} is less "
+            f"than the two costliest groups composed, {alone:.6g}")
+
+
 def check_accountant(case: AccountantCase, *, counts: Iterable[int] = (1, 3, 7)) -> None:
     """Every check above on one accountant: empty is zero; monotone over the supported events; count
     equivalence of each supported event at each of ``counts``; the unsupported event refused atomically;
-    budget refusal atomic and ``register`` refusing before running (with the default event)."""
+    budget refusal atomic and ``register`` refusing before running (with the default event); a record in two
+    groups charged for both."""
     check_empty_is_zero(case.factory)
     steps = [(case.supported[i % len(case.supported)], 1 + i % 3) for i in range(2 * len(case.supported) + 3)]
     check_monotone(case.factory, steps)
@@ -286,3 +316,4 @@ def check_accountant(case: AccountantCase, *, counts: Iterable[int] = (1, 3, 7))
     check_unsupported_rejected_atomically(case.factory, case.event, case.unsupported, case.release)
     check_budget_refusal_atomic(case.factory, case.event, case.release, budget_delta=case.budget_delta)
     check_register_refuses_before_running(case.factory, case.event, case.release, budget_delta=case.budget_delta)
+    check_record_in_two_groups(case.factory, case.event, case.release)

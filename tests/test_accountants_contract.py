@@ -57,6 +57,7 @@ from pate_accountant.testing import (
     check_count_equivalence,
     check_empty_is_zero,
     check_monotone,
+    check_record_in_two_groups,
     check_register_refuses_before_running,
     check_unsupported_rejected_atomically,
     default_accountant_case,
@@ -342,6 +343,12 @@ def test_charges_landing_exactly_on_the_budget_are_accepted_and_the_next_is_refu
 # -- register ---------------------------------------------------------------------------------------------------
 def test_register_refuses_before_running_and_records_after(case):
     check_register_refuses_before_running(case.factory, case.event, case.release, budget_delta=case.budget_delta)
+
+
+def test_a_record_in_two_groups_is_charged_for_both(case):
+    """The record-level case (docs/privacy_unit.md): a replaced record that leaves one label group and joins
+    another changes two groups of a block; the accountant charges at least both groups composed."""
+    check_record_in_two_groups(case.factory, case.event, case.release)
 
 
 def test_register_records_nothing_when_the_mechanism_raises(case):

@@ -331,15 +331,21 @@ class Accountant(abc.ABC):
         after ``can_afford(mechanism.event)`` accepted it, with nothing charged since, it is not repeated."""
         return self._register(mechanism, None)
 
-    def parallel_groups(self, num_groups: int):
+    def parallel_groups(self, num_groups: int, *, touches: int = 1):
         """``num_groups`` accountants, one for each of a run's disjoint groups of records, that charge this one
         (:class:`~pate_accountant.accountants.parallel.ParallelGroups`): parallel composition, docs/groups.md.
+
+        ``touches``: how many groups one record can change (1: the groups are disjoint in the records; 2: a
+        replaced record may leave one group and join another, as a private label does, docs/privacy_unit.md).
+        Each of a group's charges that the envelope shares is then counted ``touches`` times, so the envelope
+        covers the sum of any ``touches`` groups' charges.
 
         With a ledger the block of groups is the ledger's current run (:meth:`Ledger.begin_run` first), and a
         run has at most one block."""
         from pate_accountant.accountants.parallel import ParallelGroups  # the views subclass this class
 
         num_groups = check_int("num_groups", num_groups, minimum=1)
+        touches = check_int("touches", touches, minimum=1, maximum=num_groups)
         if self._ledger is not None:
             scope = self._ledger.current_run
             if scope is None:
@@ -350,56 +356,65 @@ class Accountant(abc.ABC):
         if scope in self._scopes_given or scope in self._parallel.scopes():
             raise ValueError(f"run {scope} already has its groups: a run splits its records once (begin a new run)")
         self._scopes_given.add(scope)
-        return ParallelGroups(self, scope, num_groups)
+        return ParallelGroups(self, scope, num_groups, touches)
 
     # -- machinery ----------------------------------------------------------------------------------------
-    def _can_afford(self, event, count: int, group) -> bool:
+    def _can_afford(self, event, count: int, group, touches: int = 1) -> bool:
         if self._ledger is not None:
             self._ledger.sync(self)
         try:
-            self._check_worst(event, count, group)
+            self._check_worst(event, count, group, touches)
         except BudgetExhaustedError:
             return False
         self._afforded = (event, count, group)  # register's pre-run check of this event needs no second look
         return True
 
-    def _register(self, mechanism, group):
+    def _register(self, mechanism, group, touches: int = 1):
         event = getattr(mechanism, "event", None)
         if not isinstance(event, dp_accounting.DpEvent) or not callable(mechanism):
             raise TypeError(f"mechanism must be callable and announce a DpEvent as .event, got {type(mechanism).__name__}")
         # unsupported events are refused at registration, and a budget that cannot pay for one run
         self._maybe_compose(self._worst_case(event), False, enforce_budget=False)
-        self._check_worst(event, 1, group)
+        self._check_worst(event, 1, group, touches)
 
         def run(*args, **kwargs) -> Release:
-            self._check_before_run(mechanism.event, group)  # BudgetExhaustedError before running
+            self._check_before_run(mechanism.event, group, touches)  # BudgetExhaustedError before running
             release = mechanism(*args, **kwargs)
-            self._charge(_release_charge(release, group=group))
+            self._charge(self._scaled(_release_charge(release, group=group), touches))
             return release
 
         run.mechanism = mechanism
         run.__name__ = f"accounted_{type(mechanism).__name__}"
         return run
 
-    def _check_before_run(self, event, group=None) -> None:
+    def _check_before_run(self, event, group=None, touches: int = 1) -> None:
         afforded = self._afforded
         if (afforded is not None and afforded[1] == 1 and afforded[2] == group
                 and (afforded[0] is event or afforded[0] == event)):
             return  # can_afford(event) accepted it and nothing changed since
         if self._ledger is not None:
             self._ledger.sync(self)
-        self._check_worst(event, 1, group)
+        self._check_worst(event, 1, group, touches)
 
-    def _check_worst(self, event, count: int, group) -> None:
+    def _check_worst(self, event, count: int, group, touches: int = 1) -> None:
         """Check, changing nothing, the costliest charge a not-yet-run mechanism with ``event`` could make.  For
         an ordinary charge that is :meth:`_worst_case`.  For a group's charge, a worst case that the envelope
         makes free may be cheaper than an outcome charged as it comes (under target charging a miss is charged
         as it comes, a hit only past the envelope): every outcome class the accountant tells apart is checked,
-        so no outcome can be refused after the mechanism ran."""
+        so no outcome can be refused after the mechanism ran.  ``touches``: :meth:`_scaled`."""
         worst = self._worst_case(event, count)
-        self._step(_with_group(worst, group), False)
+        self._step(self._scaled(_with_group(worst, group), touches), False)
         if group is not None and self.parallel_composition == "hits":
             self._step(Charge(worst.event, worst.count, FAIL, worst.charged_teachers, group), False)
+
+    def _scaled(self, charge: Charge, touches: int) -> Charge:
+        """A group's ``charge`` as a block whose records can each change ``touches`` groups pays it: a charge the
+        envelope shares (:meth:`_parallel_key`) counts ``touches`` times, so that the envelope (the largest count
+        of any group) is at least the sum of any ``touches`` groups' counts; a charge paid as it comes is summed
+        over every group already.  The scaled count is what the ledger stores, so a replay needs nothing more."""
+        if touches == 1 or charge.group is None or self._parallel_key(charge) is None:
+            return charge
+        return attr.evolve(charge, count=charge.count * touches)
 
     def _parallel_key(self, charge: Charge):
         """The key under which a grouped charge is paid once per block (the largest count any group reached),

@@ -45,9 +45,9 @@ class ParallelGroups:
     """The accountants of one block of ``num_groups`` disjoint groups (``accountant.parallel_groups(G)``):
     ``groups[g]`` (or iteration) gives group ``g``'s :class:`GroupAccountant`."""
 
-    def __init__(self, parent: Accountant, scope: int, num_groups: int):
-        self.parent, self.scope, self.num_groups = parent, scope, num_groups
-        self._views = tuple(GroupAccountant(parent, (scope, g)) for g in range(num_groups))
+    def __init__(self, parent: Accountant, scope: int, num_groups: int, touches: int = 1):
+        self.parent, self.scope, self.num_groups, self.touches = parent, scope, num_groups, touches
+        self._views = tuple(GroupAccountant(parent, (scope, g), touches) for g in range(num_groups))
 
     def __len__(self) -> int:
         return self.num_groups
@@ -60,7 +60,8 @@ class ParallelGroups:
         return iter(self._views)
 
     def __repr__(self):
-        return f"ParallelGroups({self.num_groups} groups of {type(self.parent).__name__}, scope {self.scope})"
+        touches = "" if self.touches == 1 else f", {self.touches} touched by a record"
+        return f"ParallelGroups({self.num_groups} groups of {type(self.parent).__name__}, scope {self.scope}{touches})"
 
 
 class GroupAccountant(Accountant):
@@ -72,8 +73,8 @@ class GroupAccountant(Accountant):
     budget are the data set's (every run, every group, as the parent reports them).  It has no state of its
     own: ``state()``/``restore()``/``replay()`` belong to the parent."""
 
-    def __init__(self, parent: Accountant, group: tuple):  # no super().__init__: the parent holds everything
-        self._parent, self._group = parent, group
+    def __init__(self, parent: Accountant, group: tuple, touches: int = 1):  # no super().__init__: the parent holds everything
+        self._parent, self._group, self._touches = parent, group, touches
 
     kind = "group"
 
@@ -112,14 +113,23 @@ class GroupAccountant(Accountant):
         return self._parent.get_epsilon(delta)
 
     # -- charges, as this group -------------------------------------------------------------------------
+    @property
+    def touches(self) -> int:
+        """How many of the block's groups one record can change (:meth:`Accountant.parallel_groups`)."""
+        return self._touches
+
+    def _touched(self, charge):
+        return self._parent._scaled(charge, self._touches)
+
     def compose(self, event, count: int = 1) -> None:
-        self._parent._charge(Charge(event, count, group=self._group))
+        self._parent._charge(self._touched(Charge(event, count, group=self._group)))
 
     def record(self, release) -> None:
-        self._parent._charge(_release_charge(release, group=self._group))
+        self._parent._charge(self._touched(_release_charge(release, group=self._group)))
 
     def record_many(self, releases) -> None:
-        self._parent._charge_many([_release_charge(r, "releases", group=self._group) for r in releases])
+        self._parent._charge_many([self._touched(_release_charge(r, "releases", group=self._group))
+                                   for r in releases])
 
     def record_outcomes(self, event, target_hit, failed=None, *, outcomes=None) -> None:
         """A vector of queries of one ``event`` as this group's (target charging:
@@ -130,7 +140,7 @@ class GroupAccountant(Accountant):
         build = getattr(self._parent, "_outcome_charges", None)
         if build is None:
             raise AttributeError(f"{type(self._parent).__name__} records no vector of outcomes")
-        self._parent._charge_many([attr.evolve(c, group=self._group)
+        self._parent._charge_many([self._touched(attr.evolve(c, group=self._group))
                                    for c in build(event, target_hit, failed, outcomes)])
 
     #: :meth:`record_outcomes` for a mechanism's ``BatchRelease``: target charging's own, which calls this
@@ -138,10 +148,10 @@ class GroupAccountant(Accountant):
     record_batch = TargetChargingAccountant.record_batch
 
     def can_afford(self, event, count: int = 1) -> bool:
-        return self._parent._can_afford(event, count, self._group)
+        return self._parent._can_afford(event, count, self._group, self._touches)
 
     def register(self, mechanism):
-        return self._parent._register(mechanism, self._group)
+        return self._parent._register(mechanism, self._group, self._touches)
 
     def _maybe_compose(self, charge, do_compose: bool, *, enforce_budget: bool = True) -> None:
         raise TypeError("a group's accountant charges through its parent")
