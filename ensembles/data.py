@@ -50,6 +50,8 @@ __all__ = [
     "load_dolly_jsonl",
     "load_records",
     "partition_records",
+    "Placement",
+    "place_records",
     "record_token_limit",
     "split_by_label",
     "teacher_prompts",
@@ -594,6 +596,60 @@ def partition_records(records, num_teachers: int, rng: np.random.Generator) -> l
         raise ValueError(f"cannot give {num_teachers} teachers a record each: only {len(records)} records")
     order = rng.permutation(len(records))
     return [[records[i] for i in part] for part in np.array_split(order, num_teachers)]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where :func:`place_records` put the records: ``parts[t]`` the records teacher ``t`` shows, in the order of
+    its slots (``repr`` leaves them out); ``records_per_teacher`` its slots; ``dropped`` the records left out
+    because every slot was taken (counts describe the data: the operator's screen only, never the ledger)."""
+
+    parts: tuple = dataclass_field(repr=False)
+    records_per_teacher: int
+    dropped: int
+
+    @property
+    def num_teachers(self) -> int:
+        return len(self.parts)
+
+    @property
+    def placed(self) -> int:
+        return sum(len(part) for part in self.parts)
+
+
+def place_records(records, num_teachers: int, records_per_teacher: int, rng: np.random.Generator) -> Placement:
+    """Place ``records`` in ``num_teachers * records_per_teacher`` slots, ``records_per_teacher`` slots a teacher:
+    a uniformly random set of ``min(n, slots)`` of the ``n`` records, each in its own uniformly random slot, the
+    rest left out (counted in :attr:`Placement.dropped`).  Teacher ``t`` holds slots ``t*k .. t*k + k - 1`` and
+    shows its records in the order of its slots; a teacher may be left with fewer records, or none.
+
+    Why slots (docs/privacy_unit.md).  The law of the placement is the same whatever order the records come in,
+    and it can be built one record at a time (reservoir sampling): a record joins a free slot drawn uniformly, or,
+    when every slot is taken, takes a uniformly drawn slot with probability ``slots / (n + 1)`` and is left out
+    otherwise.  So the placements of two data sets that differ in one record (added, removed or replaced) can be
+    coupled so that **at most one slot, so one teacher, differs**: the other records keep their slots.  A
+    partition into near-equal parts of ``ceil(n / teachers)`` records would not do this: adding one record changes
+    ``n`` and re-deals every part.  With ``n == slots`` the placement is a uniformly random partition into equal
+    parts.  ``records_per_teacher`` must therefore come from public parameters only (never from ``n`` when the
+    number of records is private, as it is under add/remove-one).  ``tests/test_placement.py`` checks the
+    coupling exactly on small data sets.
+
+    ``records`` may hold any objects (``None`` included); ``rng`` is the run's randomness."""
+    num_teachers = check_int("num_teachers", num_teachers, minimum=1)
+    per_teacher = check_int("records_per_teacher", records_per_teacher, minimum=1)
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError("rng must be a numpy Generator")
+    records = list(records)
+    slots = num_teachers * per_teacher
+    placed = min(len(records), slots)
+    chosen = rng.permutation(len(records))[:placed]  # which records get a slot (all of them when they fit)
+    where = rng.permutation(slots)[:placed]  # the slot of each chosen record
+    holder = [None] * slots
+    for index, slot in zip(chosen.tolist(), where.tolist()):
+        holder[slot] = (records[index],)
+    parts = tuple(tuple(cell[0] for cell in holder[t * per_teacher:(t + 1) * per_teacher] if cell is not None)
+                  for t in range(num_teachers))
+    return Placement(parts=parts, records_per_teacher=per_teacher, dropped=len(records) - placed)
 
 
 def teacher_prompts(parts, template: PromptTemplate | str = DEFAULT_TEMPLATE, shared_prefix: str | None = None,

@@ -38,7 +38,6 @@ import socket
 import sqlite3
 import sys
 import threading
-import time
 from pathlib import Path
 
 import attr
@@ -55,7 +54,7 @@ from ensembles.backends.transformers_backend import TransformersBackend
 from ensembles.data import (
     RecordsTooLongError,
     fit_records,
-    partition_records,
+    place_records,
     record_token_limit,
     split_by_label,
     teacher_prompts,
@@ -92,9 +91,12 @@ from pate_accountant.ledger_home import (
 from pate_app.library_output import quiet_libraries
 from pate_app.records_out import RecordsOut, check_out_path
 from pate_app.options import DEFAULT_RAY_TIMEOUT
+from pate_app.privacy_unit import RECORD_RELATIONS, TEACHER_RELATION, record_relation, records_per_teacher
 from pate_app.spec import RunInputError, RunSpec, load_task, model_label, task_from_records
 
 __all__ = [
+    "RECORD_RELATIONS",
+    "TEACHER_RELATION",
     "RunInputError",
     "build_accountant",
     "build_mechanism",
@@ -105,6 +107,9 @@ __all__ = [
     "demo_model_path",
     "group_prompts",
     "private_run",
+    "record_relation",
+    "records_per_teacher",
+    "run_prompts",
 ]
 
 RELATIONS = ("replace-one", "add-remove-one")
@@ -310,21 +315,69 @@ def check_groups(groups, num_teachers: int, accountant_name: str) -> int:
 
 
 def group_prompts(records, num_teachers: int, groups: int, rng: np.random.Generator,
-                  template: PromptTemplate = INSTRUCTIONS) -> list[tuple[str, list[str]]]:
-    """``(shared_prefix, prompts)`` of each group's teachers: the records partitioned at random between
-    ``num_teachers`` teachers (:func:`~ensembles.data.partition_records`), the teachers taken in order into
-    ``groups`` equal groups.  The partition is a random permutation of the records' positions, so a record's
-    teacher and group depend on its position and the random draw only, never on the records' contents:
-    replacing one record changes one teacher's prompt, in one group (docs/groups.md).  A ``None`` holds the
-    place of a record skipped for its length (:func:`_fit_to_window`): its teacher shows the others only."""
-    parts = partition_records(records, num_teachers, rng)
-    parts = [[record for record in part if record is not None] for part in parts]  # a skipped record's place
+                  template: PromptTemplate = INSTRUCTIONS, records_per_teacher: int | None = None,
+                  placement: list | None = None) -> list[tuple[str, list[str]]]:
+    """``(shared_prefix, prompts)`` of each group's teachers: the records placed at random in the public slots of
+    ``num_teachers`` teachers, ``records_per_teacher`` each (:func:`~ensembles.data.place_records`; default
+    ``ceil(len(records) / num_teachers)``, for callers whose number of records is public), the teachers taken in
+    order into ``groups`` equal groups.  A record's teacher and group depend on the random draw only, never on the
+    records' contents, and one record changed, added or removed changes at most one teacher's prompt, in one group
+    (docs/privacy_unit.md).  A ``None`` holds the place of a record skipped for its length
+    (:func:`_fit_to_window`): its teacher shows the others only.  ``placement``: a list that receives the
+    :class:`~ensembles.data.Placement` (counts for the operator's screen)."""
+    records = list(records)
+    if records_per_teacher is None:
+        records_per_teacher = max(1, math.ceil(len(records) / num_teachers))
+    placed = place_records(records, num_teachers, records_per_teacher, rng)
+    if placement is not None:
+        placement.append(placed)
+    parts = [[record for record in part if record is not None] for part in placed.parts]  # a skipped record's place
     size = num_teachers // groups
     return [teacher_prompts(parts[g * size:(g + 1) * size], template, allow_empty=True) for g in range(groups)]
 
 
+def run_prompts(shown, spec, plan: _RunPlan, rng: np.random.Generator, template: PromptTemplate,
+                announce: bool = False) -> list[tuple[str, list[str]]]:
+    """Each group's ``(shared_prefix, prompts)`` for a run: without labels, the records (``shown``, fitted to the
+    window, ``None`` for a skipped one) placed among all ``spec.teachers`` teachers (:func:`group_prompts`); with
+    labels, each label's records among its own ``plan.group_teachers`` teachers, from a random stream of its own
+    (``rng.spawn``), so a record that changes label changes its old and its new label's placement only.  Every
+    teacher shows at most ``plan.per_teacher`` records.  With ``announce``, one line on stderr counts records left
+    out for want of a place and teachers left without a record (counts describe the data: this screen only)."""
+    placements: list = []
+    if plan.places is None:
+        ensembles = group_prompts(shown, spec.teachers, plan.groups, rng, template, plan.per_teacher, placements)
+    else:
+        streams = rng.spawn(len(plan.labels))
+        ensembles = [group_prompts([shown[i] for i in plan.places[label]], plan.group_teachers, 1, stream, template,
+                                   plan.per_teacher, placements)[0]
+                     for label, stream in zip(plan.labels, streams)]
+    if announce:
+        real = sum(1 for record in shown if record is not None)
+        dropped = real - sum(1 for p in placements for part in p.parts for r in part if r is not None)
+        left = sum(1 for p in placements for part in p.parts if not any(r is not None for r in part))
+        if dropped or left:
+            where = "a label's" if plan.places is not None else "the"
+            print(f"pate-accountant: {dropped} record(s) found no place in {where} teachers' "
+                  f"{plan.per_teacher} record(s) each, and {left} teacher(s) show no record (--records-per-teacher "
+                  "K sets the places)", file=sys.stderr, flush=True)
+    return ensembles
+
+
+def _check_record_relation(ledger: Ledger, relation: str, where: str) -> None:
+    """One ledger states one guarantee: every run on it under the same record-level relation (the run metadata's
+    ``record_relation``; runs written before it was recorded are not compared: their events say what they
+    charged).  A :class:`RunInputError` naming both relations otherwise."""
+    kept = {run["metadata"].get("record_relation") for run in ledger.runs} - {None}
+    if kept and relation not in kept:
+        raise RunInputError(
+            f"{where} states its guarantee for {', '.join(sorted(kept))} of records, and this run's relation is "
+            f"{relation}: one ledger keeps one relation (run with that --relation and --labels-public setting, or "
+            "give another ledger; docs/privacy_unit.md)")
+
+
 def _check_existing_ledger(location, dataset: str, accountant_name: str, budget, mechanism,
-                           num_teachers: int) -> None:
+                           num_teachers: int, relation: str = "replace-one") -> None:
     """An existing ``--ledger``: it must belong to ``dataset``, be kept by the same accountant (kind and
     budget), verify as far as its rows replay, and have budget left for one step.  Read-only: nothing is
     written.  A ledger another run has only just created (no data set, no run, no row yet) passes: the claim
@@ -358,6 +411,7 @@ def _check_existing_ledger(location, dataset: str, accountant_name: str, budget,
         except PateAccountantError as exc:
             raise RunInputError(f"{where}: {exc}") from None
         _check_affords(acct, mechanism, where, dataset, budget)
+        _check_record_relation(ledger, relation, where)
     finally:
         ledger.close()
 
@@ -377,9 +431,10 @@ def _check_affords(acct, mechanism, where: str, dataset: str, budget) -> None:
         kept = acct.neighboring_relation
         stated = getattr(mechanism.event, "relation", None)
         raise RunInputError(
-            f"{where} is kept under the {kept} relation, but this run's mechanism is stated under {stated} "
-            f"(--relation {stated}): one ledger composes one relation; run with --relation {kept} or give "
-            "another ledger") from None
+            f"{where} holds events stated under the {kept} relation of teachers, and this run's are stated under "
+            f"{stated} (one record moves one teacher's vote): one ledger composes one relation. A ledger whose events "
+            "are add-remove-one of teachers was written by an earlier version, which under-counted records under "
+            "--relation add-remove-one; give another ledger (docs/privacy_unit.md)") from None
     if not affordable:
         spent = acct.spent()
         raise RunInputError(
@@ -387,7 +442,8 @@ def _check_affords(acct, mechanism, where: str, dataset: str, budget) -> None:
             f"for another step: epsilon {float(spent[0]):.6g}, delta {float(spent[1]):.3g} already spent")
 
 
-def _claim_ledger(location, dataset: str, accountant_name: str, budget, mechanism, num_teachers: int):
+def _claim_ledger(location, dataset: str, accountant_name: str, budget, mechanism, num_teachers: int,
+                  relation: str = "replace-one"):
     """Claim the data set's ledger for this run before any slow work (loading the model): open it, creating it
     when missing; name its data set and attach the run's accountant (which stores the accountant and budget in
     a new ledger, and replays an existing one's rows); check that one step is affordable.  From here a second
@@ -409,6 +465,7 @@ def _claim_ledger(location, dataset: str, accountant_name: str, budget, mechanis
         except PateAccountantError as exc:
             raise RunInputError(f"{where}: {exc}") from None
         _check_affords(acct, mechanism, where, dataset, budget)
+        _check_record_relation(ledger, relation, where)
         _check_one_partition(acct, ledger, where)
     except BaseException:
         _discard(ledger)
@@ -631,7 +688,6 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
     """
     if not isinstance(spec, RunSpec):
         raise TypeError(f"spec must be a RunSpec, got {type(spec).__name__}")
-    started = time.perf_counter()
     bundled = records is None and spec.data == "bundled"  # public and invented: a second budget harms nobody
     # 1. the data and the task alone
     task = load_task(spec) if records is None else task_from_records(spec, records)
@@ -657,8 +713,10 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
         key, checkpoints = _signing(spec.signing_key, spec.checkpoints, ledger_path)
         accountant = spec.accountant
         if place.is_url or ledger_path.exists():
-            _check_existing_ledger(ledger_path, dataset, accountant, budget, mech, group_teachers)  # read-only
-        ledger, acct = _claim_ledger(ledger_path, dataset, accountant, budget, mech, group_teachers)  # before the model
+            _check_existing_ledger(ledger_path, dataset, accountant, budget, mech, group_teachers,  # read-only
+                                   plan.relation)
+        ledger, acct = _claim_ledger(ledger_path, dataset, accountant, budget, mech, group_teachers,  # before the model
+                                     plan.relation)
         try:  # the index learns the data set's ledger once it is claimed; of two runs racing, the first one wins
             if register:
                 place.register()
@@ -679,11 +737,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                     raise RunInputError(f"--model: cannot load the model: {_first_line(exc)}") from None
 
             rng = np.random.default_rng(seed)
-            if plan.places is None:
-                ensembles = group_prompts(shown, spec.teachers, groups, rng, template)
-            else:  # one group per label, each partitioned on its own
-                ensembles = [group_prompts([shown[i] for i in plan.places[label]], group_teachers, 1, rng, template)[0]
-                             for label in labels]
+            ensembles = run_prompts(shown, spec, plan, rng, template, announce=progress)
             public_prompt = template.open_slot  # the open slot only: no private record
             try:  # prompts that do not fit the context window: refused before the run begins
                 for shared_prefix, prompts in ensembles:
@@ -709,6 +763,11 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                 "groups": groups,
                 "teachers_per_group": group_teachers,
                 "labels": labels,
+                "privacy_unit": "record",
+                "record_relation": plan.relation,
+                "teacher_relation": TEACHER_RELATION,
+                "groups_a_record_touches": plan.touches,
+                "records_per_teacher": plan.per_teacher,
                 "template": template.name,
                 "long_records": spec.long_records,
                 "public_mix": spec.public_mix,
@@ -737,7 +796,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
             except STORAGE_ERRORS as exc:  # a read-only file or folder, a full disk: nothing is charged yet
                 raise RunInputError(f"{where}: cannot write to it: {exc}") from None
             _check_one_partition(acct, ledger, where, run_id)
-            accountants = [acct] if groups == 1 else list(acct.parallel_groups(groups))
+            accountants = [acct] if groups == 1 else list(acct.parallel_groups(groups, touches=plan.touches))
             generators = [PrivateGenerator(
                 backend, mech, group_acct, histograms="coordinated", fallback="public", public_backend=public,
                 public_prompt=public_prompt, max_tokens=spec.max_tokens, stop_strings=(template.stop,),
@@ -861,7 +920,6 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
         },
         "parameters": metadata,
         "spec": metadata["spec"],
-        "wall_seconds": round(time.perf_counter() - started, 3),
     }
 
 
@@ -875,6 +933,12 @@ class _RunPlan:
     groups: int
     group_teachers: int
     mechanism: object
+    #: The most records one teacher shows (public: :func:`records_per_teacher`).
+    per_teacher: int = 1
+    #: How many groups one record can change (:func:`record_relation`).
+    touches: int = 1
+    #: The record-level relation the run's guarantee is stated under (:data:`RECORD_RELATIONS`).
+    relation: str = "replace-one"
 
 
 def _plan_run(spec, task) -> _RunPlan:
@@ -893,20 +957,18 @@ def _plan_run(spec, task) -> _RunPlan:
         places = {label: [i for i, record in enumerate(records) if record["label"] == label] for label in labels}
         groups = len(labels)
     group_teachers = check_groups(groups, spec.teachers, spec.accountant)
-    if places is not None:
-        for label in labels:
-            if len(places[label]) < group_teachers:
-                raise RunInputError(f"--labels: label {label!r} has fewer records than the {group_teachers} teachers "
-                                    f"each label needs (--teachers {spec.teachers} over {groups} labels)")
     try:
         task.template.check_records(records)
     except ValueError as exc:
         raise RunInputError(f"--template: {exc}") from None
-    mech = build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta, spec.relation,
+    relation, touches = record_relation(spec.relation, labels is not None and groups > 1, spec.labels_public)
+    mech = build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta, TEACHER_RELATION,
                            num_teachers=group_teachers)
     check_inputs(records, spec.teachers, mech, spec.accountant, (float(spec.budget_epsilon), float(spec.budget_delta)))
     check_reachable(mech, group_teachers)
-    return _RunPlan(labels, places, groups, group_teachers, mech)
+    return _RunPlan(labels, places, groups, group_teachers, mech,
+                    records_per_teacher(spec.records_per_teacher, spec.relation, task.num_records, spec.teachers),
+                    touches, relation)
 
 
 def _resolve_model(spec, *, announce: bool) -> tuple:
@@ -931,8 +993,9 @@ def _resolve_model(spec, *, announce: bool) -> tuple:
 def _fit_to_window(spec, task, plan: _RunPlan, model, *, announce: bool) -> list:
     """The records as the teachers will see them, in their places: each record's text fitted to its share of
     the model's window (:func:`~ensembles.data.record_token_limit`: the window less the template and
-    ``spec.max_tokens`` new tokens, over the most records one teacher holds) by ``spec.long_records``; a skipped
-    record's place holds ``None`` (so the partition by position moves no other record).  Only the tokenizer and
+    ``spec.max_tokens`` new tokens, over the public number of records one teacher shows, ``plan.per_teacher``,
+    never a count of the records) by ``spec.long_records``, each record on its own; a skipped record's place holds
+    ``None`` (so the placement moves no other record).  Only the tokenizer and
     the config are read.  A refusal counts the records, never shows one; with ``announce``, what was done is one
     line on stderr (counts only: they describe the data, so they stay on this screen and out of the ledger and
     the result).  The vocabulary's size is checked against a Gaussian mechanism's noise here too
@@ -943,10 +1006,7 @@ def _fit_to_window(spec, task, plan: _RunPlan, model, *, announce: bool) -> list
             count_tokens, window, vocab_size = tb.token_window(model)
     except (OSError, ValueError) as exc:
         raise RunInputError(f"argument --model: cannot read its tokenizer or config: {_first_line(exc)}") from None
-    if plan.places is None:
-        per_teacher = math.ceil(len(records) / spec.teachers)
-    else:
-        per_teacher = max(math.ceil(len(positions) / plan.group_teachers) for positions in plan.places.values())
+    per_teacher = plan.per_teacher  # public (records_per_teacher): never the records' own counts
     try:
         limit = record_token_limit(task.template, window=window, records_per_teacher=per_teacher,
                                    max_new_tokens=spec.max_tokens, count_tokens=count_tokens)

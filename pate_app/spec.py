@@ -7,9 +7,9 @@ local paths, which are reduced to their file names) is what the ledger's run met
 
 The TOML file has one table per part of the run (every key optional, the defaults are ``generate``'s)::
 
-    [data]        path, text_field, label_field, labels, dataset, long_records
+    [data]        path, text_field, label_field, labels, labels_public, dataset, long_records
     [task]        template, records, per_label, max_tokens, temperature, top_p
-    [model]       path, teachers, groups, threads, workers, ray_address, ray_timeout
+    [model]       path, teachers, records_per_teacher, groups, threads, workers, ray_address, ray_timeout
     [mechanism]   name, step_epsilon, step_delta, relation, public_mix, public_top_k
     [accountant]  name
     [budget]      epsilon, delta
@@ -60,11 +60,12 @@ class RunInputError(ValueError):
 #: The TOML tables and, for each key, the ``RunSpec`` field it sets.
 SECTIONS = {
     "data": {"path": "data", "text_field": "text_field", "label_field": "label_field", "labels": "labels",
-             "dataset": "dataset", "long_records": "long_records"},
+             "labels_public": "labels_public", "dataset": "dataset", "long_records": "long_records"},
     "task": {"template": "template", "records": "records", "per_label": "per_label", "max_tokens": "max_tokens",
              "temperature": "temperature", "top_p": "top_p"},
-    "model": {"path": "model", "teachers": "teachers", "groups": "groups", "threads": "threads",
-              "workers": "workers", "ray_address": "ray_address", "ray_timeout": "ray_timeout"},
+    "model": {"path": "model", "teachers": "teachers", "records_per_teacher": "records_per_teacher",
+              "groups": "groups", "threads": "threads", "workers": "workers", "ray_address": "ray_address",
+              "ray_timeout": "ray_timeout"},
     "mechanism": {"name": "mechanism", "step_epsilon": "step_epsilon", "step_delta": "step_delta",
                   "relation": "relation", "public_mix": "public_mix", "public_top_k": "public_top_k"},
     "accountant": {"name": "accountant"},
@@ -169,6 +170,7 @@ class RunSpec:
     text_field: str = attr.ib(default="text", validator=_check("text"))
     label_field: str | None = attr.ib(default=None, validator=_check("text"))
     labels: tuple | None = attr.ib(default=None, converter=_labels, validator=_check_labels)
+    labels_public: bool = attr.ib(default=False, validator=_check("bool"))
     dataset: str | None = attr.ib(default=None, validator=_check_dataset)
     long_records: str = attr.ib(default="refuse", validator=_choice(*LONG_RECORDS))
     # task
@@ -181,6 +183,7 @@ class RunSpec:
     # model
     model: str = attr.ib(default="embedded", validator=_check("text"))
     teachers: int = attr.ib(default=_D["teachers"], validator=_check("int", minimum=1))
+    records_per_teacher: int | None = attr.ib(default=None, validator=_check("int", minimum=1))
     groups: int = attr.ib(default=1, validator=_check("int", minimum=1))
     threads: int | None = attr.ib(default=None, validator=_check("int", minimum=1))
     workers: int = attr.ib(default=1, validator=_check("int", minimum=1))
@@ -212,6 +215,13 @@ class RunSpec:
         if self.labels is not None and self.groups != 1:
             raise SpecError(f"--groups {self.groups} (model.groups): with --labels the groups are the labels (leave "
                             "--groups out)")
+        if self.labels_public and self.labels is None:
+            raise SpecError("--labels-public (data.labels_public) needs --label-field and --labels (data.label_field, "
+                            "data.labels): it declares those labels public")
+        if self.relation == "add-remove-one" and self.records_per_teacher is None:
+            raise SpecError("--relation add-remove-one (mechanism.relation) needs --records-per-teacher K "
+                            "(model.records_per_teacher): under add/remove the number of records is private, so it "
+                            "cannot set how many records a teacher shows (docs/privacy_unit.md)")
         if self.per_label is not None and self.labels is None:
             raise SpecError("--per-label (task.per_label) needs --label-field and --labels (data.label_field, "
                             "data.labels): records per label")
@@ -341,6 +351,13 @@ class Task:
     dataset: str
     #: The record field the template shows as the record's text (what ``--long-records`` fits).
     text_key: str = "text"
+    #: How many records the data set has as the neighbouring relation counts them: the records the file holds
+    #: (those the loader leaves out included), so that under replace-one it is public; ``None``: ``len(records)``.
+    size: int | None = None
+
+    @property
+    def num_records(self) -> int:
+        return len(self.records) if self.size is None else self.size
 
 
 def load_task(spec: RunSpec) -> Task:
@@ -375,7 +392,7 @@ def load_task(spec: RunSpec) -> Task:
     if spec.labels is not None and loaded.label_key != "label":  # a Dolly field named as the label
         records = tuple({**record, "label": record[loaded.label_key]} for record in records)
     return Task(records, template, data_label, spec.dataset if spec.dataset is not None else dataset,
-                loaded.text_key)
+                loaded.text_key, loaded.read)
 
 
 def task_from_records(spec: RunSpec, records) -> Task:

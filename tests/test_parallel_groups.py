@@ -340,7 +340,7 @@ def test_audit_reports_each_groups_spend_alone(tmp_path, capsys):
                              {"group": 1, "rows": 1, "spent": [0.25, 0.0]}]
     assert main(["audit", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "groups: 2 disjoint groups of records" in out and "0.3, 0.25" in out and "largest count" in out
+    assert "groups: 2 groups of records" in out and "0.3, 0.25" in out and "largest count" in out
 
 
 def test_a_group_is_refused_before_running_when_a_miss_could_not_be_paid():

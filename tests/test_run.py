@@ -24,6 +24,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from pate_app.run import RunInputError, private_run  # noqa: E402
+import pate_app.run as run_module  # noqa: E402
 from pate_accountant.cli import main  # noqa: E402
 from pate_accountant.ledger import Ledger  # noqa: E402
 
@@ -81,7 +82,7 @@ def _run(model_dir, ledger, seed=0, records=None, ledger_home=None, progress=Fal
 
     params = dict(model=str(model_dir), teachers=6, ledger=None if ledger is None else str(ledger),
                   mechanism="dp-argmax", accountant="basic", step_epsilon=8.0, step_delta=1e-3,
-                  relation="add-remove-one", budget_epsilon=200.0, budget_delta=0.5, records=2, max_tokens=6,
+                  relation="replace-one", budget_epsilon=200.0, budget_delta=0.5, records=2, max_tokens=6,
                   seed=seed, threads=1, data="records")
     params.update({_SPEC_NAMES.get(name, name): value for name, value in kwargs.items()})
     return private_run(RunSpec(**params), records=_records(12) if records is None else records,
@@ -453,7 +454,8 @@ def test_second_run_appends_and_spends_the_same_budget(model_dir, tmp_path, caps
     ({"dataset": "other-records"}, "belongs to the data set 'toy-records', not 'other-records'"),
     ({"accountant": "pld"}, "another accountant or budget.*kind"),
     ({"epsilon": 300.0}, "another accountant or budget.*budget"),
-    ({"relation": "replace-one"}, "kept under the add-remove-one relation.*this run's mechanism.*replace-one"),
+    ({"relation": "add-remove-one", "records_per_teacher": 2},
+     "states its guarantee for replace-one of records, and this run's relation is add-remove-one"),
 ])
 def test_other_data_set_or_accountant_refused_before_the_run(model_dir, tmp_path, change, message):
     ledger = tmp_path / "dataset.sqlite"
@@ -466,12 +468,13 @@ def test_other_data_set_or_accountant_refused_before_the_run(model_dir, tmp_path
 
 
 def test_other_relation_on_an_existing_ledger_is_a_usage_error(model_dir, tmp_path, capsys):
-    """Issue 22, item 4: a ledger kept under one neighbouring relation, a run stated under the other: exit 2 with
-    one line naming --relation, no traceback, nothing charged."""
+    """Issue 22, item 4 (issue 31: the relation is of records): a ledger kept under one relation, a run stated
+    under the other: exit 2 with one line naming --relation, no traceback, nothing charged."""
     data = tmp_path / "data.jsonl"
     _write_jsonl(data, _records(8))
     ledger = tmp_path / "relation.sqlite"
-    assert main(_generate_argv(model_dir, data, ledger, "--json", "--relation", "add-remove-one")) == 0
+    assert main(_generate_argv(model_dir, data, ledger, "--json", "--relation", "add-remove-one",
+                               "--records-per-teacher", "2")) == 0
     capsys.readouterr()
     before = _ledger_content(ledger)
     assert main(_generate_argv(model_dir, data, ledger, "--relation", "replace-one")) == 2
@@ -1013,8 +1016,7 @@ def test_cli_generate_per_label_from_a_csv_of_free_text(model_dir, tmp_path, cap
     argv = ["generate", "--data", str(data), "--text-field", "message", "--label-field", "topic",
             "--labels", "account,billing,shipping", "--model", str(model_dir), "--ledger", str(ledger),
             "--teachers", "12", "--records", "3", "--max-tokens", "4", "--step-epsilon", "8", "--step-delta", "1e-3",
-            "--relation", "add-remove-one", "--budget-epsilon", "200", "--budget-delta", "0.5", "--seed", "0",
-            "--threads", "1", "--json"]
+            "--budget-epsilon", "200", "--budget-delta", "0.5", "--seed", "0", "--threads", "1", "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert [r["label"] for r in out["records"]] == ["account", "billing", "shipping"]
@@ -1125,7 +1127,8 @@ def test_a_config_file_and_the_python_api_run_the_same_spec(model_dir, tmp_path,
     _support_csv(data)
     spec = pate_app.RunSpec(data=str(data), text_field="message", template="records", model=str(model_dir),
                             teachers=4, records=1, max_tokens=4, mechanism="dp-argmax", accountant="basic",
-                            step_epsilon=8.0, step_delta=1e-3, relation="add-remove-one", budget_epsilon=200.0,
+                            step_epsilon=8.0, step_delta=1e-3, relation="add-remove-one", records_per_teacher=3,
+                            budget_epsilon=200.0,
                             budget_delta=0.5, threads=1, ledger=str(tmp_path / "spec.sqlite"), seed=987654321)
     config = tmp_path / "run.toml"
     config.write_text(spec.to_toml())
@@ -1139,3 +1142,90 @@ def test_a_config_file_and_the_python_api_run_the_same_spec(model_dir, tmp_path,
     assert again["spec"] == spec.shareable() and again["ledger"]["runs"] == 2
     assert [r["text"] for r in again["records"]] == [r["text"] for r in out["records"]]  # the same seed
     assert b"987654321" not in (tmp_path / "spec.sqlite").read_bytes()
+
+
+# -- the public model never sees a private record (issue 31, item 5) ---------------------------------------------
+class _RecordingBackend:
+    """The public backend, recording as text everything it is given: the prompts and shared prefix of ``begin``,
+    the tokens appended, the contexts of ``next_token_distributions`` (the fallback, the public prior's support
+    and mix, the public candidate all read the public model through these)."""
+
+    def __init__(self, inner, seen: list):
+        self._inner, self._seen = inner, seen
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    @property
+    def vocab_size(self):
+        return self._inner.vocab_size
+
+    @property
+    def eos_token_id(self):
+        return self._inner.eos_token_id
+
+    def encode(self, text):
+        self._seen.append(text)
+        return self._inner.encode(text)
+
+    def decode(self, token_ids):
+        return self._inner.decode(token_ids)
+
+    def begin(self, teacher_prompts, shared_prefix=None):
+        self._seen.extend([*teacher_prompts, shared_prefix or ""])
+        return self._inner.begin(teacher_prompts, shared_prefix=shared_prefix)
+
+    def append(self, token_id):
+        self._seen.append(self._inner.decode([int(token_id)]))
+        return self._inner.append(token_id)
+
+    def distributions(self):
+        return self._inner.distributions()
+
+    def next_token_distributions(self, contexts):
+        self._seen.extend(self._inner.decode(list(c)) for c in contexts)
+        return self._inner.next_token_distributions(contexts)
+
+
+def _public_inputs(monkeypatch, model_dir, tmp_path, name, **kwargs) -> list:
+    seen: list = []
+    original = run_module._backends
+
+    def recording(stack, model, threads, workers, ray_address):
+        backend, public = original(stack, model, threads, workers, ray_address)
+        return backend, _RecordingBackend(public, seen)
+
+    monkeypatch.setattr(run_module, "_backends", recording)
+    result = _run(model_dir, tmp_path / f"{name}.sqlite", num_records=2, max_tokens=5, **kwargs)
+    assert result["audit"]["ok"] and result["charged_runs"] > 0
+    return seen
+
+
+PUBLIC_CONTEXT_RUNS = {
+    "fallback, support and mix": {"public_top_k": 8, "public_mix": 0.3},
+    "public candidate": {"mechanism": "between-thresholds", "accountant": "pld", "step_epsilon": 0.2,
+                         "epsilon": 30.0, "delta": 1e-5},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_CONTEXT_RUNS))
+def test_the_public_model_never_sees_a_private_record(model_dir, tmp_path, monkeypatch, name):
+    """Every record holds a canary; everything the public model is given in a whole run (its prompt and shared
+    prefix, each token appended, each context it scores) is recorded, and the canary is in none of it."""
+    seen = _public_inputs(monkeypatch, model_dir, tmp_path, name.replace(" ", "-").replace(",", ""),
+                          **PUBLIC_CONTEXT_RUNS[name])
+    assert seen and not any(MARKER in text for text in seen)
+
+
+def test_the_public_context_guard_catches_a_leaking_run(model_dir, tmp_path, monkeypatch):
+    """The mutant the audit wrote passed every test: a run that shows the public model the first teacher's private
+    prompt.  The guard above catches it."""
+    original = run_module.PrivateGenerator.generate
+
+    def leaking(self, teacher_prompts, *args, **kwargs):
+        self.public_prompt = list(teacher_prompts)[0]
+        return original(self, teacher_prompts, *args, **kwargs)
+
+    monkeypatch.setattr(run_module.PrivateGenerator, "generate", leaking)
+    seen = _public_inputs(monkeypatch, model_dir, tmp_path, "leaking", public_top_k=8)
+    assert any(MARKER in text for text in seen)

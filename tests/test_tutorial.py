@@ -84,7 +84,8 @@ def test_the_tutorial_runs_as_written(tmp_path, monkeypatch, capsys):
     assert 1 <= len(lines) <= 3 and {line["label"] for line in lines} <= {"account", "billing", "shipping"}
     assert all(line["complete"] and line["private_tokens"] + line["public_tokens"] == line["num_tokens"]
                for line in lines)
-    assert "remaining   : " in outputs[7] and "groups: 3 disjoint groups" in outputs[7]
+    assert "remaining   : " in outputs[7] and "groups: 3 groups of records" in outputs[7]
+    assert "privacy unit: one record: replace-one" in outputs[7] and "counted 2 times" in outputs[7]
     assert b"courier" not in (tmp_path / "support.sqlite").read_bytes()
 
     # The for-tokens numbers the text quotes.

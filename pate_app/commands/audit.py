@@ -126,6 +126,18 @@ def metadata_lines(metadata, indent: str) -> list[str]:
     return [f"{indent}{key:<{width}} : {value}" for key, value in flat.items()]
 
 
+def privacy_unit_line(runs) -> str | None:
+    """What the ledger's guarantee is stated for, from its runs' metadata (``record_relation``): one line, or
+    ``None`` when no run recorded it (ledgers written before issue 31)."""
+    from pate_app.privacy_unit import RECORD_RELATIONS
+
+    kept = list(dict.fromkeys(run["metadata"].get("record_relation") for run in runs
+                              if isinstance(run.get("metadata"), dict) and run["metadata"].get("record_relation")))
+    if not kept:
+        return None
+    return "one record: " + "; ".join(f"{name} ({RECORD_RELATIONS.get(name, 'unknown')})" for name in kept)
+
+
 def main(args: argparse.Namespace) -> int:
     """Verify the ledger ``args.path`` and print what it spent; 0 when it verifies, 1 otherwise."""
     import attr
@@ -224,6 +236,9 @@ def main(args: argparse.Namespace) -> int:
         _print(f"checked     : {checked}")
         _print(f"data set    : {result.dataset if result.dataset is not None else 'not named'}")
         _print(f"accountant  : {result.kind or 'none attached'}")
+        unit = privacy_unit_line(result.runs)
+        if unit is not None:
+            _print(f"privacy unit: {unit}")
         chain_ok = result.ok or pin is not None or signed is not None  # the chain itself verified in full
         _print(f"rows        : {result.rows}{'' if chain_ok else ' verified before the failure'}")
         if result.queries is not None:
@@ -246,9 +261,13 @@ def main(args: argparse.Namespace) -> int:
                 _print(line)
             groups = run.get("groups") or []
             if groups:
-                _print(f"    groups: {len(groups)} disjoint groups of records (parallel composition); each alone "
-                      "spent epsilon " + ", ".join(f"{g['spent'][0]:.6g}" for g in groups)
-                      + "; the data set pays each event's largest count over the groups (docs/groups.md)")
+                touches = run["metadata"].get("groups_a_record_touches", 1) if isinstance(run["metadata"], dict) else 1
+                rule = ("each event's largest count over the groups" if touches == 1 else
+                        f"each event's largest count over the groups, counted {touches} times (a record can change "
+                        f"{touches} groups: docs/privacy_unit.md)")
+                _print(f"    groups: {len(groups)} groups of records (parallel composition); each alone spent epsilon "
+                       + ", ".join(f"{g['spent'][0]:.6g}" for g in groups)
+                       + f"; the data set pays {rule} (docs/groups.md)")
         if result.software_version is not None:
             _print(f"created by  : pate-accountant {result.software_version}")
         if result.head_hash is not None:

@@ -50,6 +50,11 @@ def add_arguments(p) -> None:
     p.add_argument("--labels", metavar="A,B,...", default=None,
                    help="the labels to generate for, comma-separated (needed with --label-field: the labels are "
                         "part of the task and public, while the ones found in the data are not)")
+    p.add_argument("--labels-public", action="store_true",
+                   help="declare the records' labels public: the privacy unit becomes one record replaced within its "
+                        "label (recorded in the ledger, shown by audit), and each label group pays alone; by default "
+                        "a label is private and a replaced record may move between two label groups, so both pay "
+                        "(docs/privacy_unit.md)")
     p.add_argument("--per-label", metavar="K", type=positive_int, default=None,
                    help="with --labels: generate K records of each label (instead of --records in turn)")
     p.add_argument("--long-records", choices=LONG_RECORDS, default="refuse",

@@ -144,7 +144,8 @@ def add_arguments(plan) -> None:
     add_option(p, "--budget-delta", "--delta", metavar="D", type=open_unit, default=1e-6,
                help=f"{BUDGET_DELTA_HELP}, in [1e-300, 1) (default 1e-6)")
     p.add_argument("--relation", choices=("replace-one", "add-remove-one"), default="replace-one",
-                   help="neighbouring relation of the run (default replace-one)")
+                   help="the run's relation of records, as generate's --relation (one record moves one teacher's "
+                        "vote under either; default replace-one; docs/privacy_unit.md)")
     p.add_argument("--records", metavar="K", type=count, default=None,
                    help="synthetic records the run generates, as generate's --records (default: as many as the "
                    "budget needs)")
@@ -1010,10 +1011,10 @@ class BestPlanner:
         built = "gaussian-argmax" if name == "gaussian-threshold-argmax" else name
         key = (built, e, d, num_teachers) if name == PUBLIC_CANDIDATE else (built, e, d)
         if key not in self._mechanisms:
-            from pate_app.run import RunInputError, build_mechanism
+            from pate_app.run import TEACHER_RELATION, RunInputError, build_mechanism
 
-            try:  # BetweenThresholds: its thresholds from the teachers of one group
-                self._mechanisms[key] = build_mechanism(built, e, d, self.relation, num_teachers=(
+            try:  # BetweenThresholds: its thresholds from the teachers of one group; one record moves one vote
+                self._mechanisms[key] = build_mechanism(built, e, d, TEACHER_RELATION, num_teachers=(
                     num_teachers if name == PUBLIC_CANDIDATE else None))
             except RunInputError as exc:
                 self._mechanisms[key] = None
@@ -1343,6 +1344,8 @@ def best_run_argv(entry: dict, relation: str) -> list[str]:
     budget = entry["budget"]
     argv = ["pate-accountant", "generate", "--data", "DATA", "--ledger", "LEDGER", "--mechanism", entry["mechanism"],
             "--accountant", entry["accountant"], "--relation", relation, "--teachers", str(entry["teachers"])]
+    if relation == "add-remove-one":  # the number of records is private: a teacher's places are given
+        argv += ["--records-per-teacher", "K"]
     if entry["groups"] > 1:
         argv += ["--groups", str(entry["groups"])]
     argv += ["--step-epsilon", _number(entry["step_epsilon"]), "--step-delta", _number(entry["step_delta"]),
@@ -1357,6 +1360,7 @@ def check_best_run(entry: dict, relation: str, mechanism=None) -> None:
     one already built so), its accountant accounts for it and affords one step, and its release threshold is within
     reach of each group.  Raises ``RunInputError``."""
     from pate_app.run import (
+        TEACHER_RELATION,
         build_mechanism,
         check_groups,
         check_inputs,
@@ -1366,7 +1370,7 @@ def check_best_run(entry: dict, relation: str, mechanism=None) -> None:
     n = check_groups(entry["groups"], entry["teachers"], entry["accountant"])
     budget = (entry["budget"]["epsilon"], entry["budget"]["delta"])
     if mechanism is None:
-        mechanism = build_mechanism(entry["mechanism"], entry["step_epsilon"], entry["step_delta"], relation,
+        mechanism = build_mechanism(entry["mechanism"], entry["step_epsilon"], entry["step_delta"], TEACHER_RELATION,
                                     num_teachers=n)
     check_inputs(range(entry["teachers"]), n, mechanism, entry["accountant"], budget)
     check_reachable(mechanism, n)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 
 from pate_app.options import (
     BUDGET_DELTA_HELP,
@@ -76,7 +77,13 @@ def add_run_options(p) -> None:
     p.add_argument("--step-delta", metavar="D", type=delta, default=d["step_delta"],
                    help=f"{STEP_DELTA_HELP} (default {d['step_delta']:g})")
     p.add_argument("--relation", choices=("replace-one", "add-remove-one"), default=d["relation"],
-                   help=f"neighbouring relation of the mechanism (default {d['relation']})")
+                   help="the privacy unit is one record: replace-one (a record's contents change; the number of "
+                        "records is public) or add-remove-one (a record is added or removed; needs "
+                        f"--records-per-teacher) (default {d['relation']}; docs/privacy_unit.md)")
+    p.add_argument("--records-per-teacher", metavar="K", type=positive_int, default=None,
+                   help="each teacher shows at most K records, placed at random; a public number that also sets each "
+                        "record's share of the model's window (default under replace-one: records / teachers, "
+                        "rounded up; required under add-remove-one, where the number of records is private)")
     p.add_argument("--temperature", metavar="T", type=positive_float, default=d["temperature"],
                    help=f"teacher temperature (default {d['temperature']:g})")
     p.add_argument("--top-p", metavar="P", type=scale, default=d["top_p"],
@@ -149,6 +156,7 @@ def run_and_report(args, spec, *, command: str) -> int:
     from pate_app.library_output import quiet_libraries
     from pate_app.run import RunInputError, private_run
 
+    started = time.perf_counter()
     try:
         with quiet_libraries(verbose=args.verbose):
             result = private_run(spec, progress=not args.no_progress and not args.json, command=command)
@@ -215,7 +223,8 @@ def run_and_report(args, spec, *, command: str) -> int:
               "later)")
     audit = result["audit"]
     print(f"audit       : {'OK' if audit['ok'] else 'FAILED'}: {audit['message']}")
-    print(f"wall time   : {result['wall_seconds']:.1f} s")
+    # the run's duration depends on the data (prompt lengths): the operator's screen only, never the JSON result
+    print(f"wall time   : {time.perf_counter() - started:.1f} s")
     if result["interrupted"]:
         print(f"{command}: interrupted: stopped at a step boundary; {records_sentence(result)}; every charge made is in "
               f"the ledger (audit {'OK' if audit['ok'] else 'FAILED'})", file=sys.stderr)
