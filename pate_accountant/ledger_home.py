@@ -4,22 +4,32 @@
 A ledger keeps a budget, but nothing in a ledger file ties it to the records it protects: three ledgers for one
 data set would spend three budgets while each reports its own.  This module ties them on one installation:
 
-* :func:`dataset_fingerprint` is a keyed hash (HMAC-SHA256) of the data set's canonical records: each record as
-  canonical JSON, the lines sorted (so the order of the records does not matter), under a secret key of this
-  installation (:func:`fingerprint_key`, a file of the user's configuration folder readable by its owner
-  only).  Without the key the fingerprint says nothing about the records (no one can test a guess), so it may
-  be stored in the shareable ledger; with the key, equal records give equal fingerprints.
-* :class:`LedgerHome` is a folder of the user's data folder with an index (SQLite) from fingerprints to the
-  ledger that keeps each data set's budget, and the default place of those ledgers.  A run looks its data set
-  up there: a known data set's ledger is used, and a run that names another ledger for it is refused.
+* Each record has an **identity** (:func:`record_identities`): a keyed hash (HMAC-SHA256, 128 bits kept) of its
+  text after normalisation (:func:`normalise_text`: Unicode NFKC, case folded, every run of whitespace one
+  space, none at either end), under a secret key of this installation (:func:`fingerprint_key`, a file of the
+  user's configuration folder readable by its owner only).  Only the text counts, never a label or the file's
+  format, so the same texts read with or without ``--label-field``, from JSON lines or CSV, with a trailing
+  space or in another Unicode form, are the same records.
+* :func:`dataset_fingerprint` is a keyed hash of the set of its records' identities (so neither the order of
+  the records nor a duplicated record changes it).  Without the key neither says anything about the records (no
+  one can test a guess), so the fingerprint may be stored in the shareable ledger.
+* :class:`LedgerHome` is a folder of the user's data folder with an index (SQLite) from fingerprints and from
+  record identities to the ledger that keeps each data set's budget, and the default place of those ledgers.  A
+  run looks its records up there: a data set that shares **any** record with a registered one is charged to that
+  one's ledger (and its new records are registered to it: the data set grew), a run that names another ledger
+  for it is refused, and records spread over two ledgers' data sets are refused (one run cannot be charged to two
+  budgets).
 
 A PostgreSQL ledger's database keeps an index of its own (:class:`DatabaseIndex`), with a key of its own, so
 runs on any host that write to that database find one ledger per data set; such a run is also entered in the
 installation's index (under the installation's key, naming the database ledger by its :meth:`DatabaseIndex.identity`),
 so that the same records are not charged to a file on this installation as well.
 
-What this cannot catch: a modified copy of the records (another fingerprint); another machine or another user
-account that charges the records to a file (another key and index) rather than to the shared database.
+What this cannot catch: a data set none of whose records' normalised texts was seen before (every record
+edited beyond whitespace, case and Unicode form: a paraphrase is another record); another machine or another user
+account that charges the records to a file (another key and index) rather than to the shared database; a
+program that opens :class:`~pate_accountant.ledger.Ledger` files itself, without :meth:`LedgerHome.open_ledger`
+(the documented way for people who manage budgets themselves).
 
 The folders: ``$PATE_ACCOUNTANT_CONFIG`` (else the platform's user configuration folder of
 ``pate-accountant``, :mod:`platformdirs`) holds the key; ``$PATE_ACCOUNTANT_HOME`` (else the platform's user
@@ -36,16 +46,21 @@ import secrets
 import sqlite3
 import stat
 import time
-from collections.abc import Iterable
+import unicodedata
+from collections.abc import Iterable, Mapping
 from contextlib import suppress as _suppress
 from pathlib import Path
 
+import attr
+
 from pate_accountant._ledger.postgres_store import _import_psycopg, connect, is_postgres_url, parse_url, scrub_secrets
 from pate_accountant.errors import PateAccountantError
+from pate_accountant.ledger import Ledger
 from pate_accountant.serialization import canonical_json
 
 __all__ = [
     "CONFIG_ENV",
+    "DataSetIdentity",
     "DataSetLedgerError",
     "DatabaseIndex",
     "HOME_ENV",
@@ -55,6 +70,8 @@ __all__ = [
     "fingerprint_key",
     "home_dir",
     "ledger_identity",
+    "normalise_text",
+    "record_identities",
 ]
 
 APP = "pate-accountant"
@@ -129,15 +146,86 @@ def fingerprint_key(folder=None) -> bytes:
     return bytes.fromhex(text)
 
 
-def dataset_fingerprint(records: Iterable, key: bytes | None = None) -> str:
-    """``"hmac-sha256:<64 hex digits>"``: the keyed hash of ``records`` (JSON data, one item per record), the
-    same for the same records in any order.  ``key`` defaults to :func:`fingerprint_key`."""
-    lines = sorted(canonical_json(record) for record in records)
-    if not lines:
-        raise ValueError("records: a data set without records has no fingerprint")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def normalise_text(text: str) -> str:
+    """A record's text as its identity reads it: Unicode NFKC (so composed and decomposed accents, full-width
+    letters and ligatures are one), case folded, every run of whitespace one space, none at either end."""
+    return _WHITESPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+
+
+#: The record fields tried, in order, for a record's text when no ``text_key`` is given.
+_TEXT_KEYS = ("text", "instruction")
+
+
+def record_text(record, text_key: str | None = None) -> str:
+    """The text a record is known by: a string record itself; a mapping's ``text_key`` field (else ``text``, else
+    Dolly's ``instruction``); any other record its canonical JSON."""
+    if isinstance(record, str):
+        return record
+    if isinstance(record, Mapping):
+        for name in (text_key, *_TEXT_KEYS):
+            if name is not None and isinstance(record.get(name), str):
+                return record[name]
+    return canonical_json(record)
+
+
+def _record_identity(key: bytes, text: str) -> str:
+    digest = hmac.new(key, b"pate-accountant record\n" + normalise_text(text).encode("utf-8"), hashlib.sha256)
+    return digest.hexdigest()[:32]
+
+
+def record_identities(records: Iterable, key: bytes | None = None, *, text_key: str | None = None) -> frozenset:
+    """The set of the records' identities (32 hex digits each: 128 bits of HMAC-SHA256 of the normalised text,
+    :func:`normalise_text`, under ``key``, default :func:`fingerprint_key`).  Equal texts up to whitespace, case
+    and Unicode form have one identity; a label or any other field never counts (:func:`record_text`)."""
     key = fingerprint_key() if key is None else key
+    return frozenset(_record_identity(key, record_text(record, text_key)) for record in records)
+
+
+def dataset_fingerprint(records: Iterable, key: bytes | None = None, *, text_key: str | None = None) -> str:
+    """``"hmac-sha256:<64 hex digits>"``: the keyed hash of the set of the records' identities
+    (:func:`record_identities`), the same for the same records in any order, duplicated or not, with or without
+    their labels.  ``key`` defaults to :func:`fingerprint_key`."""
+    key = fingerprint_key() if key is None else key
+    return _fingerprint_of(record_identities(records, key, text_key=text_key), key)
+
+
+def _fingerprint_of(identities: frozenset, key: bytes) -> str:
+    if not identities:
+        raise ValueError("records: a data set without records has no fingerprint")
+    digest = hmac.new(key, b"pate-accountant data set\n" + "\n".join(sorted(identities)).encode("ascii"),
+                      hashlib.sha256)
+    return _PREFIX + digest.hexdigest()
+
+
+def _legacy_fingerprint(records: list, key: bytes) -> str:
+    """The fingerprint versions before record identities gave a data set (the exact canonical records, sorted):
+    looked up too, so that a data set registered then keeps its ledger."""
+    lines = sorted(canonical_json(record) for record in records)
     digest = hmac.new(key, b"pate-accountant data set\n" + "\n".join(lines).encode("utf-8"), hashlib.sha256)
     return _PREFIX + digest.hexdigest()
+
+
+@attr.s(frozen=True, repr=False)
+class DataSetIdentity:
+    """What an index knows a data set by, under one key: its ``fingerprint`` (:func:`dataset_fingerprint`), the
+    ``records``' identities (:func:`record_identities`) and the fingerprint earlier versions gave it (``legacy``).
+    ``repr`` shows the fingerprint and the number of records only."""
+
+    fingerprint: str = attr.ib()
+    records: frozenset = attr.ib()
+    legacy: str | None = attr.ib(default=None)
+
+    @classmethod
+    def of(cls, records: Iterable, key: bytes, *, text_key: str | None = None) -> DataSetIdentity:
+        records = list(records)
+        identities = record_identities(records, key, text_key=text_key)
+        return cls(_fingerprint_of(identities, key), identities, _legacy_fingerprint(records, key))
+
+    def __repr__(self):
+        return f"DataSetIdentity({self.fingerprint}, {len(self.records)} records)"
 
 
 def _slug(name: str) -> str:
@@ -154,11 +242,15 @@ def _same(a, b) -> bool:
 
 
 class LedgerHome:
-    """The index of this installation's data sets (fingerprint -> the ledger keeping its budget) and the default
-    folder of their ledgers, in ``root`` (default :func:`home_dir`)."""
+    """The index of this installation's data sets (fingerprints and record identities -> the ledger keeping their
+    budget) and the default folder of their ledgers, in ``root`` (default :func:`home_dir`).
 
-    def __init__(self, root=None):
+    The look-ups take a :class:`DataSetIdentity` (:meth:`identify`: the fingerprint and every record's identity)
+    or, as before record identities existed, a bare fingerprint string (matched exactly)."""
+
+    def __init__(self, root=None, key_folder=None):
         self.root = Path(root) if root is not None else home_dir()
+        self._key_folder = key_folder
 
     @property
     def index_path(self) -> Path:
@@ -167,6 +259,10 @@ class LedgerHome:
     def prepare(self) -> None:
         """Create the home and its ``ledgers`` folder (mode 0700) when missing."""
         _private_folder(self.root / "ledgers")
+
+    def identify(self, records: Iterable, *, text_key: str | None = None) -> DataSetIdentity:
+        """The records' :class:`DataSetIdentity` under this installation's key (:func:`fingerprint_key`)."""
+        return DataSetIdentity.of(records, fingerprint_key(self._key_folder), text_key=text_key)
 
     def default_path(self, dataset: str, fingerprint: str) -> Path:
         """Where a data set's ledger goes when no ``--ledger`` is given: ``ROOT/ledgers/<name>-<12 hex>.sqlite``."""
@@ -182,13 +278,58 @@ class LedgerHome:
             os.chmod(self.index_path, 0o600)
             conn.execute("CREATE TABLE IF NOT EXISTS datasets (fingerprint TEXT PRIMARY KEY, ledger TEXT NOT NULL, "
                          "dataset TEXT NOT NULL, registered REAL NOT NULL)")
+            conn.execute("CREATE TABLE IF NOT EXISTS records (identity TEXT PRIMARY KEY, ledger TEXT NOT NULL) "
+                         "WITHOUT ROWID")
         return conn
 
-    def lookup(self, fingerprint: str) -> Path | str | None:
-        """The ledger registered for ``fingerprint`` (a path, or a PostgreSQL ledger's identity URL), or ``None``
-        (nothing is created)."""
-        rows = self._read("SELECT ledger FROM datasets WHERE fingerprint = ?", (fingerprint,))
-        return _stored(rows[0][0]) if rows else None
+    @staticmethod
+    def _owners(conn: sqlite3.Connection, identity) -> dict:
+        """``{ledger as stored: records it shares}`` of every ledger that ``identity`` (a :class:`DataSetIdentity`
+        or a fingerprint) is registered to: by its fingerprint (or the legacy one), or by any of its records."""
+        found: dict = {}
+        fingerprints = [identity] if isinstance(identity, str) else [identity.fingerprint, identity.legacy]
+        for fingerprint in filter(None, fingerprints):
+            for (ledger,) in _tolerant(conn, "SELECT ledger FROM datasets WHERE fingerprint = ?", (fingerprint,)):
+                found.setdefault(ledger, 0)
+        if not isinstance(identity, str):
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS probe (identity TEXT PRIMARY KEY) WITHOUT ROWID")
+            conn.execute("DELETE FROM probe")
+            conn.executemany("INSERT INTO probe (identity) VALUES (?)", ((i,) for i in sorted(identity.records)))
+            for ledger, count in _tolerant(conn, "SELECT r.ledger, COUNT(*) FROM records r JOIN probe p "
+                                                 "ON r.identity = p.identity GROUP BY r.ledger"):
+                found[ledger] = found.get(ledger, 0) + count
+        return found
+
+    def _names(self, conn: sqlite3.Connection, ledger: str) -> str:
+        rows = _tolerant(conn, "SELECT dataset FROM datasets WHERE ledger = ? ORDER BY registered", (ledger,))
+        return ", ".join(dict.fromkeys(repr(name) for (name,) in rows)) or "(no name)"
+
+    def _single(self, conn, identity):
+        """The one ledger ``identity`` belongs to (stored text), or ``None``; :class:`DataSetLedgerError` when its
+        records are spread over the data sets of two or more ledgers."""
+        owners = self._owners(conn, identity)
+        if len(owners) > 1:
+            total = len(identity.records) if not isinstance(identity, str) else 0
+            listed = "; ".join(f"{ledger!r} (data set {self._names(conn, ledger)}: {count} of these {total} records)"
+                               for ledger, count in sorted(owners.items()))
+            raise DataSetLedgerError(
+                f"these records are charged to {len(owners)} ledgers on this installation (index "
+                f"{str(self.index_path)!r}): {listed}; one run cannot be charged to two budgets (run on the records "
+                "of one data set)")
+        return next(iter(owners), None)
+
+    def lookup(self, identity) -> Path | str | None:
+        """The ledger registered for ``identity`` (a :class:`DataSetIdentity` or a fingerprint; a path, or a
+        PostgreSQL ledger's identity URL), or ``None``; nothing is created.  :class:`DataSetLedgerError` when the
+        records are spread over two ledgers' data sets."""
+        conn = self._connect(write=False)
+        if conn is None:
+            return None
+        try:
+            found = self._single(conn, identity)
+        finally:
+            conn.close()
+        return None if found is None else _stored(found)
 
     def _read(self, sql: str, params=()) -> list:
         """The rows of one query on the index; none when there is no index yet (nothing is created)."""
@@ -196,11 +337,7 @@ class LedgerHome:
         if conn is None:
             return []
         try:
-            return conn.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []
-            raise
+            return _tolerant(conn, sql, params)
         finally:
             conn.close()
 
@@ -211,13 +348,13 @@ class LedgerHome:
         return [{"ledger": _stored(ledger), "dataset": dataset, "registered": registered}
                 for ledger, dataset, registered in rows]
 
-    def check(self, fingerprint: str, ledger_path) -> Path | str | None:
-        """The registered ledger of ``fingerprint`` when it is ``ledger_path`` or none is registered (``None``);
+    def check(self, identity, ledger_path) -> Path | str | None:
+        """The registered ledger of ``identity`` when it is ``ledger_path`` or none is registered (``None``);
         :class:`DataSetLedgerError` naming the registered ledger when ``ledger_path`` is another one (a file, or a
-        PostgreSQL ledger's :meth:`DatabaseIndex.identity`)."""
-        registered = self.lookup(fingerprint)
+        PostgreSQL ledger's :meth:`DatabaseIndex.identity`), and when the records are spread over two."""
+        registered = self.lookup(identity)
         if registered is not None and ledger_path is not None and not _same(registered, ledger_path):
-            raise DataSetLedgerError(_split_message(registered, self))
+            raise DataSetLedgerError(self._split_message(registered, identity))
         return registered
 
     def moved(self, old, new) -> int:
@@ -233,29 +370,67 @@ class LedgerHome:
             conn.execute("BEGIN IMMEDIATE")
             changed = conn.execute("UPDATE datasets SET ledger = ? WHERE ledger = ?",
                                    (str(new), str(old))).rowcount
+            conn.execute("UPDATE records SET ledger = ? WHERE ledger = ?", (str(new), str(old)))
             conn.execute("COMMIT")
         finally:
             conn.close()
         return changed
 
-    def register(self, fingerprint: str, dataset: str, ledger_path) -> Path:
-        """Record ``ledger_path`` as the ledger of ``fingerprint`` unless one is registered already (one write
-        transaction, so of two runs racing the first wins); returns the registered ledger.
-        :class:`DataSetLedgerError` when that is another file."""
+    def register(self, identity, dataset: str, ledger_path) -> Path:
+        """Record ``ledger_path`` as the ledger of ``identity`` (its fingerprint and every record's identity: a
+        data set that grew registers its new records to the ledger that already had its others) unless its records
+        belong to another ledger already (one write transaction, so of two runs racing the first wins); returns
+        the registered ledger.  :class:`DataSetLedgerError` when that is another one; nothing is written then."""
         path = _real(ledger_path)
+        fingerprint = identity if isinstance(identity, str) else identity.fingerprint
         conn = self._connect(write=True)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT OR IGNORE INTO datasets (fingerprint, ledger, dataset, registered) VALUES (?, ?, ?, ?)",
-                          (fingerprint, str(path), dataset, time.time()))
-            row = conn.execute("SELECT ledger FROM datasets WHERE fingerprint = ?", (fingerprint,)).fetchone()
-            conn.execute("COMMIT")
+            try:
+                registered = self._single(conn, identity)
+                if registered is not None and not _same(_stored(registered), path):
+                    raise DataSetLedgerError(self._split_message(_stored(registered), identity))
+                conn.execute("INSERT OR IGNORE INTO datasets (fingerprint, ledger, dataset, registered) "
+                             "VALUES (?, ?, ?, ?)", (fingerprint, str(path), dataset, time.time()))
+                if not isinstance(identity, str):
+                    conn.executemany("INSERT OR IGNORE INTO records (identity, ledger) VALUES (?, ?)",
+                                     ((i, str(path)) for i in sorted(identity.records)))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
         finally:
             conn.close()
-        registered = _stored(row[0])
-        if not _same(registered, path):
-            raise DataSetLedgerError(_split_message(registered, self))
-        return registered
+        return path
+
+    def open_ledger(self, records: Iterable, dataset: str, *, location=None, text_key: str | None = None):
+        """The one ledger of ``records`` on this installation, opened for writing and registered: the ledger
+        their data set (or any data set sharing a record with them) is registered to, else ``location`` (a file;
+        default :meth:`default_path`), created if missing and named ``dataset``.  What ``generate`` does, for
+        Python code that charges an accountant itself (docs/ledger.md, "One budget per data set").
+        :class:`DataSetLedgerError` when ``location`` names another ledger than the registered one."""
+        identity = self.identify(records, text_key=text_key)
+        registered = self.check(identity, location)
+        if is_postgres_url(registered or ""):
+            raise DataSetLedgerError(f"these records are charged to the database ledger {registered!r}: open it with "
+                                     "Ledger.open(URL) and register through its database's index")
+        self.prepare()
+        path = Path(location if location is not None else registered or self.default_path(dataset, identity.fingerprint))
+        ledger = Ledger.open(path)
+        try:
+            ledger.set_dataset(dataset)
+            self.register(identity, dataset, path)
+        except BaseException:
+            ledger.close()
+            raise
+        return ledger
+
+    def _split_message(self, registered: Path | str, identity) -> str:
+        """Which ledger holds these records and how it was registered (its data sets' names and dates)."""
+        held = [e for e in self.entries() if _same(e["ledger"], registered)]
+        how = "; ".join(f"registered for the data set {e['dataset']!r} on "
+                        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(e['registered']))}" for e in held[:3])
+        return _split_message(registered, self, how)
 
 
 def ledger_identity(location) -> Path | str:
@@ -275,10 +450,21 @@ def _stored(text: str) -> Path | str:
     return text if is_postgres_url(text) else Path(text)
 
 
-def _split_message(registered: Path | str, home: LedgerHome) -> str:
-    return (f"these records are already charged to the ledger {str(registered)!r} on this installation (index "
-            f"{str(home.index_path)!r}): give --ledger {str(registered)!r}, or leave --ledger out, so that one "
-            "budget covers them")
+def _tolerant(conn: sqlite3.Connection, sql: str, params=()) -> list:
+    """The rows of ``sql``; none when its table does not exist (an index written before it had the table)."""
+    try:
+        return conn.execute(sql, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
+
+
+def _split_message(registered: Path | str, home: LedgerHome, how: str = "") -> str:
+    how = f"; {how}" if how else ""
+    return (f"these records (or some of them) are already charged to the ledger {str(registered)!r} on this "
+            f"installation (index {str(home.index_path)!r}{how}): give --ledger {str(registered)!r}, or leave "
+            "--ledger out, so that one budget covers them")
 
 
 # -- the index of a PostgreSQL database (issue 25: one budget per data set across hosts) -------------------------
@@ -310,6 +496,19 @@ CREATE TABLE {INDEX_KEY_SCHEMA}.fingerprint_key (
 CREATE TRIGGER key_permanent BEFORE UPDATE OR DELETE ON {INDEX_KEY_SCHEMA}.fingerprint_key
 FOR EACH ROW EXECUTE FUNCTION {INDEX_SCHEMA}.refuse();
 CREATE TRIGGER key_no_truncate BEFORE TRUNCATE ON {INDEX_KEY_SCHEMA}.fingerprint_key
+FOR EACH STATEMENT EXECUTE FUNCTION {INDEX_SCHEMA}.refuse();
+"""
+
+#: The records' identities (issue 31: a data set sharing records with a registered one is charged to its ledger);
+#: added to an index laid out before it existed.
+_RECORDS_DDL = f"""
+CREATE TABLE {INDEX_SCHEMA}.records (
+    identity text PRIMARY KEY,
+    ledger   text NOT NULL
+);
+CREATE TRIGGER records_permanent BEFORE UPDATE OR DELETE ON {INDEX_SCHEMA}.records
+FOR EACH ROW EXECUTE FUNCTION {INDEX_SCHEMA}.refuse();
+CREATE TRIGGER records_no_truncate BEFORE TRUNCATE ON {INDEX_SCHEMA}.records
 FOR EACH STATEMENT EXECUTE FUNCTION {INDEX_SCHEMA}.refuse();
 """
 
@@ -381,7 +580,7 @@ class DatabaseIndex:
     def _create_if_missing(self) -> None:
         conn, pg = self._conn, self._pg
         try:
-            if self._laid_out():
+            if self._laid_out() and self._has_records():
                 return
             # Creators serialise on a session lock taken *before* their transaction begins: a transaction that
             # began before another creator committed can keep seeing the catalogue without its schema (cached
@@ -394,6 +593,8 @@ class DatabaseIndex:
                         conn.execute(_INDEX_DDL)
                         conn.execute(f"INSERT INTO {INDEX_KEY_SCHEMA}.fingerprint_key (id, key) VALUES (1, %s)",
                                      (secrets.token_hex(32),))
+                    if not self._has_records():
+                        conn.execute(_RECORDS_DDL)
                     conn.execute("COMMIT")
                 except BaseException:
                     with _suppress(pg.Error):
@@ -409,6 +610,9 @@ class DatabaseIndex:
         found = self._conn.execute("SELECT to_regclass(%s), to_regclass(%s)",
                                    (f"{INDEX_SCHEMA}.datasets", f"{INDEX_KEY_SCHEMA}.fingerprint_key")).fetchone()
         return found[0] is not None and found[1] is not None
+
+    def _has_records(self) -> bool:
+        return self._conn.execute("SELECT to_regclass(%s)", (f"{INDEX_SCHEMA}.records",)).fetchone()[0] is not None
 
     def _query(self, sql: str, params=()):
         conn = self._connection()
@@ -426,9 +630,42 @@ class DatabaseIndex:
             self._key = bytes.fromhex(row[0])
         return self._key
 
-    def fingerprint(self, records: Iterable) -> str:
+    def fingerprint(self, records: Iterable, *, text_key: str | None = None) -> str:
         """The records' fingerprint under the database's key (:func:`dataset_fingerprint`)."""
-        return dataset_fingerprint(records, key=self.fingerprint_key())
+        return dataset_fingerprint(records, key=self.fingerprint_key(), text_key=text_key)
+
+    def identify(self, records: Iterable, *, text_key: str | None = None) -> DataSetIdentity:
+        """The records' :class:`DataSetIdentity` under the database's key."""
+        return DataSetIdentity.of(records, self.fingerprint_key(), text_key=text_key)
+
+    def _owners(self, identity) -> dict:
+        """``{ledger name: records it shares}`` of every ledger ``identity`` (a :class:`DataSetIdentity` or a
+        fingerprint) is registered to in this database, by fingerprint (or the legacy one) or by any record."""
+        conn = self._connection()
+        found: dict = {}
+        fingerprints = [identity] if isinstance(identity, str) else [identity.fingerprint, identity.legacy]
+        try:
+            for fingerprint in filter(None, fingerprints):
+                for (ledger,) in conn.execute(f"SELECT ledger FROM {INDEX_SCHEMA}.datasets WHERE fingerprint = %s",
+                                              (fingerprint,)).fetchall():
+                    found.setdefault(ledger, 0)
+            if not isinstance(identity, str):
+                rows = conn.execute(f"SELECT ledger, count(*) FROM {INDEX_SCHEMA}.records WHERE identity = ANY(%s) "
+                                    "GROUP BY ledger", (sorted(identity.records),)).fetchall()
+                for ledger, count in rows:
+                    found[ledger] = found.get(ledger, 0) + int(count)
+        except self._pg.Error as exc:
+            raise self._fail(exc) from None
+        return found
+
+    def _single(self, identity) -> str | None:
+        owners = self._owners(identity)
+        if len(owners) > 1:
+            total = 0 if isinstance(identity, str) else len(identity.records)
+            listed = "; ".join(f"{name!r} ({count} of these {total} records)" for name, count in sorted(owners.items()))
+            raise DataSetLedgerError(f"these records are charged to {len(owners)} ledgers of {self.location!r} (its "
+                                     f"data-set index): {listed}; one run cannot be charged to two budgets")
+        return next(iter(owners), None)
 
     def identity(self, name: str) -> str:
         """The ledger ``name`` of this database as the installation's own index records it: the server's address,
@@ -438,28 +675,46 @@ class DatabaseIndex:
         host = info.hostaddr or ("localhost" if info.host.startswith("/") else info.host)
         return f"postgresql://{host}:{info.port}/{info.dbname}?ledger={name}"
 
-    def lookup(self, fingerprint: str) -> str | None:
-        """The name of the ledger registered for ``fingerprint``, or ``None``."""
-        row = self._query(f"SELECT ledger FROM {INDEX_SCHEMA}.datasets WHERE fingerprint = %s", (fingerprint,))
-        return None if row is None else row[0]
+    def lookup(self, identity) -> str | None:
+        """The name of the ledger registered for ``identity`` (a :class:`DataSetIdentity` or a fingerprint), or
+        ``None``; :class:`DataSetLedgerError` when the records are spread over two ledgers' data sets."""
+        return self._single(identity)
 
-    def check(self, fingerprint: str, name: str | None) -> str | None:
+    def check(self, identity, name: str | None) -> str | None:
         """The registered ledger's name (or ``None``); :class:`DataSetLedgerError` when ``name`` is another."""
-        registered = self.lookup(fingerprint)
+        registered = self.lookup(identity)
         if registered is not None and name is not None and registered != name:
             raise DataSetLedgerError(self._split_message(registered))
         return registered
 
-    def register(self, fingerprint: str, dataset: str, name: str) -> str:
-        """Register ``name`` as the ledger of ``fingerprint`` unless one is registered (of two hosts racing, the
-        first wins); :class:`DataSetLedgerError` when the registered one is another."""
-        self._query(f"INSERT INTO {INDEX_SCHEMA}.datasets (fingerprint, ledger, dataset, registered) "
-                    "VALUES (%s, %s, %s, %s) ON CONFLICT (fingerprint) DO NOTHING RETURNING ledger",
-                    (fingerprint, name, dataset, time.time()))
-        registered = self.lookup(fingerprint)
-        if registered != name:
-            raise DataSetLedgerError(self._split_message(registered))
-        return registered
+    def register(self, identity, dataset: str, name: str) -> str:
+        """Register ``name`` as the ledger of ``identity`` (its fingerprint and every record's identity) unless its
+        records belong to another ledger (one transaction, serialised across hosts by an advisory lock, so of two
+        hosts racing the first wins and nothing of the second is written); :class:`DataSetLedgerError` when the
+        registered one is another."""
+        conn, pg = self._connection(), self._pg
+        fingerprint = identity if isinstance(identity, str) else identity.fingerprint
+        try:
+            conn.execute("BEGIN")
+            try:
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext('pate-accountant data-set index'), 2)")
+                registered = self._single(identity)
+                if registered is not None and registered != name:
+                    raise DataSetLedgerError(self._split_message(registered))
+                conn.execute(f"INSERT INTO {INDEX_SCHEMA}.datasets (fingerprint, ledger, dataset, registered) "
+                             "VALUES (%s, %s, %s, %s) ON CONFLICT (fingerprint) DO NOTHING",
+                             (fingerprint, name, dataset, time.time()))
+                if not isinstance(identity, str):
+                    conn.execute(f"INSERT INTO {INDEX_SCHEMA}.records (identity, ledger) SELECT unnest(%s::text[]), %s "
+                                 "ON CONFLICT (identity) DO NOTHING", (sorted(identity.records), name))
+                conn.execute("COMMIT")
+            except BaseException:
+                with _suppress(pg.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        except pg.Error as exc:
+            raise self._fail(exc) from None
+        return name
 
     def entries(self) -> list[dict]:
         """Every registration, oldest first: ``{"ledger", "dataset", "registered"}`` (the ledger's name in this

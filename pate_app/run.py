@@ -652,7 +652,9 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
     instead of the file ``spec.data``; ``progress``: the progress bar and one-line notices on stderr;
     ``command``: the command named in the run metadata; ``ledger_home``: the ledger home (a
     :class:`~pate_accountant.ledger_home.LedgerHome` or its folder; default the user's) whose index finds the data
-    set's ledger when ``spec.ledger`` is not given.
+    set's ledger (by any record it shares with a registered data set) and refuses another; ``False``: the caller
+    manages its budgets itself (the documented opt-out, docs/ledger.md): no index is read or written, and
+    ``spec.ledger`` is required.
 
     The spec's values were checked when it was built.  What is checked here comes in order of cost, and all of
     it before anything is written: the data and task alone (records, labels, template, teachers, mechanism,
@@ -705,7 +707,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
     shown = _fit_to_window(spec, task, plan, model, announce=progress)
     # 4. the ledger, claimed before the model loads
     register = spec.ledger is None or not bundled
-    place = _dataset_ledger(ledger_home, records, dataset, spec.ledger, check=register)
+    place = _dataset_ledger(ledger_home, records, dataset, spec.ledger, check=register, text_key=task.text_key)
     ledger_path, fingerprint, where = place.location, place.fingerprint, f"--ledger {place.shown!r}"
     try:
         if not place.is_url and not ledger_path.parent.is_dir():
@@ -1119,7 +1121,8 @@ class _LedgerPlace:
         return not isinstance(self.location, Path)
 
 
-def _dataset_ledger(ledger_home, records, dataset: str, ledger, *, check: bool = True) -> _LedgerPlace:
+def _dataset_ledger(ledger_home, records, dataset: str, ledger, *, check: bool = True,
+                    text_key: str | None = None) -> _LedgerPlace:
     """Where the budget of ``records`` is kept.  A file: ``ledger`` when given and the installation's ledger home
     knows no other ledger for the records (else, with ``check``, a :class:`RunInputError` naming that ledger),
     else the ledger the home has registered for them, else a new one in the home.  A PostgreSQL URL: the database's
@@ -1127,19 +1130,25 @@ def _dataset_ledger(ledger_home, records, dataset: str, ledger, *, check: bool =
     (a URL without a ``ledger`` parameter takes the registered ledger, else a new one named after the data set),
     and the installation's home must not know the records under another ledger.  Nothing is registered here
     (:attr:`_LedgerPlace.register`, after the claim)."""
+    if ledger_home is False:  # the caller manages its budgets itself: no index is read or written
+        if ledger is None:
+            raise RunInputError("ledger_home=False (budgets managed by the caller) needs the ledger: give spec.ledger")
+        fingerprint = dataset_fingerprint(records, text_key=text_key)
+        location = ledger if is_ledger_url(ledger) else Path(ledger)
+        return _LedgerPlace(location, shown_location(location), fingerprint, lambda: None)
     home = ledger_home if isinstance(ledger_home, LedgerHome) else LedgerHome(ledger_home)
     if ledger is None or not is_ledger_url(ledger):
         where = "--ledger" if ledger is None else f"--ledger {str(ledger)!r}"
         try:
-            fingerprint = dataset_fingerprint(records)
-            registered = home.check(fingerprint, ledger) if check else None
+            local = home.identify(records, text_key=text_key)
+            registered = home.check(local, ledger) if check else None
             if ledger is None:
                 home.prepare()
         except (PateAccountantError, OSError, sqlite3.Error) as exc:
             raise RunInputError(f"{where}: {exc}") from None
         if ledger is not None or not is_ledger_url(registered):
-            path = Path(ledger if ledger is not None else registered or home.default_path(dataset, fingerprint))
-            return _LedgerPlace(path, str(path), fingerprint, lambda: home.register(fingerprint, dataset, path))
+            path = Path(ledger if ledger is not None else registered or home.default_path(dataset, local.fingerprint))
+            return _LedgerPlace(path, str(path), local.fingerprint, lambda: home.register(local, dataset, path))
         ledger = registered  # the installation knows these records' ledger in a database: run there
     where = f"--ledger {shown_location(ledger)!r}"
     try:
@@ -1148,11 +1157,11 @@ def _dataset_ledger(ledger_home, records, dataset: str, ledger, *, check: bool =
     except PateAccountantError as exc:
         raise RunInputError(f"{where}: {exc}") from None
     try:
-        fingerprint = index.fingerprint(records)
-        registered = index.check(fingerprint, named) if check else None
-        name = named or registered or index.default_name(dataset, fingerprint)
+        shared = index.identify(records, text_key=text_key)
+        registered = index.check(shared, named) if check else None
+        name = named or registered or index.default_name(dataset, shared.fingerprint)
         identity = index.identity(name)
-        local = dataset_fingerprint(records)
+        local = home.identify(records, text_key=text_key)
         if check:
             home.check(local, identity)
     except (PateAccountantError, OSError, sqlite3.Error) as exc:
@@ -1160,11 +1169,11 @@ def _dataset_ledger(ledger_home, records, dataset: str, ledger, *, check: bool =
         raise RunInputError(f"{where}: {exc}") from None
 
     def register():
-        index.register(fingerprint, dataset, name)
+        index.register(shared, dataset, name)
         home.register(local, dataset, identity)
 
     location = with_ledger_name(ledger, name)
-    return _LedgerPlace(location, shown_location(location), fingerprint, register, index.close)
+    return _LedgerPlace(location, shown_location(location), shared.fingerprint, register, index.close)
 
 
 def _signing(signing_key, checkpoints, ledger_path: Path):

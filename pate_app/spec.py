@@ -412,7 +412,11 @@ def synthesize(spec: RunSpec, *, records=None, progress: bool = False, ledger_ho
     """Run ``spec``: load its records (or take ``records``, dicts, held in memory: :func:`task_from_records`) and
     its template, resolve its model (``embedded``: the shipped SmolLM2) and generate privately
     (:func:`pate_app.run.private_run`); the JSON-able result, with ``"spec"`` its shareable part.  Raises
-    :class:`RunInputError` (or :class:`SpecError`) for bad input, before anything is charged."""
+    :class:`RunInputError` (or :class:`SpecError`) for bad input, before anything is charged.
+
+    One budget per data set holds here as in ``generate``: the ledger home (``ledger_home``, default the user's)
+    charges records it has seen to their ledger.  ``ledger_home=False`` is the explicit opt-out for callers that
+    manage budgets themselves (``spec.ledger`` is then required and no index is read or written)."""
     from pate_app.run import private_run
 
     return private_run(spec, records=records, progress=progress, ledger_home=ledger_home)

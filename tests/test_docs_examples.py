@@ -52,3 +52,12 @@ def test_the_groups_example_spends_the_budget_once_per_group(capsys):
         steps += 1
     assert steps > 0
     assert capsys.readouterr().out.split() == [str(steps), "True"]
+
+
+def test_the_ledger_home_example_keeps_one_budget_for_a_grown_data_set(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATE_ACCOUNTANT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATE_ACCOUNTANT_CONFIG", str(tmp_path / "config"))
+    code = _python_block("docs/ledger.md", "**From Python.** `synthesize(spec, records=...)`")
+    assert "open_ledger(" in code
+    exec(compile(code, "docs/ledger.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["True"]

@@ -28,8 +28,10 @@ def test_the_fingerprint_is_keyed_and_ignores_the_order_of_the_records(tmp_path)
     fp = dataset_fingerprint(RECORDS, key)
     assert fp.startswith("hmac-sha256:") and len(fp) == len("hmac-sha256:") + 64
     assert dataset_fingerprint(list(reversed(RECORDS)), key) == fp
-    changed = [dict(RECORDS[0], response="ok!")] + RECORDS[1:]
+    changed = [dict(RECORDS[0], instruction="write a poem about zanzibar 0!")] + RECORDS[1:]
     assert dataset_fingerprint(changed, key) != fp
+    # only the text counts (a Dolly record's instruction): another response is the same record
+    assert dataset_fingerprint([dict(RECORDS[0], response="ok!")] + RECORDS[1:], key) == fp
     assert dataset_fingerprint(RECORDS[:-1], key) != fp
     assert dataset_fingerprint(RECORDS, bytes(32)) != fp  # another installation's key: another fingerprint
     assert "zanzibar" not in fp

@@ -84,6 +84,12 @@ def test_a_url_without_a_ledger_name_takes_the_data_sets_ledger(model_dir, postg
     assert second["ledger"]["runs"] == 2
 
 
+def _fresh_records(count: int) -> list[dict]:
+    """Records that share none with ``_records``."""
+    return [{"instruction": f"another one number {i}", "context": "", "response": "x", "category": "open_qa"}
+            for i in range(count)]
+
+
 def test_two_hosts_cannot_open_two_budgets_for_one_data_set(model_dir, postgres_database, tmp_path, monkeypatch):
     home_a = _host(tmp_path, monkeypatch, "host-a")
     first = _run(model_dir, ledger_url(postgres_database, "first"), ledger_home=home_a)
@@ -100,11 +106,46 @@ def test_two_hosts_cannot_open_two_budgets_for_one_data_set(model_dir, postgres_
     assert joined["ledger"]["path"].endswith("?ledger=first")
     assert joined["ledger"]["runs"] == 2
     assert joined["spent_before"] == first["spent"]
-    # other records are another data set: their own ledger
-    other = _run(model_dir, ledger_url(postgres_database, "second"), ledger_home=home_b,
-                 records=_records(12)[1:] + [{"instruction": "another one", "context": "", "response": "x",
-                                              "category": "open_qa"}])
+    # records sharing any one with the data set are charged to its ledger (issue 31) ...
+    with pytest.raises(RunInputError, match="already charged to the ledger 'first'"):
+        _run(model_dir, ledger_url(postgres_database, "second"), ledger_home=home_b,
+             records=_records(12)[1:] + [{"instruction": "another one", "context": "", "response": "x",
+                                          "category": "open_qa"}])
+    # ... and other records are another data set: their own ledger
+    other = _run(model_dir, ledger_url(postgres_database, "second"), ledger_home=home_b, records=_fresh_records(12))
     assert other["ledger"]["runs"] == 1
+
+
+def test_a_database_index_charges_shared_records_to_one_ledger(postgres_database):
+    """Issue 31, item 4, in the database's index: records are known by their identities, a data set sharing any
+    with a registered one belongs to its ledger, records spread over two ledgers are refused naming both, and
+    record registrations are permanent like data sets'.  An index laid out before the records table existed
+    gains it at its next use."""
+    from pate_accountant.ledger_home import _INDEX_DDL, DataSetLedgerError
+
+    sql(postgres_database, _INDEX_DDL)
+    sql(postgres_database, f"INSERT INTO {INDEX_KEY_SCHEMA}.fingerprint_key (id, key) VALUES (1, '{'ab' * 32}')")
+    index = DatabaseIndex(postgres_database)
+    try:
+        first, second = _records(6), _fresh_records(6)
+        assert index.register(index.identify(first), "first", "one") == "one"  # lays the records table out
+        assert index.register(index.identify(second), "second", "two") == "two"
+        grown = index.identify(first[1:] + [{"instruction": "  A NEW one", "context": "", "response": "",
+                                            "category": "x"}])
+        assert index.lookup(grown) == "one" and index.register(grown, "first", "one") == "one"
+        assert index.lookup(index.identify([{"instruction": "a new ONE"}])) == "one"
+        with pytest.raises(DataSetLedgerError, match=r"charged to 2 ledgers .*'one' \(2 of these 3 records\); "
+                                                     r"'two' \(1 of these 3 records\)"):
+            index.lookup(index.identify(first[:2] + second[:1]))
+        with pytest.raises(DataSetLedgerError, match="already charged to the ledger 'one'"):
+            index.register(index.identify(first[:1] + _fresh_records(12)[8:]), "mixed", "three")
+        assert index.lookup(index.identify(_fresh_records(12)[8:])) is None  # the refused registration wrote nothing
+    finally:
+        index.close()
+    for statement in (f"DELETE FROM {INDEX_SCHEMA}.records", f"UPDATE {INDEX_SCHEMA}.records SET ledger = 'two'",
+                      f"TRUNCATE {INDEX_SCHEMA}.records"):
+        with pytest.raises(Exception, match="registration is permanent"):
+            sql(postgres_database, statement)
 
 
 def test_hosts_racing_to_register_one_data_set_keep_one_ledger(postgres_database):
@@ -140,10 +181,11 @@ def test_one_installation_charges_records_to_a_file_or_a_database_not_both(model
     joined = _run(model_dir, None, ledger_home=home, seed=1)
     assert joined["ledger"]["path"].endswith("?ledger=budget") and joined["ledger"]["runs"] == 2
     # and the other way round: records charged to a file first are refused a database ledger
+    # (records that share none with the database's data set: sharing one would charge them to it, issue 31)
     other_home = tmp_path / "other-home"
-    _run(model_dir, tmp_path / "first.sqlite", ledger_home=other_home, records=_records(12)[2:])
+    _run(model_dir, tmp_path / "first.sqlite", ledger_home=other_home, records=_fresh_records(10))
     with pytest.raises(RunInputError, match="first.sqlite"):
-        _run(model_dir, ledger_url(postgres_database, "late"), ledger_home=other_home, records=_records(12)[2:])
+        _run(model_dir, ledger_url(postgres_database, "late"), ledger_home=other_home, records=_fresh_records(10))
     assert "late" not in _schemas(postgres_database)
 
 

@@ -63,7 +63,7 @@ def add_run_options(p) -> None:
     """The options ``demo`` and ``generate`` share, with the demo's defaults."""
     d = DEMO_DEFAULTS
     p.add_argument("--teachers", metavar="N", type=positive_int, default=d["teachers"],
-                   help=f"number of teachers n; each gets at least one record (default {d['teachers']})")
+                   help=f"number of teachers n, each showing up to --records-per-teacher records (default {d['teachers']})")
     p.add_argument("--records", metavar="K", type=positive_int, default=d["records"],
                    help=f"synthetic records to generate (default {d['records']})")
     p.add_argument("--groups", metavar="G", type=positive_int, default=1,
