@@ -229,6 +229,9 @@ def test_cli_generate_text(model_dir, tmp_path, capsys):
     assert main(_generate_argv(model_dir, data, tmp_path / "t.sqlite", "--no-progress")) == 0
     out = capsys.readouterr().out
     assert "audit       : OK" in out and "record 1" in out and MARKER not in out
+    # 8 records over 4 teachers: 2 places each, the number of records being public under replace-one
+    assert "privacy unit: one record, replace-one; each teacher shows at most 2 record(s)" in out
+    assert "wall time   : " in out
 
 
 #: Run in a child process: makes the tiny Llama's forward raise a library FutureWarning and log a transformers

@@ -177,6 +177,11 @@ def run_and_report(args, spec, *, command: str) -> int:
           f"model {p['model']}, {p['mechanism_name']} (step epsilon {spec.step_epsilon:g}, delta "
           f"{spec.step_delta:g}), {p['accountant']} accountant, {'seeded' if p['seeded'] else 'OS entropy'}")
     print(f"release     : {p['release_rule']}")
+    if p.get("record_relation"):
+        touches = p.get("groups_a_record_touches", 1)
+        print(f"privacy unit: one record, {p['record_relation']}; each teacher shows at most "
+              f"{p.get('records_per_teacher')} record(s)" + (f"; a record can change {touches} label groups, so each "
+                                                            "group's steps are charged twice" if touches > 1 else ""))
     if command == "demo":
         print("note        : the demo's epsilon illustrates the pipeline at a CPU-sized ensemble of a few dozen "
               "teachers; it is not a meaningful privacy level. `pate-accountant plan best --teachers N --alpha A` "
