@@ -424,6 +424,17 @@ class Ledger(RunRecords):
         return self._head()[0]
 
     @property
+    def stored_spent(self) -> tuple[float, float] | None:
+        """The data set's spend as its writer stored it with the last row, ``(0.0, 0.0)`` with no row, or ``None``
+        when the ledger keeps it in its confidential part (individual charging).  Read, not verified:
+        :meth:`verify` replays the rows and checks it."""
+        rows = self.row_count
+        if not rows:
+            return 0.0, 0.0
+        stored = self._store.row_totals(rows)
+        return None if stored is None else (float(stored[0]), float(stored[1]))
+
+    @property
     def head_hash(self) -> str | None:
         """The last row's hash (``None`` when empty): write it down elsewhere to detect a later rollback."""
         return self._head()[1]

@@ -693,3 +693,37 @@ def test_the_public_checks_catch_faulty_accountants():
     check_monotone(_faulty(None), [(event, 1)] * 4)
     with pytest.raises(AssertionError, match="lowered the spent epsilon"):
         check_monotone(_faulty("halves-every-other-charge"), [(event, 1)] * 4)
+
+
+# -- what is left, told one way (issue 32, item 3) ---------------------------------------------------------------
+def test_the_remaining_budget_is_told_one_way(case, tmp_path, monkeypatch, capsys):
+    """``accountant.remaining_budget()``, ``audit`` and ``ledger list`` tell one remaining budget (one computation,
+    ``pate_accountant.accountants.Remaining``): after a partial spend something is left (under PLD the delta is not
+    reported as used up, which made ``audit`` say "no budget left" while the next run was accepted), and after a
+    budget that admits exactly 5 charges took them, all three tell the same small rest, which pays for no
+    further step."""
+    from pate_accountant.accountants import remaining_of
+    from pate_accountant.cli import main
+    from pate_accountant.ledger_home import LedgerHome
+
+    monkeypatch.setenv("PATE_ACCOUNTANT_HOME", str(tmp_path / "home"))
+    budget = _budget_allowing(case, 5)
+    path = tmp_path / "left.sqlite"
+    LedgerHome().register("hmac-sha256:" + "1" * 64, "left", path)
+    for charges, another in ((3, True), (2, False)):
+        with Ledger.open(path) as ledger:
+            ledger.set_dataset("left")
+            accountant = case.factory(budget=budget, ledger=ledger)
+            for _ in range(charges):
+                accountant.record(case.release(case.event))
+            left, stored = accountant.remaining_budget(), ledger.stored_spent
+            assert accountant.can_afford(case.event) is another
+        assert left.budget == tuple(budget) and not (left.spent and another)
+        if not accountant.delta_adds_up:
+            assert left.delta is None and left.at_delta > 0
+        assert main(["audit", str(path)]) in (0, 1)
+        assert f"remaining   : {left.words()}" in capsys.readouterr().out
+        if stored is not None:  # individual charging keeps its spend in the confidential part
+            assert remaining_of(accountant.kind, stored, budget) == left
+            assert main(["ledger", "list"]) == 0
+            assert f"remaining : {left.words()} (as stored" in capsys.readouterr().out

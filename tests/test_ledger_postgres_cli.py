@@ -258,3 +258,31 @@ def test_copying_a_ledger_moves_its_data_sets_in_this_installations_index(postgr
     code, out, _ = _run(capsys, "ledger", "copy", url, back)
     assert code == 0 and "1 data set(s) this installation charged to the source now charge the destination" in out
     assert home.lookup(fingerprint) == back.resolve()
+
+
+def test_the_remaining_budget_is_told_one_way_on_a_postgres_ledger(postgres_server, postgres_database, capsys):
+    """Issue 32, item 3, on the database store: a PLD ledger after a partial spend; the accountant, ``audit URL``
+    and ``ledger list URL`` tell the same remaining epsilon at the budget's delta (``audit`` said "no budget left"
+    while the next run was accepted)."""
+    from pate_accountant.accountants import PldAccountant
+    from pate_accountant.events import EpsilonDeltaEvent
+    from pate_accountant.ledger_home import DatabaseIndex
+
+    url = _password_url(postgres_server, postgres_database, "left")
+    with Ledger.open(url) as ledger:
+        ledger.set_dataset("left")
+        accountant = PldAccountant(budget=(10.0, 1e-6), ledger=ledger)
+        accountant.compose(EpsilonDeltaEvent(2.0, 1e-8), 3)
+        left = accountant.remaining_budget()
+        assert accountant.can_afford(EpsilonDeltaEvent(2.0, 1e-8))
+    assert left.delta is None and left.at_delta == 1e-6 and 3.0 < left.epsilon < 4.01
+    code, out, _ = _run(capsys, "audit", url)
+    assert code == 0 and f"remaining   : {left.words()}" in out and "none:" not in out
+    database = url.split("?", 1)[0]
+    index = DatabaseIndex(database)
+    try:
+        index.register(index.fingerprint([{"text": "left"}]), "left", "left")
+    finally:
+        index.close()
+    code, out, _ = _run(capsys, "ledger", "list", database)
+    assert code == 0 and f"remaining : {left.words()} (as stored" in out

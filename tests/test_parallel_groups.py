@@ -375,11 +375,11 @@ def test_audit_prints_the_remaining_budget(tmp_path, capsys):
     with Ledger.open(path) as ledger:
         BasicCompositionAccountant(budget=(1.0, DELTA), ledger=ledger).compose(E1, 4)
     assert main(["audit", str(path)]) == 0
-    assert "remaining   : epsilon 0.6, delta 9.96e-07" in capsys.readouterr().out  # 4 x (0.1, 1e-9) spent
+    assert "remaining   : epsilon 0.6, delta 9.96e-07 of the budget (epsilon 1, delta 1e-06)" in capsys.readouterr().out
     with Ledger.open(path) as ledger:
         BasicCompositionAccountant(budget=(1.0, DELTA), ledger=ledger).compose(E1, 6)
     assert main(["audit", str(path)]) == 0
-    assert "remaining   : spent: no budget left" in capsys.readouterr().out
+    assert "remaining   : none: the budget (epsilon 1, delta 1e-06) is spent" in capsys.readouterr().out
 
 
 def test_a_groups_vector_of_outcomes_is_charged_as_one_by_one_and_never_refused_after_its_check():

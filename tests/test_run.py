@@ -1081,7 +1081,7 @@ def test_out_file_keeps_finished_records_and_marks_a_budget_cut(model_dir, tmp_p
     assert len(lines) == 1 and lines[0]["complete"] is True
     assert set(lines[0]) == {"text", "complete", "private_tokens", "public_tokens", "num_tokens", "stop_reason"}
     assert "1 of 3 requested records; 1 cut by the budget; 1 missing; 1 record written to" in text
-    assert "remaining   : spent: no budget left" in text
+    assert "remaining   : none: the budget (epsilon 72, delta 0.5) is spent" in text
     assert MARKER not in out.read_text()
     before = _ledger_content(ledger)
     assert main(argv) == 2  # the file exists: refused before the ledger is touched
@@ -1232,3 +1232,23 @@ def test_the_public_context_guard_catches_a_leaking_run(model_dir, tmp_path, mon
     monkeypatch.setattr(run_module.PrivateGenerator, "generate", leaking)
     seen = _public_inputs(monkeypatch, model_dir, tmp_path, "leaking", public_top_k=8)
     assert any(MARKER in text for text in seen)
+
+
+def test_generate_and_audit_tell_one_remaining_budget(model_dir, tmp_path, capsys):
+    """Issue 32, item 3: after a PLD run, ``generate`` and ``audit`` print the same remaining line (epsilon left
+    at the budget's delta; it once said "delta 0" here and "no budget left" in audit while the next run was
+    accepted), and the JSON result holds the same numbers."""
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger = tmp_path / "pld.sqlite"
+    argv = _generate_argv(model_dir, data, ledger, "--mechanism", "gaussian-argmax", "--accountant", "pld",
+                          "--step-epsilon", "20", "--step-delta", "1e-6", "--budget-epsilon", "400",
+                          "--budget-delta", "1e-5", "--public-top-k", "4", "--no-progress")
+    assert main(argv) == 0
+    generated = [line for line in capsys.readouterr().out.splitlines() if line.startswith("remaining   :")]
+    assert main(["audit", str(ledger)]) == 0
+    audited = [line for line in capsys.readouterr().out.splitlines() if line.startswith("remaining   :")]
+    assert generated == audited and "at delta 1e-05" in audited[0] and "none:" not in audited[0]
+    assert main([*argv[:-1], "--json", "--seed", "4"]) == 0
+    remaining = json.loads(capsys.readouterr().out)["remaining"]
+    assert remaining["delta"] is None and remaining["at_delta"] == 1e-5 and remaining["another_step"]

@@ -1,13 +1,13 @@
 """Privacy accountants sharing one contract (``pate_accountant.accountants.base.Accountant``)."""
 
 from pate_accountant.accountants.advanced import AdvancedCompositionAccountant
-from pate_accountant.accountants.base import Accountant, AccountantState, Charge
+from pate_accountant.accountants.base import Accountant, AccountantState, Charge, Remaining
 from pate_accountant.accountants.basic import BasicCompositionAccountant
 from pate_accountant.accountants.individual import IndividualChargingAccountant
 from pate_accountant.accountants.pld import PldAccountant
 from pate_accountant.accountants.rdp import RdpAccountant
 from pate_accountant.accountants.target_charging import TargetChargingAccountant
-from pate_accountant.registry import register_accountant
+from pate_accountant.registry import accountant_class, register_accountant
 
 # The built-in accountants, in the one registry (pate_accountant.registry).  ``runs``: offered by
 # ``generate``/``demo`` (buildable from a budget alone; RDP and individual charging need more than that).
@@ -22,6 +22,13 @@ for _cls, _runs in (
     register_accountant(_cls, runs=_runs)
 del _cls, _runs
 
+
+def remaining_of(kind: str, spent, budget) -> Remaining:
+    """What a ledger's budget has left after ``spent``, for the accountant ``kind`` it is kept by: what ``audit``
+    and ``ledger list`` print, the same computation as :meth:`Accountant.remaining_budget` (:class:`Remaining`)."""
+    return Remaining.of(spent, budget, delta_adds_up=bool(getattr(accountant_class(kind), "delta_adds_up", False)))
+
+
 __all__ = [
     "Accountant",
     "AccountantState",
@@ -31,5 +38,7 @@ __all__ = [
     "IndividualChargingAccountant",
     "PldAccountant",
     "RdpAccountant",
+    "Remaining",
     "TargetChargingAccountant",
+    "remaining_of",
 ]

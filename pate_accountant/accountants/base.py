@@ -55,7 +55,7 @@ from pate_accountant.errors import BudgetExhaustedError, UnsupportedEventError
 from pate_accountant.release import FAIL, OUTCOMES, Release
 from pate_accountant.validation import check_int, check_real
 
-__all__ = ["Accountant", "AccountantState", "Charge", "relation_after"]
+__all__ = ["Accountant", "AccountantState", "Charge", "Remaining", "relation_after"]
 
 
 def _check_outcome(instance, attribute, value):
@@ -162,6 +162,61 @@ class AccountantState:
         return f"AccountantState(kind={self.kind!r})"
 
 
+#: What counts as nothing left of a budget: at most this fraction of it (float dust after a subtraction).
+_DUST = 1e-12
+
+
+@attr.s(frozen=True, auto_attribs=True)
+class Remaining:
+    """What is left of a budget, told one way by ``generate``, ``audit``, ``ledger list`` and the Python API
+    (:meth:`Accountant.remaining_budget`, :meth:`Remaining.of`).
+
+    Two kinds of accountant spend a budget differently:
+
+    * ``delta_adds_up`` (basic composition): every step spends its own ``(epsilon, delta)``, and the totals add
+      up, so both ``epsilon`` and ``delta`` are left;
+    * the others (PLD, RDP, advanced composition, target and individual charging) state their whole spend as one
+      epsilon **at a fixed delta** (the budget's, or target charging's own split of it): delta is not used up
+      run by run, so only ``epsilon`` is left, read at ``at_delta``, and ``delta`` is ``None``.
+
+    ``spent``: nothing is left (epsilon, or under basic composition delta, down to float dust)."""
+
+    epsilon: float
+    delta: float | None
+    at_delta: float | None
+    budget: tuple
+    spent: bool
+
+    @classmethod
+    def of(cls, spent, budget, *, delta_adds_up: bool) -> Remaining:
+        """What ``budget`` has left after ``spent`` (both ``(epsilon, delta)``) for an accountant whose deltas
+        add up (``delta_adds_up``) or not."""
+        budget = (float(budget[0]), float(budget[1]))
+        epsilon = max(0.0, budget[0] - float(spent[0]))
+        if delta_adds_up:
+            delta = max(0.0, budget[1] - float(spent[1]))
+            out = epsilon <= _DUST * budget[0] or delta <= _DUST * budget[1]
+            return cls(epsilon, delta, None, budget, out)
+        at_delta = float(spent[1]) if spent[1] else budget[1]
+        return cls(epsilon, None, at_delta, budget, epsilon <= _DUST * budget[0])
+
+    def words(self) -> str:
+        """One line for a person: ``epsilon 60, delta 5.5e-05 of the budget (epsilon 150, delta 0.0001)``, or
+        ``epsilon 3.05 of 10, at delta 1e-06 (...)``, or ``none: the budget ... is spent``."""
+        budget = f"(epsilon {self.budget[0]:g}, delta {self.budget[1]:g})"
+        if self.spent:
+            return f"none: the budget {budget} is spent"
+        if self.delta is not None:
+            return f"epsilon {self.epsilon:.6g}, delta {self.delta:.3g} of the budget {budget}"
+        return (f"epsilon {self.epsilon:.6g} of {self.budget[0]:g}, at delta {self.at_delta:.3g} (this accountant "
+                "states its whole spend at a fixed delta, so delta is not used up run by run)")
+
+    def as_dict(self) -> dict:
+        return {"epsilon": self.epsilon, "delta": self.delta, "at_delta": self.at_delta,
+                "budget": {"epsilon": self.budget[0], "delta": self.budget[1]}, "spent": self.spent,
+                "text": self.words()}
+
+
 class Accountant(abc.ABC):
     """Base class: budget, ledger, state, and the check-then-commit protocol."""
 
@@ -177,6 +232,10 @@ class Accountant(abc.ABC):
     #: charged; ``"hits"`` (target charging): the same for target hits, while every other query is charged as
     #: it comes; ``None``: every grouped charge is charged as it comes (no saving, always sound).
     parallel_composition: str | None = None
+
+    #: Whether every charge spends its own delta and the deltas add up (basic composition), rather than the whole
+    #: spend being stated at a fixed delta (:class:`Remaining`).
+    delta_adds_up: bool = False
 
     #: Attributes that are configuration or machinery, not state (left out of the default ``_get_state``).
     _NOT_STATE = frozenset({"_ledger", "_budget", "_configured_relation", "_afforded", "_parallel", "_scopes_given"})
@@ -318,6 +377,13 @@ class Accountant(abc.ABC):
         With a ledger it first catches up on what other writers sharing the ledger have spent (one read
         transaction)."""
         return self._can_afford(event, count, None)
+
+    def remaining_budget(self) -> Remaining | None:
+        """What is left of the budget (:class:`Remaining`; ``None`` without a budget).  With a ledger it reflects
+        what this accountant has caught up on (``can_afford`` catches up first)."""
+        if self._budget is None:
+            return None
+        return Remaining.of(self.spent(), self._budget, delta_adds_up=self.delta_adds_up)
 
     def get_epsilon(self, delta: float) -> float:
         """The epsilon spent so far, at total ``delta``."""

@@ -19,6 +19,7 @@ class BasicCompositionAccountant(Accountant):
     """
 
     kind = "basic"
+    delta_adds_up = True
     parallel_composition = "event"  # docs/groups.md
 
     def __init__(self, *, budget=None, ledger=None, neighboring_relation=None):

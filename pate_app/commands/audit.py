@@ -142,6 +142,8 @@ def main(args: argparse.Namespace) -> int:
     """Verify the ledger ``args.path`` and print what it spent; 0 when it verifies, 1 otherwise."""
     import attr
 
+    from pate_accountant.accountants import remaining_of
+
     from pate_accountant.checkpoints import (
         CheckpointError,
         default_checkpoints_path,
@@ -245,11 +247,11 @@ def main(args: argparse.Namespace) -> int:
             _print(f"queries     : {result.queries} with an outcome, {result.hits} target hits")
         _print(f"spent       : {spent}{'' if chain_ok or result.spent is None else ' (up to the first bad row)'}")
         _print(f"budget      : {budget}")
-        if result.budget is not None and result.spent is not None:
-            left = (max(0.0, result.budget[0] - result.spent[0]), max(0.0, result.budget[1] - result.spent[1]))
-            some = left[0] > 1e-12 * result.budget[0] and left[1] > 1e-12 * result.budget[1]  # not float dust
-            _print(f"remaining   : epsilon {left[0]:.6g}, delta {left[1]:.3g}" if some else
-                  "remaining   : spent: no budget left")
+        if result.budget is not None and result.spent is not None and result.kind is not None:
+            try:  # one computation with generate and ledger list (pate_accountant.accountants.Remaining)
+                _print(f"remaining   : {remaining_of(result.kind, result.spent, result.budget).words()}")
+            except (KeyError, ValueError):  # an accountant kind this installation does not register
+                pass
         if result.run_metadata is not None:
             _print("metadata    :")
             for line in metadata_lines(result.run_metadata, "  "):

@@ -59,9 +59,24 @@ def _described(location) -> dict:
 
     with Ledger.open(location if isinstance(location, str) else os.fspath(location), read_only=True) as ledger:
         head, config = ledger.head_record, ledger.config or {}
-        budget = config.get("budget")
-        return {"rows": head["rows"], "runs": head["runs"], "accountant": config.get("kind"),
-                "budget": None if budget is None else {"epsilon": budget[0], "delta": budget[1]}}
+        budget, kind, spent = config.get("budget"), config.get("kind"), ledger.stored_spent
+        return {"rows": head["rows"], "runs": head["runs"], "accountant": kind,
+                "budget": None if budget is None else {"epsilon": budget[0], "delta": budget[1]},
+                "spent": None if spent is None else {"epsilon": spent[0], "delta": spent[1]},
+                "remaining": _remaining(kind, spent, budget)}
+
+
+def _remaining(kind, spent, budget) -> dict | None:
+    """What the budget has left (:func:`pate_accountant.accountants.remaining_of`, what ``generate`` and ``audit``
+    print), or ``None`` when the ledger has no budget, keeps its spend confidential or names an unknown kind."""
+    from pate_accountant.accountants import remaining_of
+
+    if budget is None or spent is None or kind is None:
+        return None
+    try:
+        return remaining_of(kind, spent, budget).as_dict()
+    except (KeyError, ValueError):
+        return None
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -116,6 +131,8 @@ def _list(args: argparse.Namespace) -> int:
             kept = "" if budget is None else f", budget epsilon {budget['epsilon']:g}, delta {budget['delta']:g}"
             print(f"  holds     : {item['rows']} rows, {item['runs']} runs; {item['accountant'] or 'no'} accountant"
                   f"{kept}")
+            if item["remaining"] is not None:
+                print(f"  remaining : {item['remaining']['text']} (as stored; `pate-accountant audit` verifies it)")
         else:
             print(scrub(f"  holds     : not readable: {item['problem']}", where or ""))
     return 0

@@ -200,12 +200,9 @@ def run_and_report(args, spec, *, command: str) -> int:
     print(f"spent       : epsilon {s['epsilon']:.6g}, delta {s['delta']:.3g} of the data set's budget epsilon "
           f"{b['epsilon']:g}, delta {b['delta']:g} ({result['charged_runs']} charged runs in this run; epsilon "
           f"{before['epsilon']:.6g} was spent before it)")
-    r = result["remaining"]
-    if r["another_step"]:
-        print(f"remaining   : epsilon {r['epsilon']:.6g}, delta {r['delta']:.3g} of the data set's budget")
-    else:
-        print("remaining   : spent: no budget left for another step of this mechanism (the budget was fixed when "
-              "the ledger was created)")
+    r = result["remaining"]  # the one computation generate, audit and ledger list share (Remaining)
+    step = "" if r["spent"] or r["another_step"] else "; not enough for another step of this mechanism"
+    print(f"remaining   : {r['text']}{step}")
     if led["rows"] is None:  # a database ledger that could not be reached again after a failed charge
         print(f"ledger      : {led['path']} (run {led['run']}; could not be read after the run stopped)")
     else:
