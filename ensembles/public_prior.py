@@ -21,8 +21,8 @@ the mixing (with ``p_pub`` at the same temperature, untruncated), then the gener
 mixture, then the public support (the mass outside ``S`` joins the top-p tail: one tail outcome, one shared
 noise ``u_tail``).  ``S`` is the top-k or top-p set of ``p_pub`` at temperature ``T``.
 
-**Why no privacy claim changes** (paper Section 3.2, Observation 1 and its corollary; DESIGN.md: "data-independent
-transforms applied before the vote"; the same for Cold PATE's independent votes).  For a fixed public context, both transforms are one fixed function
+**Why no privacy claim changes** (paper Section 3.2, Observation 1 and its corollary: data-independent transforms
+applied before the vote; docs/generation.md, "Public prior"; the same for Cold PATE's independent votes).  For a fixed public context, both transforms are one fixed function
 ``F`` applied to each teacher's distribution *separately*: ``q_i = F(p_i)`` depends on ``p_i`` and on public
 quantities (``p_pub``, ``lambda``, ``S``) only.  Algorithm 1 on ``(F(p_1), ..., F(p_n))`` is still a
 coordinated histogram in which teacher ``i``'s vote is a function of ``F(p_i)`` and the shared randomness.

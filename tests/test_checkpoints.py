@@ -597,3 +597,15 @@ def test_sign_refuses_a_missing_confidential_file_as_audit_does(tmp_path, capsys
     line = _last_error_line(capsys)
     assert "--confidential" in line and str(missing) in line and "no file" in line and "no file" in audit_line
     assert not os.path.exists(default_checkpoints_path(path))  # nothing signed
+
+
+def test_keygen_warns_when_the_private_key_lands_in_a_git_working_tree(tmp_path, capsys):
+    """Issue 32, item 8: the tutorial's key landed in the repository's working tree, where `git add .` commits it."""
+    repository = tmp_path / "repo"
+    (repository / ".git").mkdir(parents=True)
+    (repository / "sub").mkdir()
+    assert main(["keygen", str(repository / "sub" / "operator.key")]) == 0
+    err = capsys.readouterr().err
+    assert "is inside the git working tree" in err and str(repository) in err and "git add ." in err
+    assert main(["keygen", str(tmp_path / "elsewhere.key")]) == 0
+    assert capsys.readouterr().err == ""

@@ -575,3 +575,20 @@ def test_the_public_candidate_rows_in_a_run_say_when_they_stop_at_the_cap():
         assert (r["stop"] == "cap") == (r["steps"] >= 400) and r["steps"] <= 400
         if r["steps"]:
             assert r["spent_epsilon"] <= r["budget_epsilon"] and r["private_tokens"] >= r["target_hits"]
+
+
+def test_the_figure_draws_the_best_hot_and_cold_rows_beside_each_peer(small):
+    """Issue 32, item 9: 18 rows drawn at once repeated their colours; the figure draws the best Hot PATE and the
+    best Cold PATE row at each alpha (the most tokens among admissible runs) and each peer row, in distinct
+    colours."""
+    budget = small["parameters"]["budgets"][0]
+    series = dict(tpe._plotted_series(small, budget))
+    peers = {r["row"] for r in small["results"] if r["family"] == "peer"}
+    assert set(series) <= {"Hot PATE (best row)", "Cold PATE (best row)"} | peers and peers <= set(series)
+    hot = [r for r in small["results"] if r["row"].startswith("hot-") and r["budget_epsilon"] == budget]
+    if hot:
+        for entry in series["Hot PATE (best row)"]:
+            same = [r for r in hot if r["alpha"] == entry["alpha"]]
+            assert tpe._key(entry) == max(tpe._key(r) for r in same)
+    colours = [(tpe._SERIES_STYLES.get(name) or tpe._STYLES[name])[0] for name in series]
+    assert len(set(colours)) == len(colours)

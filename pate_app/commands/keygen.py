@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 NAME = "keygen"
 HELP = "make an Ed25519 key pair for signing ledger checkpoints"
@@ -23,6 +25,15 @@ def add_arguments(p) -> None:
     p.add_argument("--public-key", metavar="FILE", default=None, help="the public key file (default KEY.pub)")
 
 
+def _git_work_tree(path) -> Path | None:
+    """The git working tree holding ``path`` (the nearest folder above it with a ``.git``), or ``None``."""
+    folder = Path(path).resolve().parent
+    for candidate in (folder, *folder.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     """Make the key pair; 0 on success, 2 when a file exists or the library is missing."""
     from pate_accountant.checkpoints import (
@@ -37,6 +48,11 @@ def main(args: argparse.Namespace) -> int:
     except CheckpointError as exc:
         args.parser.error(str(exc))
     print(f"private key : {private} (mode 0600: keep it secret; it signs checkpoints)")
+    repository = _git_work_tree(private)
+    if repository is not None:
+        print(f"pate-accountant keygen: warning: the private key {str(private)!r} is inside the git working tree "
+              f"{str(repository)!r}, where `git add .` would commit it: move it out (e.g. to "
+              "~/.config/pate-accountant/), or make sure the repository ignores it", file=sys.stderr)
     print(f"public key  : {public} (give it to auditors: `pate-accountant audit LEDGER --public-key {public}`)")
     print(f"key id      : {key_id(load_public_key(public))}")
     return 0

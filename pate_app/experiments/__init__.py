@@ -40,8 +40,13 @@ def load(name: str):
 
 
 def claim_lines(claims) -> list[str]:
-    """The ``summary`` lines of checked claims: ``{"claim", "holds", "detail"}`` dicts, after a header."""
-    return ["", "claims:"] + [f"  [{'ok' if c['holds'] else 'FAILS'}] {c['claim']}: {c['detail']}" for c in claims]
+    """The ``summary`` lines of checked claims: ``{"claim", "holds", "detail"}`` dicts, after a header.  A dict
+    with ``"finding": True`` is a measured comparison the project does not claim either way (printed as
+    ``[finding]``, whichever way it came out), not a claim that can fail."""
+    def mark(c) -> str:
+        return "finding" if c.get("finding") else "ok" if c["holds"] else "FAILS"
+
+    return ["", "claims:"] + [f"  [{mark(c)}] {c['claim']}: {c['detail']}" for c in claims]
 
 
 def records_option(data):

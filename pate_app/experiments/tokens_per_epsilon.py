@@ -1418,6 +1418,9 @@ def _claims(result: dict) -> list[dict]:
             claims.append({
                 "claim": f"at alpha >= 0.5 the best Hot/Cold PATE row releases more private tokens than {what}",
                 "holds": not lost and not open_,
+                # against variants beyond the peers' published settings (InvisibleInk in one batch of every
+                # teacher) it is a measured comparison, not a claim (docs/results.md, tokens-per-epsilon)
+                "finding": which == "winner",
                 "detail": (f"wins {len(goal) - len(lost) - len(open_)} of {len(goal)} settings"
                            + (f"; a peer wins at {'; '.join(lost)}" if lost else "")
                            + (f"; undecided (both at the cap, or neither admissible) at {', '.join(open_)}"
@@ -1451,6 +1454,34 @@ _STYLES = {
 }
 
 
+#: The series of the figure: the best Hot PATE row and the best Cold PATE row at each alpha (their rows are in the
+#: summary's tables), beside every peer row; few enough to tell apart at a glance (18 rows drawn at once were not).
+_SERIES_STYLES = {
+    "Hot PATE (best row)": ("tab:red", "o", "-"),
+    "Cold PATE (best row)": ("tab:blue", "o", ":"),
+}
+
+
+def _plotted_series(result: dict, eps: float) -> list[tuple[str, list]]:
+    """``(label, entries sorted by alpha)`` of each series drawn in the panel of budget ``eps``: the best Hot PATE
+    and the best Cold PATE entry at each alpha (admissible first, then tokens: :func:`_key`), then each peer row."""
+    here = [r for r in result["results"] if r["budget_epsilon"] == eps]
+    series = []
+    for label, prefix in (("Hot PATE (best row)", "hot-"), ("Cold PATE (best row)", "cold-")):
+        best = {}
+        for r in here:
+            if r["family"] != "peer" and r["row"].startswith(prefix):
+                if r["alpha"] not in best or _key(r) > _key(best[r["alpha"]]):
+                    best[r["alpha"]] = r
+        if best:
+            series.append((label, [best[a] for a in sorted(best)]))
+    for name in result["parameters"]["rows"]:
+        entries = sorted((r for r in here if r["row"] == name and r["family"] == "peer"), key=lambda r: r["alpha"])
+        if entries:
+            series.append((name, entries))
+    return series
+
+
 @styled
 def _plot(result: dict, path: Path) -> None:
     p = result["parameters"]
@@ -1462,12 +1493,8 @@ def _plot(result: dict, path: Path) -> None:
     positive = [r["tokens_per_epsilon"] for r in result["results"] if r["tokens_per_epsilon"] > 0]
     floor = min(positive) / 3 if positive else 0.1
     for ax, eps in zip(axes, budgets):
-        for name in p["rows"]:
-            color, marker, line = _STYLES.get(name, ("black", "o", "-"))
-            entries = sorted((r for r in result["results"] if r["row"] == name and r["budget_epsilon"] == eps),
-                             key=lambda r: r["alpha"])
-            if not entries:
-                continue
+        for name, entries in _plotted_series(result, eps):
+            color, marker, line = _SERIES_STYLES.get(name) or _STYLES.get(name, ("black", "o", "-"))
             x = [r["alpha"] for r in entries]
             y = [max(r["tokens_per_epsilon"], floor) for r in entries]
             ax.plot(x, y, color=color, linestyle=line, label=name)
@@ -1492,8 +1519,8 @@ def _plot(result: dict, path: Path) -> None:
 
 
 def plot(result: dict, out_dir) -> list[Path]:
-    """``tokens_per_epsilon.png``: tokens per budget epsilon against alpha, one line per row, one panel per
-    budget."""
+    """``tokens_per_epsilon.png``: tokens per budget epsilon against alpha, one panel per budget: the best Hot PATE
+    row and the best Cold PATE row at each alpha, and every peer row (:func:`_plotted_series`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "tokens_per_epsilon.png"
