@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ensembles.templates import BUILTIN_TEMPLATES, INSTRUCTIONS, PromptTemplate
-from pate_accountant.validation import check_int
+from pate_accountant.validation import check_int, check_regular_file, read_regular_file
 
 __all__ = [
     "BUNDLED_FILES",
@@ -44,6 +44,7 @@ __all__ = [
     "FittedRecords",
     "LoadedRecords",
     "RecordsTooLongError",
+    "UnknownFormatError",
     "bundled_sample",
     "fit_records",
     "load_bundled",
@@ -83,6 +84,8 @@ def _jsonl_rows(lines, source: str) -> Iterator[tuple[str, dict]]:
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise ValueError(f"{source}, line {number}: not valid JSON ({error.msg})") from None
+        except RecursionError:
+            raise ValueError(f"{source}, line {number}: JSON nested too deeply to read") from None
         if not isinstance(record, dict):
             raise ValueError(f"{source}, line {number}: expected a JSON object, got {_json_type(record)}")
         yield f"{source}, line {number}", record
@@ -93,6 +96,8 @@ def _json_array_rows(text: str, source: str) -> Iterator[tuple[str, dict]]:
         items = json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(f"{source}, line {error.lineno}: not valid JSON ({error.msg})") from None
+    except RecursionError:
+        raise ValueError(f"{source}: JSON nested too deeply to read") from None
     if not isinstance(items, list):
         raise ValueError(f"{source}: expected a JSON array of objects, got {_json_type(items)}")
     for number, item in enumerate(items, start=1):
@@ -136,6 +141,14 @@ def _decode(data: bytes, source: str) -> str:
         raise ValueError(f"{source}, line {line}: not UTF-8 text (save the file as UTF-8)") from None
 
 
+class UnknownFormatError(ValueError):
+    """A data file whose suffix names no format (:func:`load_records`); ``name`` is the file's name."""
+
+    def __init__(self, message: str, *, name: str):
+        super().__init__(message)
+        self.name = name
+
+
 def _format_of(path: Path, format: str | None) -> str:
     if format is not None:
         if format not in ("jsonl", "json", "csv"):
@@ -143,8 +156,8 @@ def _format_of(path: Path, format: str | None) -> str:
         return format
     found = _FORMATS.get(path.suffix.lower())
     if found is None:
-        raise ValueError(f"format: cannot tell the format of {path.name!r} from its suffix (.jsonl, .json or .csv); "
-                         "give format='jsonl', 'json' or 'csv'")
+        raise UnknownFormatError(f"format: cannot tell the format of {path.name!r} from its suffix (.jsonl, .json or "
+                                 ".csv); give format='jsonl', 'json' or 'csv'", name=path.name)
     return found
 
 
@@ -360,10 +373,9 @@ def load_records(path, *, text_field: str = "text", label_field: str | None = No
     UTF-8, and no record left.  Messages never contain a record's contents.
     """
     path = Path(path)
+    check_regular_file(path, "data file")  # a folder, a device or a pipe: said so, before its suffix is read
     fmt = _format_of(path, format)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such data file: {path}")
-    text = _decode(path.read_bytes(), str(path))
+    text = _decode(read_regular_file(path, "data file", max_bytes=None), str(path))
     return _load_text(text, str(path), fmt, text_field=text_field, label_field=label_field, on_empty=on_empty)
 
 

@@ -27,6 +27,8 @@ import string
 from dataclasses import dataclass, fields as dataclass_fields
 from pathlib import Path
 
+from pate_accountant.validation import read_regular_file
+
 __all__ = [
     "BUILTIN_TEMPLATES",
     "INSTRUCTIONS",
@@ -226,7 +228,7 @@ RECORDS = PromptTemplate(
 BUILTIN_TEMPLATES = {template.name: template for template in (INSTRUCTIONS, RECORDS)}
 
 
-def _read_toml(path: Path) -> dict:
+def _read_toml(path: Path, data: bytes) -> dict:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -236,8 +238,7 @@ def _read_toml(path: Path) -> dict:
             raise TemplateError(f"template {str(path)!r}: reading a template file needs Python 3.11 or the tomli "
                                 "package") from None
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        return tomllib.loads(data.decode("utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise TemplateError(f"template {str(path)!r}: not valid TOML ({str(error).splitlines()[0]})") from None
     except UnicodeDecodeError:
@@ -250,9 +251,11 @@ def load_template(path) -> PromptTemplate:
     ``ValueError``, one line naming the file and the key) for bad TOML, a missing, unknown or non-string key,
     and every check of :class:`PromptTemplate`."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such template file: {path}")
-    table = _read_toml(path)
+    try:
+        data = read_regular_file(path, "template file")
+    except ValueError as error:
+        raise TemplateError(str(error)) from None
+    table = _read_toml(path, data)
     where = f"template {str(path)!r}"
     unknown = [key for key in table if key not in _KEYS]
     if unknown:

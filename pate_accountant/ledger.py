@@ -221,7 +221,10 @@ def shown_location(location) -> str:
     except LedgerError:  # an invalid ledger name: the scheme, host and database only, never the user part
         from urllib.parse import urlsplit
 
-        parts = urlsplit(location)
+        try:
+            parts = urlsplit(location)
+        except ValueError:  # not even a URL (an unbalanced IPv6 bracket): its scheme, nothing of the rest
+            return location.split("://", 1)[0] + "://..."
         return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}{parts.path}"
 
 
@@ -422,6 +425,14 @@ class Ledger(RunRecords):
     def row_count(self) -> int:
         """Number of rows, as the head records it."""
         return self._head()[0]
+
+    def interrupt(self) -> None:
+        """Ask a statement under way to give up soon (a run's first Ctrl-C): a PostgreSQL ledger cuts the deadline
+        of a statement its server leaves unanswered to one second; a file has nothing to cut.  Safe to call from a
+        signal handler (it writes two attributes)."""
+        hook = getattr(self._store, "interrupt", None)
+        if hook is not None:
+            hook()
 
     @property
     def stored_spent(self) -> tuple[float, float] | None:

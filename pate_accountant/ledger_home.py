@@ -280,6 +280,9 @@ class LedgerHome:
                          "dataset TEXT NOT NULL, registered REAL NOT NULL)")
             conn.execute("CREATE TABLE IF NOT EXISTS records (identity TEXT PRIMARY KEY, ledger TEXT NOT NULL) "
                          "WITHOUT ROWID")
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(datasets)")}
+            if "reach" not in columns:  # an index from before database ledgers were reached by their URL
+                conn.execute("ALTER TABLE datasets ADD COLUMN reach TEXT")
         return conn
 
     @staticmethod
@@ -357,30 +360,41 @@ class LedgerHome:
             raise DataSetLedgerError(self._split_message(registered, identity))
         return registered
 
-    def moved(self, old, new) -> int:
+    def moved(self, old, new, *, reach: str | None = None) -> int:
         """The data sets registered to the ledger ``old`` are registered to ``new`` instead (a path or a
         PostgreSQL ledger's :meth:`DatabaseIndex.identity`, as :func:`ledger_identity` gives them): what
         ``ledger copy`` does once a copy verifies with the same heads, so that the records' next runs charge the
         copy, which continues the same budget, and a run naming the old ledger is refused.  Returns how many data
-        sets were re-registered (``0`` when the index names ``old`` for none, or there is no index)."""
+        sets were re-registered (``0`` when the index names ``old`` for none, or there is no index).  ``reach``:
+        for a database ledger ``new``, the URL without its password that reaches it (:meth:`reach`)."""
         if not self.index_path.is_file():
             return 0
         conn = self._connect(write=True)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            changed = conn.execute("UPDATE datasets SET ledger = ? WHERE ledger = ?",
-                                   (str(new), str(old))).rowcount
+            changed = conn.execute("UPDATE datasets SET ledger = ?, reach = ? WHERE ledger = ?",
+                                   (str(new), reach, str(old))).rowcount
             conn.execute("UPDATE records SET ledger = ? WHERE ledger = ?", (str(new), str(old)))
             conn.execute("COMMIT")
         finally:
             conn.close()
         return changed
 
-    def register(self, identity, dataset: str, ledger_path) -> Path:
+    def reach(self, registered) -> str | None:
+        """How this installation reaches the database ledger ``registered`` (its identity URL): the URL a run
+        gave when it registered it, user, host and parameters included and no password (libpq's password file,
+        ``PGPASSWORD`` or a service file supply that), or ``None`` when none was recorded (registered by an
+        earlier version)."""
+        rows = self._read("SELECT reach FROM datasets WHERE ledger = ? AND reach IS NOT NULL ORDER BY registered DESC "
+                          "LIMIT 1", (str(registered),))
+        return rows[0][0] if rows else None
+
+    def register(self, identity, dataset: str, ledger_path, *, reach: str | None = None) -> Path:
         """Record ``ledger_path`` as the ledger of ``identity`` (its fingerprint and every record's identity: a
         data set that grew registers its new records to the ledger that already had its others) unless its records
         belong to another ledger already (one write transaction, so of two runs racing the first wins); returns
-        the registered ledger.  :class:`DataSetLedgerError` when that is another one; nothing is written then."""
+        the registered ledger.  :class:`DataSetLedgerError` when that is another one; nothing is written then.
+        ``reach``: for a database ledger, the URL (without its password) that reaches it (:meth:`reach`)."""
         path = _real(ledger_path)
         fingerprint = identity if isinstance(identity, str) else identity.fingerprint
         conn = self._connect(write=True)
@@ -390,8 +404,10 @@ class LedgerHome:
                 registered = self._single(conn, identity)
                 if registered is not None and not _same(_stored(registered), path):
                     raise DataSetLedgerError(self._split_message(_stored(registered), identity))
-                conn.execute("INSERT OR IGNORE INTO datasets (fingerprint, ledger, dataset, registered) "
-                             "VALUES (?, ?, ?, ?)", (fingerprint, str(path), dataset, time.time()))
+                conn.execute("INSERT OR IGNORE INTO datasets (fingerprint, ledger, dataset, registered, reach) "
+                             "VALUES (?, ?, ?, ?, ?)", (fingerprint, str(path), dataset, time.time(), reach))
+                if reach is not None:
+                    conn.execute("UPDATE datasets SET reach = ? WHERE ledger = ?", (reach, str(path)))
                 if not isinstance(identity, str):
                     conn.executemany("INSERT OR IGNORE INTO records (identity, ledger) VALUES (?, ?)",
                                      ((i, str(path)) for i in sorted(identity.records)))
@@ -455,7 +471,7 @@ def _tolerant(conn: sqlite3.Connection, sql: str, params=()) -> list:
     try:
         return conn.execute(sql, params).fetchall()
     except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
+        if "no such table" in str(exc) or "no such column" in str(exc):
             return []
         raise
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import stat
 
 import numpy as np
 
@@ -114,3 +116,36 @@ def resolve_rng(name: str, rng) -> np.random.Generator:
     if rng is None:
         return np.random.default_rng()
     return check_generator(name, rng)
+
+
+#: The most bytes a small input file (a run description, a template) may hold.
+SMALL_FILE_BYTES = 1 << 20
+
+
+def check_regular_file(path, what: str) -> os.stat_result:
+    """``os.stat(path)`` of a regular file; ``FileNotFoundError`` ("no such ``what``") when nothing is there,
+    ``ValueError`` naming a folder, a device or a pipe (:func:`read_regular_file`)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such {what}: {os.fspath(path)}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a pipe" if stat.S_ISFIFO(info.st_mode) else "a device"
+        raise ValueError(f"{what} {os.fspath(path)!r} is {kind}, not a regular file")
+    return info
+
+
+def read_regular_file(path, what: str, max_bytes: int | None = SMALL_FILE_BYTES) -> bytes:
+    """The bytes of the regular file ``path``, which a user named as ``what`` (``"--config file"``), checked
+    before it is read: ``FileNotFoundError`` ("no such ``what``") when nothing is there, ``ValueError`` (one line
+    naming it) for a folder, a device or a pipe (``/dev/zero`` would be read for ever, a FIFO would block) and for
+    a file of more than ``max_bytes`` (``None``: no limit)."""
+    info = check_regular_file(path, what)
+    if max_bytes is not None and info.st_size > max_bytes:
+        raise ValueError(f"{what} {os.fspath(path)!r} holds {info.st_size:,} bytes, more than the {max_bytes:,} such "
+                         "a file may have")
+    with open(path, "rb") as handle:
+        data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
+    if max_bytes is not None and len(data) > max_bytes:  # grew after the check
+        raise ValueError(f"{what} {os.fspath(path)!r} holds more than the {max_bytes:,} bytes such a file may have")
+    return data

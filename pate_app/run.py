@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib.util
+import inspect
 import ipaddress
 import math
 import os
@@ -298,19 +299,24 @@ def release_rule(mechanism, num_teachers: int) -> str:
     return type(inner).__name__
 
 
-def check_groups(groups, num_teachers: int, accountant_name: str) -> int:
-    """The teachers of each group for ``--groups`` (:func:`private_run`): ``num_teachers`` must split evenly, so
-    every group runs the same mechanism (the groups then share its envelope, docs/groups.md), and the
-    accountant must take the envelope of parallel groups (one that declares none would charge every group in
-    full: refused rather than silently costing ``groups`` times more)."""
+def check_groups(groups, num_teachers: int, accountant_name: str, *, labels: bool = False) -> int:
+    """The teachers of each group for ``--groups`` (:func:`private_run`), or of each label's group with ``labels``
+    (the groups are then the labels of ``--labels``): ``num_teachers`` must split evenly, so every group runs the
+    same mechanism (the groups then share its envelope, docs/groups.md), and the accountant must take the envelope
+    of parallel groups (one that declares none would charge every group in full: refused rather than silently
+    costing ``groups`` times more)."""
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
         raise RunInputError(f"--groups must be a positive integer, got {groups!r}")
+    what = f"the {groups} labels of --labels" if labels else f"--groups {groups} equal groups"
     if num_teachers % groups:
-        raise RunInputError(f"--teachers {num_teachers} does not split into --groups {groups} equal groups "
-                            f"(use a multiple of {groups}, e.g. {num_teachers - num_teachers % groups or groups})")
+        below = num_teachers - num_teachers % groups
+        nearest = f"{below} or {below + groups}" if below else f"{groups}"
+        raise RunInputError(f"--teachers {num_teachers} does not split evenly over {what} (use a multiple of "
+                            f"{groups}: {nearest})")
     if (groups > 1 and accountant_name in accountants_registry.run_accountant_names()
             and accountants_registry.accountant_class(accountant_name).parallel_composition is None):
-        raise RunInputError(f"--groups {groups}: the {accountant_name} accountant does not compose groups in parallel")
+        raise RunInputError(f"{'--labels' if labels else f'--groups {groups}'}: the {accountant_name} accountant does "
+                            "not compose groups in parallel")
     return num_teachers // groups
 
 
@@ -680,9 +686,9 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
     ``spec.signing_key``: a run whose ledger verifies ends with a signed checkpoint of its head.
     ``spec.seed``: for reproducible tests only (module docstring).
 
-    Interrupts: the first Ctrl-C (SIGINT, in the main thread) stops the run at the next step boundary, keeping
-    every finished record and the charges made; the result then says ``"interrupted": true``.  A second one
-    interrupts at once.
+    Interrupts: the first Ctrl-C (SIGINT, in the main thread) stops the run at the next step boundary, or at once
+    inside a model call (nothing is charged there), keeping every finished record and the charges made; the result
+    then says ``"interrupted": true``.  A second one interrupts at once.
 
     The result's ``spent`` is the data set's total spent after this run (every run in the ledger) and
     ``spent_before`` what it was when this run started.  Raises :class:`RunInputError` before anything is
@@ -708,6 +714,8 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
     # 4. the ledger, claimed before the model loads
     register = spec.ledger is None or not bundled
     place = _dataset_ledger(ledger_home, records, dataset, spec.ledger, check=register, text_key=task.text_key)
+    if spec.ledger is None:  # the index chose the ledger: the data set is the one it keeps
+        dataset = _routed_dataset(place, dataset, spec.dataset, announce=progress)
     ledger_path, fingerprint, where = place.location, place.fingerprint, f"--ledger {place.shown!r}"
     try:
         if not place.is_url and not ledger_path.parent.is_dir():
@@ -799,6 +807,9 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                 raise RunInputError(f"{where}: cannot write to it: {exc}") from None
             _check_one_partition(acct, ledger, where, run_id)
             accountants = [acct] if groups == 1 else list(acct.parallel_groups(groups, touches=plan.touches))
+            stop = _StopOnInterrupt(on_request=ledger.interrupt)  # entered once the generation begins
+            # a first Ctrl-C inside a model call (a long prefill) stops the run at once
+            backend, public = _Interruptible(backend, stop), _Interruptible(public, stop)
             generators = [PrivateGenerator(
                 backend, mech, group_acct, histograms="coordinated", fallback="public", public_backend=public,
                 public_prompt=public_prompt, max_tokens=spec.max_tokens, stop_strings=(template.stop,),
@@ -815,7 +826,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                 except OSError as exc:
                     raise RunInputError(f"--out {str(out_file)!r}: cannot create it: {exc.strerror or exc}") from None
                 stack.callback(writer.close)
-            stop = stack.enter_context(_StopOnInterrupt())
+            stack.enter_context(stop)
 
             def on_step(outcome: str) -> None:
                 bar.step(outcome)
@@ -904,7 +915,8 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
         "remaining": {**acct.remaining_budget().as_dict(), "another_step": another_step},
         "budget": {"epsilon": budget[0], "delta": budget[1]},
         "within_budget": bool(spent[0] <= budget[0] * (1 + 1e-9) and spent[1] <= budget[1] * (1 + 1e-9)),
-        "charged_runs": sum(r["charged_runs"] for r in out_records),
+        # every charged run of this run, those of a record a Ctrl-C or a ledger failure dropped included
+        "charged_runs": max(bar.charged, sum(r["charged_runs"] for r in out_records)),
         "private_tokens": sum(r["private_tokens"] for r in out_records),
         "fallback_tokens": sum(r["fallback_tokens"] for r in out_records),
         "ledger": {"path": place.shown, "rows": heads["rows"], "head_hash": heads["head_hash"], "run": run_id,
@@ -957,7 +969,7 @@ def _plan_run(spec, task) -> _RunPlan:
             raise RunInputError(f"argument --{'labels' if option == 'labels' else 'label-field'}: {why}") from None
         places = {label: [i for i, record in enumerate(records) if record["label"] == label] for label in labels}
         groups = len(labels)
-    group_teachers = check_groups(groups, spec.teachers, spec.accountant)
+    group_teachers = check_groups(groups, spec.teachers, spec.accountant, labels=labels is not None)
     try:
         task.template.check_records(records)
     except ValueError as exc:
@@ -1042,16 +1054,51 @@ def plural_of(count: int, noun: str) -> str:
 
 
 class _Interrupted(Exception):
-    """Raised at a step boundary after a Ctrl-C (:class:`_StopOnInterrupt`)."""
+    """Raised at a step boundary after a Ctrl-C, or at once inside a model call (:class:`_StopOnInterrupt`)."""
+
+
+class _Interruptible:
+    """A backend whose every method call is a :meth:`_StopOnInterrupt.safe` model call (attributes pass
+    through), so that a first Ctrl-C during a long prefill stops the run within one batch."""
+
+    def __init__(self, inner, stop: _StopOnInterrupt):
+        self._inner, self._stop = inner, stop
+
+    def __getattr__(self, name):
+        value = getattr(self._inner, name)
+        if not inspect.isroutine(value):  # data, and callable objects such as a tokenizer, pass as they are
+            return value
+        stop = self._stop
+
+        def call(*args, **kwargs):
+            with stop.safe():
+                return value(*args, **kwargs)
+
+        return call
 
 
 class _StopOnInterrupt:
     """While a run generates: the first SIGINT only asks the run to stop at the next step boundary (the run
-    calls :meth:`check` there); a second one interrupts at once.  Does nothing outside the main thread."""
+    calls :meth:`check` there) and calls ``on_request`` (the ledger's :meth:`~pate_accountant.ledger.Ledger.interrupt`:
+    a database statement the server leaves unanswered then fails within a second instead of at its deadline); a
+    second one interrupts at once.  Does nothing outside the main thread."""
 
-    def __init__(self):
+    def __init__(self, on_request=None):
         self.requested = False
         self._previous = None
+        self._on_request = on_request
+        self._safe = 0  # inside a model call (:meth:`safe`), where stopping at once loses nothing
+
+    @contextlib.contextmanager
+    def safe(self):
+        """A model call (a prefill of the teachers' prompts, a forward, the votes): nothing is charged inside, so a
+        first Ctrl-C stops the run there at once instead of waiting for the step to end (a prefill of many long
+        prompts takes minutes on a CPU; the backends work in batches, between which Python handles the signal)."""
+        self._safe += 1
+        try:
+            yield
+        finally:
+            self._safe -= 1
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -1062,6 +1109,10 @@ class _StopOnInterrupt:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+        if self._on_request is not None:
+            self._on_request()
+        if self._safe:
+            raise _Interrupted
 
     def check(self) -> None:
         if self.requested:
@@ -1098,6 +1149,28 @@ def _reread_ledger(location, run_id: int, failure: BaseException):
 def _first_line(exc: BaseException) -> str:
     """The first line of a library's error message (its name when it has none), for a one-line usage error."""
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _routed_dataset(place, dataset: str, asked: str | None, *, announce: bool) -> str:
+    """The data set a run without ``--ledger`` charges: when the ledger the index found for these records (by any
+    record they share) keeps a data set of another name (the file was renamed, or grew), that data set, said on
+    stderr; a ``--dataset`` that names another one is refused, saying which ledger holds the records and why."""
+    try:
+        with Ledger.open(place.location, read_only=True) as existing:
+            stored = existing.dataset
+    except (FileNotFoundError, PateAccountantError, OSError, ValueError, *STORAGE_ERRORS):
+        return dataset  # a new ledger (or one that cannot be read: the claim says why)
+    if stored is None or stored == dataset:
+        return dataset
+    if asked is not None:
+        place.close()
+        raise RunInputError(f"--dataset {asked!r}: these records (or some of them) are the data set {stored!r}, whose "
+                            f"budget the ledger {place.shown!r} keeps (this installation's index found them there by "
+                            "their records' identities): leave --dataset out to charge that budget")
+    if announce:
+        print(f"pate-accountant: these records (or some of them) are the data set {stored!r}: charged to its ledger "
+              f"{place.shown!r}", file=sys.stderr, flush=True)
+    return stored
 
 
 @attr.s(frozen=True, auto_attribs=True)
@@ -1148,7 +1221,9 @@ def _dataset_ledger(ledger_home, records, dataset: str, ledger, *, check: bool =
         if ledger is not None or not is_ledger_url(registered):
             path = Path(ledger if ledger is not None else registered or home.default_path(dataset, local.fingerprint))
             return _LedgerPlace(path, str(path), local.fingerprint, lambda: home.register(local, dataset, path))
-        ledger = registered  # the installation knows these records' ledger in a database: run there
+        # the installation knows these records' ledger in a database: run there, reached as the run that registered
+        # it reached it (its user and parameters; the password from libpq's files or PGPASSWORD)
+        ledger = home.reach(registered) or registered
     where = f"--ledger {shown_location(ledger)!r}"
     try:
         named = ledger_name_of(ledger)
@@ -1169,7 +1244,7 @@ def _dataset_ledger(ledger_home, records, dataset: str, ledger, *, check: bool =
 
     def register():
         index.register(shared, dataset, name)
-        home.register(local, dataset, identity)
+        home.register(local, dataset, identity, reach=shown_location(with_ledger_name(ledger, name)))
 
     location = with_ledger_name(ledger, name)
     return _LedgerPlace(location, shown_location(location), shared.fingerprint, register, index.close)

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import attr
 
-from ensembles.data import load_bundled, load_records
+from ensembles.data import UnknownFormatError, load_bundled, load_records
 from ensembles.templates import INSTRUCTIONS, get_template
 from mechanisms import registry as mechanisms_registry
 from pate_accountant import registry as accountants_registry
-from pate_accountant.validation import check_delta, check_epsilon, check_int, check_real
+from pate_accountant.validation import check_delta, check_epsilon, check_int, check_real, read_regular_file
 from pate_app.commands.run_options import DEMO_DEFAULTS as _D
 from pate_app.options import DEFAULT_RAY_TIMEOUT
 
@@ -248,14 +248,18 @@ class RunSpec:
             import tomli as tomllib
         where = f"--config {str(path)!r}"
         try:
-            with open(os.path.expanduser(str(path)), "rb") as handle:
-                tables = tomllib.load(handle)
+            data = read_regular_file(os.path.expanduser(str(path)), "--config file")
+            tables = tomllib.loads(data.decode("utf-8"))
         except FileNotFoundError:
             raise SpecError(f"{where}: no such file") from None
         except OSError as exc:
             raise SpecError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise SpecError(f"{where}: not UTF-8 text (byte {exc.start + 1}; save the file as UTF-8)") from None
         except tomllib.TOMLDecodeError as exc:
             raise SpecError(f"{where}: not valid TOML ({exc})") from None
+        except ValueError as exc:  # a folder, a device, a pipe, a huge file
+            raise SpecError(f"argument --config: {exc}") from None
         values = {}
         for table, content in tables.items():
             if table not in SECTIONS or not isinstance(content, dict):
@@ -377,9 +381,15 @@ def load_task(spec: RunSpec) -> Task:
             loaded = load_records(os.path.expanduser(spec.data), text_field=spec.text_field,
                                   label_field=spec.label_field)
             data_label = dataset = os.path.basename(spec.data)
-    except (FileNotFoundError, ValueError) as exc:
+    except UnknownFormatError as exc:  # the command line's words, not the Python argument's
+        raise RunInputError(f"argument --data: cannot tell the format of {exc.name!r} from its suffix: name the file "
+                            "*.jsonl, *.json or *.csv") from None
+    except FileNotFoundError as exc:
+        hint = " (`plan` prints DATA where your records' file goes)" if spec.data == "DATA" else ""
+        raise RunInputError(f"argument --data: {exc}{hint}") from None
+    except ValueError as exc:
         raise RunInputError(f"argument --data: {exc}") from None
-    except OSError as exc:  # unreadable: no permission, a folder, an I/O error
+    except OSError as exc:  # unreadable: no permission, an I/O error
         raise RunInputError(f"argument --data: cannot read {spec.data!r}: {exc.strerror or exc}") from None
     if not loaded.records:
         raise RunInputError(f"argument --data: no records left in {spec.data!r} (every text was empty)")

@@ -166,7 +166,10 @@ def test_plan_answers_carry_the_generate_command_that_runs_them(argv, capsys):
         _check_run(answer["plain_run"], answer)
     assert main(["plan", *argv]) == 0
     text = capsys.readouterr().out
-    assert answer["run"]["command"] in text and "run this plan:" in text
+    if answer["run"]["refused"] is None and answer["run"]["hits"]:
+        assert answer["run"]["command"] in text and "run this plan:" in text
+    else:  # a run that pays for no target hit is one generate refuses: not offered (issue 32, item 7)
+        assert answer["run"]["command"] not in text and "no target-charging run to print" in text
 
 
 def test_plan_q_defaults_to_the_q_of_the_run_it_prints(capsys):
@@ -195,6 +198,19 @@ def test_plan_says_when_its_run_cannot_release_or_pay(capsys):
     assert main(["plan", "hits", "--eps0", "0.01", "--json"]) == 0
     run = json.loads(capsys.readouterr().out)["run"]
     assert run["refused"] is None and run["hits"] >= 1 and run["step_delta"] < 1e-6
+
+
+def test_plan_compare_offers_no_run_that_generate_refuses(capsys):
+    """Issue 32, item 7: with a budget that pays for no target hit, ``plan compare`` printed a target-charging run
+    as the plan to run, which ``generate`` refuses; it now says why there is none and offers the plain run."""
+    argv = ["plan", "compare", "--queries", "100", "--target-rate", "0.1", "--teachers", "50", "--eps0", "0.1"]
+    assert main([*argv, "--budget-epsilon", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "run this plan:" not in out and "boundary-dp-argmax" not in out
+    assert "no target-charging run to print: its budget (epsilon 0.05) affords no target hit" in out
+    assert "run it with plain composition instead" in out
+    assert main(argv) == 0
+    assert "run this plan:" in capsys.readouterr().out
 
 
 def test_plan_help_limits_are_the_planners():

@@ -313,3 +313,103 @@ def test_a_forged_row_with_a_recomputed_chain_passes_verify_but_not_a_pin_or_a_s
         assert problem is not None and "does not have the pinned head hash" in problem
         signed = check_checkpoints(reader, [checkpoint], load_public_key(public))
         assert not signed.ok and "does not extend signed checkpoint 1" in signed.message, signed.message
+
+
+# -- 6. a connection that goes silent, a writer that stalls (issue 32, items 1-2) --------------------------------
+def _through(proxy, database_url: str, name: str = "budget") -> str:
+    port = database_url.split("@127.0.0.1:", 1)[1].split("/", 1)[0]
+    return _url(database_url.replace(f"@127.0.0.1:{port}/", f"@127.0.0.1:{proxy.port}/"), name)
+
+
+def test_a_silent_connection_is_given_up_at_the_statement_deadline(postgres_server, postgres_database, monkeypatch):
+    """A stalled proxy keeps the connection open and answers nothing (keepalives see a healthy peer): the charge
+    fails at the client-side deadline with one line saying why, the accountant keeps its state, nothing is half
+    written, and the ledger audits through a direct connection."""
+    import pate_accountant._ledger.postgres_store as store_module
+    from pg_proxy import StallingProxy
+
+    monkeypatch.setattr(store_module, "STATEMENT_DEADLINE_S", 2.0)
+    with StallingProxy(postgres_server.port) as proxy:
+        url = _through(proxy, postgres_database)
+        with Ledger.open(url, timeout=1.0) as ledger:  # the write-lock statement: the lock wait, then 2 s
+            accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+            accountant.compose(EpsilonDeltaEvent(0.25))
+            proxy.stall()
+            time.sleep(0.3)  # what the proxy's pumps had in hand is through
+            began = time.monotonic()
+            with pytest.raises(LedgerStorageError) as failed:
+                accountant.compose(EpsilonDeltaEvent(0.5))
+            assert time.monotonic() - began < 5.0
+            message = str(failed.value)
+            assert "did not answer within" in message and "stalled network, proxy or pooler" in message
+            assert _server_failure(failed.value, "budget") and accountant.spent()[0] == pytest.approx(0.25)
+    with Ledger.open(_url(postgres_database)) as ledger:
+        result = ledger.verify()
+        assert result.ok and result.rows == 1
+
+
+def test_a_first_interrupt_gives_up_an_unanswered_statement_within_a_second(postgres_server, postgres_database):
+    """Ctrl-C must act within seconds in every phase: ``Ledger.interrupt()`` (what a run's first Ctrl-C calls)
+    cuts the 15 s deadline of a statement the server leaves unanswered to one second."""
+    import threading
+
+    from pg_proxy import StallingProxy
+
+    with StallingProxy(postgres_server.port) as proxy:
+        with Ledger.open(_through(proxy, postgres_database)) as ledger:
+            accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+            accountant.compose(EpsilonDeltaEvent(0.25))
+            proxy.stall()
+            time.sleep(0.3)
+            timer = threading.Timer(0.5, ledger.interrupt)
+            timer.start()
+            began = time.monotonic()
+            with pytest.raises(LedgerStorageError, match="did not answer within 1 s"):
+                accountant.compose(EpsilonDeltaEvent(0.5))
+            assert time.monotonic() - began < 3.0
+            timer.join()
+
+
+def _stalled_writer(url: str, inside, queue) -> None:
+    """Charge once, then stall inside the next charge's transaction (holding the head-row lock) without dying; the
+    session's idle-in-transaction limit is the store's (reported), shortened to 2 s here to keep the test short."""
+    ledger = Ledger.open(url)
+    accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+    accountant.compose(EpsilonDeltaEvent(0.25))
+    queue.put(ledger._store._execute("SHOW idle_in_transaction_session_timeout").fetchone()[0])
+    ledger._store._execute("SET idle_in_transaction_session_timeout = 2000")
+
+    def hold():
+        inside.set()
+        time.sleep(600)
+
+    ledger._between_commits = hold
+    accountant.compose(EpsilonDeltaEvent(0.5))
+
+
+def test_a_stalled_writer_does_not_block_the_other_hosts(postgres_server, postgres_database):
+    """A host stalled inside a charge (not dead: its socket stays open) held the head-row lock, and every other
+    host failed at its lock timeout.  The server now ends a session idle in a transaction (30 s by default), its
+    transaction rolls back, and the others charge; a writer that does time out says why."""
+    url = _url(postgres_database)
+    context = multiprocessing.get_context("spawn")
+    inside, queue = context.Event(), context.Queue()
+    child = context.Process(target=_stalled_writer, args=(url, inside, queue))
+    child.start()
+    try:
+        assert queue.get(timeout=60) == "30s"
+        assert inside.wait(timeout=60), "the child never entered its second transaction"
+        with Ledger.open(url, timeout=0.3) as impatient:
+            with pytest.raises(LedgerError, match="another writer held the ledger's write lock for the whole 0.3 s "
+                                                  "wait .* after 30 s idle in its transaction"):
+                BasicCompositionAccountant(budget=BUDGET, ledger=impatient).compose(EpsilonDeltaEvent(0.05))
+        with Ledger.open(url, timeout=10.0) as ledger:
+            accountant = BasicCompositionAccountant(budget=BUDGET, ledger=ledger)
+            began = time.monotonic()
+            accountant.compose(EpsilonDeltaEvent(0.05))
+            assert time.monotonic() - began < 6.0  # the stalled session is ended after 2 s idle
+            result = ledger.verify()
+            assert result.ok and result.rows == 2 and result.spent[0] == pytest.approx(0.3)
+    finally:
+        child.kill()
+        child.join(timeout=30)

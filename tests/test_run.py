@@ -929,7 +929,7 @@ def test_groups_each_spend_the_budget_and_the_run_costs_the_costliest(model_dir,
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"groups": 4}, "does not split into --groups 4"),
+    ({"groups": 4}, r"does not split evenly over --groups 4 equal groups \(use a multiple of 4: 4 or 8\)"),
     ({"groups": 0}, r"^model\.groups must be >= 1, got 0"),
     ({"groups": 6}, "out of reach"),
 ])
@@ -1118,6 +1118,9 @@ def test_ctrl_c_stops_at_a_step_boundary_and_keeps_the_finished_records(model_di
     assert "audit OK" in last
     with Ledger.open(str(ledger), read_only=True) as opened:
         assert opened.verify().ok
+        rows = opened.row_count
+    # the summary counts the charges of the record the Ctrl-C dropped too (issue 32, item 7: 32 said, 35 rows)
+    assert f"({rows} charged runs in this run;" in captured.out
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
 
 
@@ -1252,3 +1255,65 @@ def test_generate_and_audit_tell_one_remaining_budget(model_dir, tmp_path, capsy
     assert main([*argv[:-1], "--json", "--seed", "4"]) == 0
     remaining = json.loads(capsys.readouterr().out)["remaining"]
     assert remaining["delta"] is None and remaining["at_delta"] == 1e-5 and remaining["another_step"]
+
+
+def test_a_first_ctrl_c_during_a_long_prefill_stops_the_run_at_once(model_dir, tmp_path, monkeypatch):
+    """Issue 32, item 1: a first Ctrl-C waited for the step to end, about 2 minutes during a long prefill.  Inside
+    a model call nothing is charged, so it now stops the run at once (within one batch of the prefill): here a
+    60 s prefill, interrupted half a second in, ends the run within seconds, marked interrupted, its ledger
+    audited."""
+    import signal
+    import threading
+
+    original = run_module._backends
+
+    def slow(stack, model, threads, workers, ray_address):
+        backend, public = original(stack, model, threads, workers, ray_address)
+        real_begin = backend.begin
+
+        def begin(prompts, shared_prefix=None):
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+            for _ in range(600):  # a prefill in batches of 0.1 s
+                time.sleep(0.1)
+            return real_begin(prompts, shared_prefix=shared_prefix)
+
+        backend.begin = begin
+        return backend, public
+
+    monkeypatch.setattr(run_module, "_backends", slow)
+    began = time.monotonic()
+    result = _run(model_dir, tmp_path / "prefill.sqlite", num_records=2, max_tokens=4)
+    assert result["interrupted"] and time.monotonic() - began < 15
+    assert result["audit"]["ok"] and result["records"] == []
+
+
+def test_a_renamed_and_grown_data_set_is_charged_to_its_ledger_and_told_why(model_dir, tmp_path, monkeypatch,
+                                                                           capsys):
+    """Issue 32, item 4 (issue 31, item 4): without --ledger, records the index knows (here a copy of the file
+    under another name, with one record more) are charged to their data set's ledger, under its name, with one line
+    saying so; a --dataset naming another data set is refused saying which ledger holds the records and why."""
+    monkeypatch.setenv("PATE_ACCOUNTANT_HOME", str(tmp_path / "home"))
+    first, grown = tmp_path / "notes.jsonl", tmp_path / "notes-v2.jsonl"
+    _write_jsonl(first, _records(8))
+    _write_jsonl(grown, _records(9))
+
+    def argv(data, *extra):
+        return ["generate", "--model", str(model_dir), "--data", str(data), "--teachers", "4", "--mechanism",
+                "dp-argmax", "--accountant", "basic", "--budget-epsilon", "500", "--budget-delta", "0.5",
+                "--step-epsilon", "8", "--step-delta", "0.001", "--records", "1", "--max-tokens", "3", "--seed", "3",
+                "--threads", "1", *extra]
+
+    assert main(argv(first, "--json")) == 0
+    before = json.loads(capsys.readouterr().out)["ledger"]
+    assert main(argv(grown, "--json")) == 0
+    captured = capsys.readouterr()
+    after = json.loads(captured.out)["ledger"]
+    assert after["path"] == before["path"] and after["dataset"] == "notes.jsonl" and after["runs"] == 2
+    assert "these records (or some of them) are the data set 'notes.jsonl'" not in captured.err  # --json: quiet
+    assert main(argv(grown)) == 0  # with the progress shown, one line says where the records went
+    assert "these records (or some of them) are the data set 'notes.jsonl': charged to its ledger" in \
+        capsys.readouterr().err
+    assert main(argv(grown, "--dataset", "elsewhere")) == 2
+    err = capsys.readouterr().err
+    assert "--dataset 'elsewhere': these records (or some of them) are the data set 'notes.jsonl'" in err
+    assert "leave --dataset out" in err

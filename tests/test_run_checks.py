@@ -238,3 +238,91 @@ def test_a_simulated_run_agrees_with_the_noise_floor_estimate():
                        for release in (mech(hist, rng=rng) for _ in range(2000)))
         assert low <= spurious / 2000 <= high, (name, teachers, spurious)
         assert (said is not None) == (low > 0.5) or size != 50
+
+
+# -- bad input that escaped (issue 32, item 5) -------------------------------------------------------------------
+def _special(tmp_path, kind: str) -> str:
+    """A path to something that is not a regular file (or a file that is no good): ``kind`` says what."""
+    import os
+
+    if kind == "fifo":
+        path = tmp_path / "pipe.toml"
+        os.mkfifo(path)
+        return str(path)
+    if kind == "folder":
+        (tmp_path / "folder.jsonl").mkdir()
+        return str(tmp_path / "folder.jsonl")
+    if kind == "device":
+        return "/dev/zero"
+    if kind == "latin1":
+        path = tmp_path / "latin.toml"
+        path.write_bytes("[data]\npath = 'caf\u00e9'\n".encode("latin-1"))
+        return str(path)
+    if kind == "deep":
+        path = tmp_path / "deep.jsonl"
+        path.write_text("[" * 100_000 + "\n")
+        return str(path)
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("option, kind, message", [
+    ("--config", "device", "argument --config: --config file '/dev/zero' is a device, not a regular file"),
+    ("--config", "fifo", "is a pipe, not a regular file"),
+    ("--config", "folder", "is a folder, not a regular file"),
+    ("--config", "latin1", "not UTF-8 text (byte 19; save the file as UTF-8)"),
+    ("--data", "fifo", "argument --data: data file"),
+    ("--data", "folder", "is a folder, not a regular file"),
+    ("--data", "device", "argument --data: data file '/dev/zero' is a device, not a regular file"),
+    ("--data", "deep", "line 1: JSON nested too deeply to read"),
+    ("--template", "folder", "argument --template: template file"),
+    ("--template", "fifo", "is a pipe, not a regular file"),
+])
+def test_special_files_and_deep_json_are_one_line_usage_errors(no_model, capsys, option, kind, message):
+    """A device is never read for ever, a pipe never blocks, a folder is not "no such file", a non-UTF-8 run
+    description and JSON nested 100,000 deep are no tracebacks: exit 2 with one line naming the option."""
+    path = _special(no_model, kind)
+    data = no_model / "support.csv"
+    _support(data)
+    argv = {"--config": ["generate", "--config", path],
+            "--data": ["generate", "--data", path, *BASE, "--model", str(no_model)],
+            "--template": ["generate", "--data", str(data), "--template", path, *BASE, "--model", str(no_model)]}[option]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and "Traceback" not in err[0], err
+
+
+@pytest.mark.parametrize("name, message", [
+    ("DATA", "argument --data: no such data file: DATA (`plan` prints DATA where your records' file goes)"),
+    ("notes.txt", "argument --data: cannot tell the format of 'notes.txt' from its suffix: name the file *.jsonl"),
+])
+def test_the_data_file_errors_speak_the_command_lines_words(no_model, capsys, monkeypatch, name, message):
+    """Issue 32, item 7: no advice to pass ``format='jsonl'`` (a Python argument) on the command line."""
+    monkeypatch.chdir(no_model)
+    if name != "DATA":
+        (no_model / name).write_text("text\nhello\n")
+    assert main(["generate", "--data", name, *BASE, "--model", str(no_model)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "format=" not in err
+
+
+def test_an_unbalanced_ipv6_bracket_and_a_clashing_ledger_name_are_refused_in_words(capsys):
+    code = main(["audit", "postgresql://user:hunter2@[::1/db?ledger=budget"])
+    captured = capsys.readouterr()
+    assert code == 3 and "Traceback" not in captured.err and "hunter2" not in captured.out + captured.err
+    assert "an IPv6 host goes in brackets" in captured.out and "Error:" not in captured.out
+    code = main(["audit", "postgresql://user@localhost/db?ledger=budget_confidential"])
+    out = capsys.readouterr().out
+    assert code == 3 and "not ending with '_confidential'" in out and "LedgerError" not in out
+
+
+def test_teachers_that_do_not_split_over_the_labels_name_the_labels(no_model, capsys):
+    """Issue 32, item 7: with labels and no --groups, the refusal spoke of a --groups 3 nobody gave, and suggested
+    a number that the next check refused; it names the labels and the two nearest multiples."""
+    data = no_model / "three.csv"
+    _csv(data, [{"text": f"message {MARKER} {i}", "label": "abc"[i % 3]} for i in range(9)])
+    argv = ["generate", "--data", str(data), "--label-field", "label", "--labels", "a,b,c", "--budget-epsilon", "8",
+            "--budget-delta", "1e-4", "--teachers", "8", "--model", str(no_model)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--teachers 8 does not split evenly over the 3 labels of --labels (use a multiple of 3: 6 or 9)" in err
+    assert "--groups" not in err

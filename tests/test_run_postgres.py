@@ -172,14 +172,17 @@ def test_hosts_racing_to_register_one_data_set_keep_one_ledger(postgres_database
 def test_one_installation_charges_records_to_a_file_or_a_database_not_both(model_dir, postgres_database, tmp_path,
                                                                            monkeypatch):
     home = tmp_path / "home"
-    _run(model_dir, ledger_url(postgres_database, "budget"), ledger_home=home)
+    _run(model_dir, _with_password(ledger_url(postgres_database, "budget")), ledger_home=home)
     with pytest.raises(RunInputError) as refused:
         _run(model_dir, tmp_path / "local.sqlite", ledger_home=home)
     assert "?ledger=budget" in str(refused.value) and not (tmp_path / "local.sqlite").exists()
-    # without --ledger the installation's index sends the run to the database (credentials from PG* variables)
-    monkeypatch.setenv("PGUSER", "postgres")
+    # without --ledger the installation's index sends the run to the database, reached as the first run reached it
+    # (its user: issue 32, item 4, where the OS user was tried and refused), never with a stored password
+    monkeypatch.delenv("PGUSER", raising=False)
     joined = _run(model_dir, None, ledger_home=home, seed=1)
     assert joined["ledger"]["path"].endswith("?ledger=budget") and joined["ledger"]["runs"] == 2
+    assert joined["ledger"]["path"].startswith("postgresql://postgres@")
+    assert SECRET.encode() not in (home / "index.sqlite").read_bytes()
     # and the other way round: records charged to a file first are refused a database ledger
     # (records that share none with the database's data set: sharing one would charge them to it, issue 31)
     other_home = tmp_path / "other-home"
@@ -256,6 +259,10 @@ def test_the_two_roles_of_the_docs_run_and_audit_without_a_superuser(model_dir, 
                   accountant="individual-charging", step_epsilon=0.2, relation="replace-one", epsilon=30.0,
                   delta=1e-5, num_records=1, max_tokens=6)
     assert result["audit"]["ok"], result["audit"]
+    # before its grants the auditor is refused in words: no internal class name, no SQL (issue 32, item 5)
+    assert main(["audit", ledger_url(as_auditor, "budget")]) == 3
+    refused = capsys.readouterr().out
+    assert "permission denied" in refused and "SELECT" not in refused and "Error" not in refused, refused
     sql(postgres_database, f"GRANT USAGE ON SCHEMA budget TO {auditor}; "
                            f"GRANT SELECT ON ALL TABLES IN SCHEMA budget TO {auditor}")
     assert main(["audit", ledger_url(as_auditor, "budget")]) == 0
@@ -373,3 +380,47 @@ def test_the_tutorials_database_section_runs_as_written(postgres_server, postgre
         else:
             assert "verdict     : OK" in out
     assert os.environ.get("PGPASSWORD") is None  # nothing here needed a password (trust on the loopback)
+
+
+def test_a_generate_on_a_silent_database_stops_within_its_bound(model_dir, postgres_server, postgres_database,
+                                                                 tmp_path, monkeypatch, capsys):
+    """Issue 32, item 1, where a user meets it: ``generate`` on a PostgreSQL ledger behind a proxy that goes silent
+    after the run's second charge (the connection stays open: keepalives see nothing wrong).  The next charge is
+    given up at the statement deadline, the run stops with one line saying why, keeps what it finished, tries to
+    read the ledger afresh (which the silent proxy refuses within its connect timeout) and exits 1, all within the
+    stated bound (the deadline, 2 s here, plus the connect timeout, 2 s here, plus the model's own time)."""
+    import time
+
+    import pate_accountant._ledger.postgres_store as store_module
+    import pate_app.run as run_module
+    from pate_accountant.cli import main
+    from pg_proxy import StallingProxy
+
+    monkeypatch.setattr(store_module, "STATEMENT_DEADLINE_S", 2.0)
+    monkeypatch.setenv("PATE_ACCOUNTANT_HOME", str(tmp_path / "home"))
+    data = tmp_path / "data.jsonl"
+    test_run._write_jsonl(data, _records(8))
+    with StallingProxy(postgres_server.port) as proxy:
+        port = postgres_database.split("@127.0.0.1:", 1)[1].split("/", 1)[0]
+        url = ledger_url(postgres_database.replace(f":{port}/", f":{proxy.port}/"), "budget") + "&connect_timeout=2"
+        stalled = []
+        real_step = run_module.RunProgress.step
+
+        def step(self, outcome):
+            real_step(self, outcome)
+            if not stalled and self.charged == 2:
+                proxy.stall()
+                time.sleep(0.3)
+                stalled.append(time.monotonic())
+
+        monkeypatch.setattr(run_module.RunProgress, "step", step)
+        argv = test_run._generate_argv(model_dir, data, url, "--records", "3", "--max-tokens", "6", "--no-progress")
+        assert main(argv) == 1
+        elapsed = time.monotonic() - stalled[0]
+    out = capsys.readouterr().out
+    assert elapsed < 15.0, elapsed
+    stopped = [line for line in out.splitlines() if line.startswith("stopped     :")]
+    assert len(stopped) == 1 and "did not answer within 2 s" in stopped[0] and "could not be written" in stopped[0]
+    with Ledger.open(ledger_url(postgres_database, "budget"), read_only=True) as ledger:
+        verdict = ledger.verify()
+        assert verdict.ok and verdict.rows == 2

@@ -42,6 +42,17 @@ so verifying or catching up on a long ledger never holds it all in memory; the i
 transaction ends.  Outside a transaction
 (autocommit: a cursor without ``WITH HOLD`` ends with its statement) they are one statement fetched whole.
 
+Deadlines (issue 32, items 1-2).  A connection that goes silent but stays open (a stalled proxy or pooler: TCP
+keepalives and ``tcp_user_timeout`` see nothing wrong) would block a statement for ever, and a host stalled inside
+a write transaction would hold the head-row lock that every writer needs.  So every statement runs under a
+client-side deadline (:data:`STATEMENT_DEADLINE_S`; the head-row lock statement: the lock wait plus that): a
+watchdog thread shuts the connection's socket down when a statement outlives it, the statement fails at once, and
+the error says that the server did not answer in time.  :meth:`PostgresStore.interrupt` (a run's first Ctrl-C)
+cuts the deadline of a statement under way to one second.  And every session sets
+``idle_in_transaction_session_timeout`` (:data:`IDLE_IN_TRANSACTION_S`): the server ends a session that stays idle
+inside a transaction that long (its transaction is rolled back), so a stalled writer releases the head-row lock
+before the others' lock wait (60 s by default) runs out, and a writer that times out waiting names that cause.
+
 Errors.  Every statement goes through one helper (:meth:`PostgresStore._execute`) and no psycopg exception leaves
 the store: a driver error becomes :class:`~.errors.LedgerStorageError`, one line naming the ledger by its shown
 location and the driver's error class, never the password, with no driver exception chained.  The few that mean
@@ -68,7 +79,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import socket
+import threading
+import time
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from pate_accountant._ledger.errors import LedgerError, LedgerIntegrityError, LedgerStorageError, _Discarded
@@ -197,7 +212,12 @@ def is_postgres_url(location) -> bool:
 def url_secrets(url: str) -> tuple:
     """What of ``url`` must never be shown: its password (the user part's, raw and decoded, and a ``password``
     parameter's), longest first."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not a URL (an unbalanced IPv6 bracket): whatever follows "//" up to "@" may be a password
+        userinfo = url.split("://", 1)[-1].rpartition("@")[0]
+        password = userinfo.partition(":")[2]
+        return tuple(sorted({p for p in (password, unquote(password)) if p}, key=len, reverse=True))
     secrets = [value for key, value in parse_qsl(parts.query, keep_blank_values=True) if key == "password"]
     if "@" in parts.netloc:
         _user, colon, password = parts.netloc.rsplit("@", 1)[0].partition(":")
@@ -218,7 +238,11 @@ def parse_url(url: str) -> tuple[str, str, str, tuple]:
     """``(conninfo, ledger name, shown location, secrets)``: the URL to connect with (the ``ledger`` parameter
     removed), the ledger's name, the URL as messages show it (no password anywhere) and the secrets that must
     never be shown (the password, raw and decoded)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unbalanced IPv6 bracket
+        raise LedgerError(f"not a valid PostgreSQL ledger URL ({exc}; an IPv6 host goes in brackets: "
+                          "postgresql://USER@[::1]:5432/DB)") from None
     query = parse_qsl(parts.query, keep_blank_values=True)
     names = [value for key, value in query if key == "ledger"]
     netloc = parts.netloc
@@ -230,9 +254,10 @@ def parse_url(url: str) -> tuple[str, str, str, tuple]:
     if len(names) > 1:
         raise LedgerError("a PostgreSQL ledger URL names one ledger: give the ledger parameter once")
     name = names[0] if names else DEFAULT_LEDGER_NAME
-    if not _NAME.fullmatch(name) or name.startswith("pg_"):
+    if not _NAME.fullmatch(name) or name.startswith("pg_") or name.endswith(_CONF_SUFFIX):
         raise LedgerError(f"invalid ledger name {name!r} in a PostgreSQL ledger URL: use 1 to 50 lower-case letters, "
-                          "digits and underscores, starting with a letter or underscore (and not with 'pg_')")
+                          "digits and underscores, starting with a letter or underscore (and not with 'pg_'; not "
+                          f"ending with '{_CONF_SUFFIX}', the suffix of every ledger's confidential schema)")
     rest = [(key, value) for key, value in query if key != "ledger"]
     conninfo = _join(parts.scheme, netloc, parts.path, urlencode(rest))
     shown_query = urlencode([(key, value) for key, value in rest if key != "password"] + [("ledger", name)])
@@ -264,6 +289,62 @@ def connect(pg, conninfo: str):
     extra = {key: value for key, value in CONNECTION_DEFAULTS.items()
              if key not in given and not os.environ.get(_ENVIRONMENT.get(key, ""))}
     return pg.connect(conninfo, autocommit=True, **extra)
+
+
+#: Seconds a statement may go unanswered before its connection is given up (the head-row lock statement gets the
+#: lock wait on top); far above what a statement of a healthy ledger takes.
+STATEMENT_DEADLINE_S = 15.0
+#: Seconds a session may stay idle inside a transaction before the server ends it (and releases its locks).
+IDLE_IN_TRANSACTION_S = 30
+
+
+class _Watchdog:
+    """Gives up a connection whose statement outlives its deadline: one daemon thread per store, which shuts the
+    connection's socket down (the blocked statement then fails at once, as on a lost connection) and records the
+    deadline that ran out in :attr:`fired`.  :meth:`arm` before a statement, :meth:`disarm` after it; two attribute
+    writes, so a statement pays nothing noticeable."""
+
+    def __init__(self, conn):
+        self._conn = conn
+        self._deadline = None
+        self._seconds = None
+        self.fired = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="pate-ledger-watchdog", daemon=True)
+        self._thread.start()
+
+    def arm(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._deadline = time.monotonic() + seconds
+
+    def disarm(self) -> None:
+        self._deadline = None
+
+    def hurry(self, seconds: float = 1.0) -> None:
+        """Cut the deadline of a statement under way to ``seconds`` from now (a healthy one ends well before)."""
+        deadline = self._deadline
+        if deadline is not None and deadline > time.monotonic() + seconds:
+            self._seconds = seconds
+            self._deadline = time.monotonic() + seconds
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            deadline = self._deadline
+            if deadline is not None and time.monotonic() > deadline:
+                self.fired = self._seconds
+                self._cut()
+                return
+
+    def _cut(self) -> None:
+        with contextlib.suppress(Exception):  # already closed: nothing to cut
+            dup = socket.socket(fileno=os.dup(self._conn.pgconn.socket))
+            try:
+                dup.shutdown(socket.SHUT_RDWR)
+            finally:
+                dup.close()
+
+    def close(self) -> None:
+        self._stop.set()
 
 
 def _import_psycopg():
@@ -314,7 +395,8 @@ class _ServerRows:
             store = self._store
             failure = None
             try:
-                self._page = cursor.fetchmany(ITERSIZE)
+                with store._deadline():
+                    self._page = cursor.fetchmany(ITERSIZE)
             except store._pg.Error as exc:
                 failure = store._storage_error(exc)
             if failure is not None:
@@ -372,6 +454,7 @@ class PostgresStore(StoreIdentity):
         self._busy = False
         self._doing_what = None  # (template, where) of the operation under way, for its error messages
         self._cursors = 0  # server-side cursors declared on this connection (their names)
+        self._watchdog = None  # gives up a statement the server leaves unanswered (open)
 
     # -- identity ----------------------------------------------------------------------------------------------
     @property
@@ -402,8 +485,11 @@ class PostgresStore(StoreIdentity):
 
     # -- driver errors ------------------------------------------------------------------------------------------
     def _driver_text(self, exc) -> str:
-        """``ErrorClass: message`` of a driver error on one line, without the password."""
-        return f"{type(exc).__name__}: {' '.join(self._scrub(exc).split()) or 'no message'}"
+        """A driver error's message on one line, without the password: the server's primary message when it sent
+        one (no statement text, no ``LINE 1:`` context), else the first line of the driver's own."""
+        primary = getattr(getattr(exc, "diag", None), "message_primary", None)
+        text = primary or (str(exc).strip().splitlines() or [""])[0]
+        return " ".join(self._scrub(text).split()) or type(exc).__name__
 
     def _lost(self) -> bool:
         conn = self._conn
@@ -416,6 +502,11 @@ class PostgresStore(StoreIdentity):
         cls = LedgerStorageError if lost or isinstance(exc, (pg.OperationalError, pg.InterfaceError)) \
             else _UnreadableLedger
         text = self._driver_text(exc)
+        fired = None if self._watchdog is None else self._watchdog.fired
+        if fired is not None:
+            cls = LedgerStorageError
+            text = (f"the server did not answer within {fired:g} s (a silent connection: a stalled network, proxy "
+                    "or pooler), so the connection was given up")
         if self._doing_what is not None:
             template, where = self._doing_what
             return cls(f"{template.format(where=repr(where))}: {text}")
@@ -439,13 +530,34 @@ class PostgresStore(StoreIdentity):
             raise LedgerStorageError(f"the PostgreSQL ledger {self._location!r} is closed")
         return conn
 
-    def _execute(self, query, params=None, *, keep=()):
+    @contextlib.contextmanager
+    def _deadline(self, seconds: float | None = None):
+        """The watchdog's deadline around one statement (module docstring, "Deadlines"; default
+        :data:`STATEMENT_DEADLINE_S`)."""
+        watchdog = self._watchdog
+        if watchdog is None:
+            yield
+            return
+        watchdog.arm(STATEMENT_DEADLINE_S if seconds is None else seconds)
+        try:
+            yield
+        finally:
+            watchdog.disarm()
+
+    def interrupt(self) -> None:
+        """Give a statement under way one more second (a run's first Ctrl-C): a healthy one ends well before, one
+        the server leaves unanswered fails then instead of at its deadline.  Safe from a signal handler."""
+        if self._watchdog is not None:
+            self._watchdog.hurry(1.0)
+
+    def _execute(self, query, params=None, *, keep=(), deadline: float | None = None):
         """Every statement goes through here: a client-side cursor with the result fetched, or
         :class:`LedgerStorageError` for a driver error (those of the classes in ``keep`` excepted: the caller
-        handles them)."""
+        handles them), under a client-side ``deadline`` in seconds."""
         conn = self._live()
         try:
-            return conn.execute(query, params)
+            with self._deadline(deadline):
+                return conn.execute(query, params)
         except keep:
             raise
         except self._pg.Error as exc:
@@ -455,7 +567,7 @@ class PostgresStore(StoreIdentity):
     def _executemany(self, query, rows) -> None:
         conn = self._live()
         try:
-            with conn.cursor() as cursor:
+            with self._deadline(), conn.cursor() as cursor:
                 cursor.executemany(query, rows)
             return
         except self._pg.Error as exc:
@@ -479,7 +591,8 @@ class PostgresStore(StoreIdentity):
         self._cursors += 1
         cursor = conn.cursor(name=f"pate_ledger_{self._cursors}")
         try:
-            cursor.execute(query, params)  # DECLARE: the rows are those of the snapshot at this point
+            with self._deadline():
+                cursor.execute(query, params)  # DECLARE: the rows are those of the snapshot at this point
             return _ServerRows(self, cursor)
         except self._pg.Error as exc:
             self._pg.Cursor.close(cursor)
@@ -499,10 +612,12 @@ class PostgresStore(StoreIdentity):
         if failure is not None:
             raise failure
         self._conn = conn
+        self._watchdog = _Watchdog(conn)
         try:
             with self._doing("cannot open the PostgreSQL ledger {where}"):
                 wait_ms = max(1, int(self._timeout * 1000))
                 self._execute(f"SET lock_timeout = {wait_ms}")
+                self._execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_S * 1000}")
                 self._execute(f"SET synchronous_commit = {self._synchronous_commit}")
                 self._execute("SELECT pg_advisory_lock_shared(hashtext(%s), 2)", (self._lock_key(),))
                 self._created_here = False
@@ -693,7 +808,7 @@ class PostgresStore(StoreIdentity):
         if conn is None or conn.closed:
             return  # a lost connection: the server rolled the transaction back when it lost it
         if conn.info.transaction_status != self._pg.pq.TransactionStatus.IDLE:
-            with contextlib.suppress(self._pg.Error):
+            with contextlib.suppress(self._pg.Error), self._deadline():
                 conn.execute("ROLLBACK")
 
     @contextlib.contextmanager
@@ -726,14 +841,18 @@ class PostgresStore(StoreIdentity):
             try:
                 self._execute("BEGIN ISOLATION LEVEL READ COMMITTED")
                 keep = (pg.errors.LockNotAvailable,)
+                wait = self._timeout + STATEMENT_DEADLINE_S  # the lock wait is the server's; then the deadline
                 self._execute(f"SELECT row_count FROM {self._schema}.head WHERE id = 1 FOR UPDATE",
-                              keep=keep)  # the write lock
+                              keep=keep, deadline=wait)  # the write lock
                 if confidential and self._conf_open:
                     self._execute(f"SELECT row_count FROM {self._conf_schema}.head WHERE id = 1 FOR UPDATE",
-                                  keep=keep)
+                                  keep=keep, deadline=wait)
             except pg.errors.LockNotAvailable as exc:
-                failure = self._fail(f"cannot start a write transaction (waited {self._timeout} s for another "
-                                     "writer) on", exc)
+                failure = self._fail(
+                    f"cannot start a write transaction: another writer held the ledger's write lock for the whole "
+                    f"{self._timeout:g} s wait (a writer stalled inside a charge keeps it until the server ends its "
+                    f"session, after {IDLE_IN_TRANSACTION_S} s idle in its transaction: run again; "
+                    "pg_stat_activity shows the blocking session) on", exc)
             if failure is None:
                 yield
                 if between_commits is not None:
@@ -753,7 +872,8 @@ class PostgresStore(StoreIdentity):
     def _commit(self) -> None:
         conn = self._live()
         try:
-            conn.execute("COMMIT")
+            with self._deadline():
+                conn.execute("COMMIT")
             return
         except self._pg.Error as exc:
             text = self._driver_text(exc)
@@ -825,6 +945,8 @@ class PostgresStore(StoreIdentity):
             self._conn = None
             with contextlib.suppress(self._pg.Error):
                 conn.close()  # also releases the session's advisory locks
+        if self._watchdog is not None:
+            self._watchdog.close()
         self._conf_open = False
 
     def discard_if_unused(self) -> bool:

@@ -126,6 +126,21 @@ def metadata_lines(metadata, indent: str) -> list[str]:
     return [f"{indent}{key:<{width}} : {value}" for key, value in flat.items()]
 
 
+def reason(exc: BaseException) -> str:
+    """Why a ledger cannot be checked, in words: our own errors' messages as they are, an operating-system error's
+    description and file, a text that is not UTF-8 said so; never an internal class name or a driver's SQL."""
+    from pate_accountant.errors import PateAccountantError
+
+    if isinstance(exc, PateAccountantError):
+        return " ".join(str(exc).split())
+    if isinstance(exc, UnicodeDecodeError):
+        return "not a ledger: its text is not UTF-8"
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        return f"{exc.strerror or exc}{where}"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def privacy_unit_line(runs) -> str | None:
     """What the ledger's guarantee is stated for, from its runs' metadata (``record_relation``): one line, or
     ``None`` when no run recorded it (ledgers written before issue 31)."""
@@ -194,9 +209,9 @@ def main(args: argparse.Namespace) -> int:
             if result.ok and public_key is not None:
                 signed = _check_signed(ledger, checkpoints, public_key)
     except LedgerIntegrityError as exc:  # a ledger of ours whose stored layout or metadata was tampered with
-        result = VerificationResult(False, 0, None, None, f"{type(exc).__name__}: {exc}")
+        result = VerificationResult(False, 0, None, None, f"tampered layout or metadata: {reason(exc)}")
     except (LedgerError, *STORAGE_ERRORS, OSError, UnicodeDecodeError, ValueError) as exc:  # cannot be checked
-        message = scrub(f"{type(exc).__name__}: {exc}", args.path)
+        message = scrub(reason(exc), args.path)
         if args.json:
             _print(json.dumps({"path": location, "ok": False, "verdict": "cannot check", "message": message},
                              indent=2))

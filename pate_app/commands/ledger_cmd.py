@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from pate_app.commands.audit import CANNOT_CHECK, scrub
+from pate_app.commands.audit import CANNOT_CHECK, reason, scrub
 
 NAME = "ledger"
 HELP = "list the data sets' ledgers, or copy a ledger between SQLite and PostgreSQL"
@@ -117,7 +117,7 @@ def _list(args: argparse.Namespace) -> int:
         except FileNotFoundError:
             item.update(readable=False, problem="no ledger there (removed, or its run was refused before a charge)")
         except (LedgerError, *STORAGE_ERRORS, OSError, ValueError) as exc:
-            item.update(readable=False, problem=f"{type(exc).__name__}: {exc}")
+            item.update(readable=False, problem=reason(exc))
         listed.append(item)
     if args.json:
         print(scrub(json.dumps({"index": index_name, "ledgers": listed}, indent=2), where or ""))
@@ -164,7 +164,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         copied = copy_ledger(src, dst)
     except (LedgerError, *STORAGE_ERRORS, OSError, UnicodeDecodeError, ValueError) as exc:
-        message = f"{type(exc).__name__}: {exc}"
+        message = reason(exc)
         status = 1
         try:  # which end failed: SRC not readable as a ledger is "cannot check"
             from pate_accountant.ledger import Ledger
@@ -186,7 +186,7 @@ def main(args: argparse.Namespace) -> int:
                          "confidential": result.confidential, **{k: head[k] for k in HEAD_KEYS}}
         except (LedgerError, *STORAGE_ERRORS, OSError, UnicodeDecodeError, ValueError) as exc:
             ends[end] = {"location": shown_location(location), "ok": False,
-                         "message": f"{type(exc).__name__}: {exc}", "confidential": None,
+                         "message": reason(exc), "confidential": None,
                          **{k: None for k in HEAD_KEYS}}
     same = all(ends["source"][k] == ends["destination"][k] == copied[k] for k in HEAD_KEYS) and \
         ends["source"]["confidential"] == ends["destination"]["confidential"]
@@ -197,9 +197,10 @@ def main(args: argparse.Namespace) -> int:
         from pate_accountant.ledger_home import LedgerHome, ledger_identity
 
         try:
-            reindexed = LedgerHome().moved(ledger_identity(src), ledger_identity(dst))
+            reindexed = LedgerHome().moved(ledger_identity(src), ledger_identity(dst),
+                                           reach=shown_location(dst) if is_ledger_url(dst) else None)
         except (PateAccountantError, *STORAGE_ERRORS, OSError) as exc:
-            index_error = f"{type(exc).__name__}: {exc}"
+            index_error = reason(exc)
     if args.json:
         say(json.dumps({"source": shown_src, "destination": shown_dst, "ok": ok, "copied": True,
                         "confidential_copied": copied["confidential"], "same_heads": same, "ends": ends,

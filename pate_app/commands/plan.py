@@ -495,7 +495,13 @@ def _threshold_lines(run: dict, above_n: str, more: str = "") -> list[str]:
 
 
 def run_lines(run: dict) -> list[str]:
-    """The run block of a plan's text answer (:func:`run_plan`)."""
+    """The run block of a plan's text answer (:func:`run_plan`); a run whose budget pays for no target hit (which
+    ``generate`` refuses before anything is written) is not offered as one to run, only said so."""
+    if run["refused"] is not None or not run["hits"]:
+        why = run["refused"] or (f"its budget (epsilon {run['budget']['epsilon']:g}) affords no target hit at level "
+                                 f"{_number(run['target_level'])}")
+        return [f"no target-charging run to print: {why}, so generate would refuse it (raise --budget-epsilon, or "
+                "run with plain composition below)"]
     lines = [
         "run this plan:",
         f"  {run['command']}",

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from pate_app.commands.audit import CANNOT_CHECK, scrub
+from pate_app.commands.audit import CANNOT_CHECK, reason, scrub
 
 NAME = "sign"
 HELP = "verify a ledger and append a signed checkpoint of its head"
@@ -81,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"pate-accountant sign: not signed: {scrub(exc, args.path)}", file=sys.stderr)
         return 1
     except (LedgerError, *STORAGE_ERRORS, OSError, ValueError) as exc:
-        print(f"pate-accountant sign: cannot check {location!r}: {scrub(f'{type(exc).__name__}: {exc}', args.path)}",
+        print(f"pate-accountant sign: cannot check {location!r}: {scrub(reason(exc), args.path)}",
               file=sys.stderr)
         return CANNOT_CHECK
     try:
