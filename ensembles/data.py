@@ -629,6 +629,10 @@ class Placement:
         return sum(len(part) for part in self.parts)
 
 
+#: The most slots a placement may have (teachers x records per teacher; drawn without listing them all).
+MAX_SLOTS = 2 ** 53
+
+
 def place_records(records, num_teachers: int, records_per_teacher: int, rng: np.random.Generator) -> Placement:
     """Place ``records`` in ``num_teachers * records_per_teacher`` slots, ``records_per_teacher`` slots a teacher:
     a uniformly random set of ``min(n, slots)`` of the ``n`` records, each in its own uniformly random slot, the
@@ -647,20 +651,24 @@ def place_records(records, num_teachers: int, records_per_teacher: int, rng: np.
     coupling exactly on small data sets.
 
     ``records`` may hold any objects (``None`` included); ``rng`` is the run's randomness."""
-    num_teachers = check_int("num_teachers", num_teachers, minimum=1)
-    per_teacher = check_int("records_per_teacher", records_per_teacher, minimum=1)
+    num_teachers = check_int("num_teachers", num_teachers, minimum=1, maximum=MAX_SLOTS)
+    per_teacher = check_int("records_per_teacher", records_per_teacher, minimum=1, maximum=MAX_SLOTS)
+    if num_teachers * per_teacher > MAX_SLOTS:
+        raise ValueError(f"num_teachers x records_per_teacher must be at most {MAX_SLOTS:,} slots, got "
+                         f"{num_teachers:,} x {per_teacher:,}")
     if not isinstance(rng, np.random.Generator):
         raise TypeError("rng must be a numpy Generator")
     records = list(records)
     slots = num_teachers * per_teacher
     placed = min(len(records), slots)
     chosen = rng.permutation(len(records))[:placed]  # which records get a slot (all of them when they fit)
-    where = rng.permutation(slots)[:placed]  # the slot of each chosen record
-    holder = [None] * slots
-    for index, slot in zip(chosen.tolist(), where.tolist()):
-        holder[slot] = (records[index],)
-    parts = tuple(tuple(cell[0] for cell in holder[t * per_teacher:(t + 1) * per_teacher] if cell is not None)
-                  for t in range(num_teachers))
+    # the slot of each chosen record: a uniformly random ordered set of distinct slots, drawn without listing
+    # every slot (a large records_per_teacher costs no memory)
+    where = rng.choice(slots, size=placed, replace=False, shuffle=True) if placed else np.empty(0, dtype=np.int64)
+    by_teacher: dict = {}
+    for index, slot in sorted(zip(chosen.tolist(), where.tolist()), key=lambda pair: pair[1]):
+        by_teacher.setdefault(slot // per_teacher, []).append(records[index])
+    parts = tuple(tuple(by_teacher.get(t, ())) for t in range(num_teachers))
     return Placement(parts=parts, records_per_teacher=per_teacher, dropped=len(records) - placed)
 
 

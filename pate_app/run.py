@@ -148,9 +148,10 @@ def build_accountant(name: str, budget, ledger=None, *, mechanism=None, num_teac
         raise RunInputError(f"accountant {name}: {exc}") from None
 
 
-def check_inputs(records, num_teachers: int, mechanism, accountant_name: str, budget) -> None:
+def check_inputs(records, num_teachers: int, mechanism, accountant_name: str, budget, touches: int = 1) -> None:
     """Refuse, before anything is charged: no records, more teachers than records, an accountant that does
-    not support the mechanism's event, or a budget that cannot pay for a single step."""
+    not support the mechanism's event, or a budget that cannot pay for a single step (``touches``: a step counted
+    that many times, as a labelled run's steps are: docs/privacy_unit.md)."""
 
     if not records:
         raise RunInputError("the data set is empty: no records to give the teachers")
@@ -161,7 +162,7 @@ def check_inputs(records, num_teachers: int, mechanism, accountant_name: str, bu
                             f"{len(records)} usable records")
     probe = build_accountant(accountant_name, budget, mechanism=mechanism, num_teachers=num_teachers)  # in memory
     try:
-        affordable = probe.can_afford(mechanism.event)
+        affordable = probe.can_afford(mechanism.event, touches)
     except PateAccountantError as exc:
         takes = mechanisms_for(accountant_name, mechanism, num_teachers)
         remedy = f" (it takes --mechanism {', '.join(takes)})" if takes else ""
@@ -875,7 +876,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                 bar.close()
             spent = tuple(float(x) for x in acct.spent())
             try:  # whether the data set's budget pays for one more step of this mechanism (a next run)
-                another_step = bool(acct.can_afford(mech.event))
+                another_step = bool(acct.can_afford(mech.event, plan.touches))  # a step of a labelled run counts twice
             except (PateAccountantError, *STORAGE_ERRORS):
                 another_step = False
             try:
@@ -977,7 +978,8 @@ def _plan_run(spec, task) -> _RunPlan:
     relation, touches = record_relation(spec.relation, labels is not None and groups > 1, spec.labels_public)
     mech = build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta, TEACHER_RELATION,
                            num_teachers=group_teachers)
-    check_inputs(records, spec.teachers, mech, spec.accountant, (float(spec.budget_epsilon), float(spec.budget_delta)))
+    check_inputs(records, spec.teachers, mech, spec.accountant, (float(spec.budget_epsilon), float(spec.budget_delta)),
+                 touches)
     check_reachable(mech, group_teachers)
     return _RunPlan(labels, places, groups, group_teachers, mech,
                     records_per_teacher(spec.records_per_teacher, spec.relation, task.num_records, spec.teachers),

@@ -376,3 +376,32 @@ def test_the_ledger_records_the_relation_and_audit_prints_it(tmp_path, capsys):
     assert "counted 2 times (a record can change 2 groups" in out
     with Ledger.open(path, read_only=True) as ledger:
         assert BasicCompositionAccountant(budget=(10.0, 1e-6), ledger=ledger).spent()[0] == pytest.approx(2.0)
+
+
+def test_bad_calls_of_the_new_api_are_one_line_errors_naming_the_parameter():
+    """Issue 32, item 5 (raw exceptions of the Python API): a huge slot count is refused before anything is
+    allocated, a malformed spend or budget is a TypeError naming it, a block of 10^30 groups is refused."""
+    from pate_accountant.accountants import BasicCompositionAccountant, remaining_of
+
+    with pytest.raises(ValueError, match="records_per_teacher"):
+        place_records([1, 2], 2, 10 ** 30, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="slots"):
+        place_records([1, 2], 2 ** 40, 2 ** 20, np.random.default_rng(0))
+    huge = place_records([1, 2], 3, 2 ** 40, np.random.default_rng(0))  # drawn without listing every slot
+    assert huge.placed == 2 and huge.dropped == 0
+    with pytest.raises(TypeError, match="spent must be an"):
+        remaining_of("pld", [], (1.0, 1e-6))
+    with pytest.raises(ValueError, match="budget delta"):
+        remaining_of("basic", (0.5, 0.0), (1.0, -1e-6))
+    with pytest.raises(ValueError, match="num_groups"):
+        BasicCompositionAccountant().parallel_groups(10 ** 30)
+
+
+def test_a_budget_that_pays_one_step_but_not_a_labelled_one_is_refused_up_front():
+    """A private-label run counts each step twice: a budget that pays for one step but not for two is refused
+    before anything is written, not accepted to stop at its first step."""
+    mech = mechanisms_registry.build_mechanism("dp-argmax", 2.0, 1e-6, run.TEACHER_RELATION)
+    records = _records(12)
+    run.check_inputs(records, 4, mech, "basic", (3.0, 1e-5), touches=1)
+    with pytest.raises(run.RunInputError, match="cannot pay for a single step"):
+        run.check_inputs(records, 4, mech, "basic", (3.0, 1e-5), touches=2)

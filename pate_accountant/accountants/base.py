@@ -162,8 +162,18 @@ class AccountantState:
         return f"AccountantState(kind={self.kind!r})"
 
 
+#: The most groups one block of parallel groups may have (a run's teachers are at most 10^6).
+MAX_GROUPS = 10 ** 6
+
 #: What counts as nothing left of a budget: at most this fraction of it (float dust after a subtraction).
 _DUST = 1e-12
+
+
+def _pair(name: str, value) -> tuple[float, float]:
+    """An ``(epsilon, delta)`` pair of non-negative reals, or a ``ValueError``/``TypeError`` naming ``name``."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise TypeError(f"{name} must be an (epsilon, delta) pair, got {value!r}")
+    return (check_real(f"{name} epsilon", value[0], minimum=0.0), check_real(f"{name} delta", value[1], minimum=0.0))
 
 
 @attr.s(frozen=True, auto_attribs=True)
@@ -191,7 +201,8 @@ class Remaining:
     def of(cls, spent, budget, *, delta_adds_up: bool) -> Remaining:
         """What ``budget`` has left after ``spent`` (both ``(epsilon, delta)``) for an accountant whose deltas
         add up (``delta_adds_up``) or not."""
-        budget = (float(budget[0]), float(budget[1]))
+        budget = _pair("budget", budget)
+        spent = _pair("spent", spent)
         epsilon = max(0.0, budget[0] - float(spent[0]))
         if delta_adds_up:
             delta = max(0.0, budget[1] - float(spent[1]))
@@ -410,7 +421,7 @@ class Accountant(abc.ABC):
         run has at most one block."""
         from pate_accountant.accountants.parallel import ParallelGroups  # the views subclass this class
 
-        num_groups = check_int("num_groups", num_groups, minimum=1)
+        num_groups = check_int("num_groups", num_groups, minimum=1, maximum=MAX_GROUPS)
         touches = check_int("touches", touches, minimum=1, maximum=num_groups)
         if self._ledger is not None:
             scope = self._ledger.current_run
