@@ -647,8 +647,9 @@ def place_records(records, num_teachers: int, records_per_teacher: int, rng: np.
     partition into near-equal parts of ``ceil(n / teachers)`` records would not do this: adding one record changes
     ``n`` and re-deals every part.  With ``n == slots`` the placement is a uniformly random partition into equal
     parts.  ``records_per_teacher`` must therefore come from public parameters only (never from ``n`` when the
-    number of records is private, as it is under add/remove-one).  ``tests/test_placement.py`` checks the
-    coupling exactly on small data sets.
+    number of records is private, as it is under add/remove-one).  ``tests/test_privacy_unit.py`` checks the
+    coupling exactly on small data sets, the sampler against that exact law, and that a record appended or removed
+    last changes one teacher's records, byte for byte, with the same draws.
 
     ``records`` may hold any objects (``None`` included); ``rng`` is the run's randomness."""
     num_teachers = check_int("num_teachers", num_teachers, minimum=1, maximum=MAX_SLOTS)
@@ -660,14 +661,26 @@ def place_records(records, num_teachers: int, records_per_teacher: int, rng: np.
         raise TypeError("rng must be a numpy Generator")
     records = list(records)
     slots = num_teachers * per_teacher
-    placed = min(len(records), slots)
-    chosen = rng.permutation(len(records))[:placed]  # which records get a slot (all of them when they fit)
-    # the slot of each chosen record: a uniformly random ordered set of distinct slots, drawn without listing
-    # every slot (a large records_per_teacher costs no memory)
-    where = rng.choice(slots, size=placed, replace=False, shuffle=True) if placed else np.empty(0, dtype=np.int64)
+    # The construction itself, one record at a time in the order given, each with its own draw: a sparse
+    # Fisher-Yates shuffle of the slots while some are free (record j takes a uniformly drawn free slot), then
+    # reservoir sampling (record j takes slot r when its draw r in [0, j] falls below the number of slots).  So a
+    # record appended to the data set, or the last one removed, changes one slot and nothing else even with the
+    # same random draws; and no slot is listed, so a large records_per_teacher costs no memory.
+    swapped: dict = {}  # the shuffled order of the slots, where it differs from 0, 1, 2, ...
+    holder: dict = {}  # slot -> the index of the record in it
+    for j in range(len(records)):
+        if j < slots:
+            r = int(rng.integers(j, slots))
+            slot, swapped[r] = swapped.get(r, r), swapped.get(j, j)
+            holder[slot] = j
+        else:
+            r = int(rng.integers(0, j + 1))
+            if r < slots:
+                holder[r] = j
+    placed = len(holder)
     by_teacher: dict = {}
-    for index, slot in sorted(zip(chosen.tolist(), where.tolist()), key=lambda pair: pair[1]):
-        by_teacher.setdefault(slot // per_teacher, []).append(records[index])
+    for slot in sorted(holder):
+        by_teacher.setdefault(slot // per_teacher, []).append(records[holder[slot]])
     parts = tuple(tuple(by_teacher.get(t, ())) for t in range(num_teachers))
     return Placement(parts=parts, records_per_teacher=per_teacher, dropped=len(records) - placed)
 

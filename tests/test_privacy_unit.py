@@ -207,6 +207,35 @@ def test_a_changed_text_changes_only_its_own_teacher(words_model, path, position
     assert (MARKER in after[g][t]) == (path != "skip")
 
 
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("change", ["append", "remove last", "append long"])
+def test_an_added_or_removed_record_changes_only_its_own_teacher(words_model, path, change):
+    """Add/remove-one at record level, with the same random draws: a record appended to the data set (a long one
+    too, cut or skipped on its own) or the last one removed changes the records of at most one teacher, in one
+    group; every other teacher's prompt is byte-identical.  The number of places a teacher has is given (it must
+    not move with the number of records: under add/remove-one that number is private).  Where a record goes is
+    drawn record by record (``place_records``), so the records before it keep their draws; for an added or
+    removed record anywhere else the coupling holds in law (the exact tests above)."""
+    spec = _spec(**{**PATHS[path], "records_per_teacher": 4})
+    records = _records(18)
+    before = _prompts(spec, records)
+    if change == "remove last":
+        after = _prompts(spec, records[:-1])
+        gone = f"record {len(records) - 1} "
+    else:
+        words = 60 if change == "append long" and path in ("truncate", "skip") else 2  # else refused up front
+        extra = {"text": f"{MARKER} " + " ".join(["z"] * words), "label": "b"}
+        after = _prompts(spec, [*records, extra])
+        gone = None
+    moved = _changed(before, after)
+    assert len(moved) <= 1, moved
+    if moved:
+        g, t = moved[0]
+        assert (gone in before[g][t]) if gone else (MARKER in after[g][t])
+    if change == "remove last" and path != "skip":  # every record has a place: its teacher did change
+        assert len(moved) == 1
+
+
 @pytest.mark.parametrize("labels_public", [False, True])
 def test_a_changed_label_changes_only_the_two_label_groups(words_model, labels_public):
     """A record that changes label leaves its label's group and joins another: the third label's teachers are
