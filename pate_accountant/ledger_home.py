@@ -208,6 +208,25 @@ def _legacy_fingerprint(records: list, key: bytes) -> str:
     return _PREFIX + digest.hexdigest()
 
 
+def _fingerprints(identity) -> list[str]:
+    """The fingerprints an index looks ``identity`` up by: a bare fingerprint, or a :class:`DataSetIdentity`'s own
+    and the legacy one (when there is one)."""
+    return [identity] if isinstance(identity, str) else [f for f in (identity.fingerprint, identity.legacy) if f]
+
+
+def _one_ledger(owners: dict, identity, index: str, describe=lambda ledger: ""):
+    """The one ledger of ``owners`` (``{ledger: records it shares}``), or ``None``; :class:`DataSetLedgerError`
+    naming each ledger (``describe(ledger)`` before its count) when the records are spread over two or more:
+    one run cannot be charged to two budgets.  ``index`` says which index (for the message)."""
+    if len(owners) > 1:
+        total = 0 if isinstance(identity, str) else len(identity.records)
+        listed = "; ".join(f"{ledger!r} ({describe(ledger)}{count} of these {total} records)"
+                           for ledger, count in sorted(owners.items()))
+        raise DataSetLedgerError(f"these records are charged to {len(owners)} ledgers {index}: {listed}; one run "
+                                 "cannot be charged to two budgets (run on the records of one data set)")
+    return next(iter(owners), None)
+
+
 @attr.s(frozen=True, repr=False)
 class DataSetIdentity:
     """What an index knows a data set by, under one key: its ``fingerprint`` (:func:`dataset_fingerprint`), the
@@ -290,8 +309,7 @@ class LedgerHome:
         """``{ledger as stored: records it shares}`` of every ledger that ``identity`` (a :class:`DataSetIdentity`
         or a fingerprint) is registered to: by its fingerprint (or the legacy one), or by any of its records."""
         found: dict = {}
-        fingerprints = [identity] if isinstance(identity, str) else [identity.fingerprint, identity.legacy]
-        for fingerprint in filter(None, fingerprints):
+        for fingerprint in _fingerprints(identity):
             for (ledger,) in _tolerant(conn, "SELECT ledger FROM datasets WHERE fingerprint = ?", (fingerprint,)):
                 found.setdefault(ledger, 0)
         if not isinstance(identity, str):
@@ -310,16 +328,9 @@ class LedgerHome:
     def _single(self, conn, identity):
         """The one ledger ``identity`` belongs to (stored text), or ``None``; :class:`DataSetLedgerError` when its
         records are spread over the data sets of two or more ledgers."""
-        owners = self._owners(conn, identity)
-        if len(owners) > 1:
-            total = len(identity.records) if not isinstance(identity, str) else 0
-            listed = "; ".join(f"{ledger!r} (data set {self._names(conn, ledger)}: {count} of these {total} records)"
-                               for ledger, count in sorted(owners.items()))
-            raise DataSetLedgerError(
-                f"these records are charged to {len(owners)} ledgers on this installation (index "
-                f"{str(self.index_path)!r}): {listed}; one run cannot be charged to two budgets (run on the records "
-                "of one data set)")
-        return next(iter(owners), None)
+        return _one_ledger(self._owners(conn, identity), identity,
+                           f"on this installation (index {str(self.index_path)!r})",
+                           lambda ledger: f"data set {self._names(conn, ledger)}: ")
 
     def lookup(self, identity) -> Path | str | None:
         """The ledger registered for ``identity`` (a :class:`DataSetIdentity` or a fingerprint; a path, or a
@@ -659,9 +670,8 @@ class DatabaseIndex:
         fingerprint) is registered to in this database, by fingerprint (or the legacy one) or by any record."""
         conn = self._connection()
         found: dict = {}
-        fingerprints = [identity] if isinstance(identity, str) else [identity.fingerprint, identity.legacy]
         try:
-            for fingerprint in filter(None, fingerprints):
+            for fingerprint in _fingerprints(identity):
                 for (ledger,) in conn.execute(f"SELECT ledger FROM {INDEX_SCHEMA}.datasets WHERE fingerprint = %s",
                                               (fingerprint,)).fetchall():
                     found.setdefault(ledger, 0)
@@ -675,13 +685,7 @@ class DatabaseIndex:
         return found
 
     def _single(self, identity) -> str | None:
-        owners = self._owners(identity)
-        if len(owners) > 1:
-            total = 0 if isinstance(identity, str) else len(identity.records)
-            listed = "; ".join(f"{name!r} ({count} of these {total} records)" for name, count in sorted(owners.items()))
-            raise DataSetLedgerError(f"these records are charged to {len(owners)} ledgers of {self.location!r} (its "
-                                     f"data-set index): {listed}; one run cannot be charged to two budgets")
-        return next(iter(owners), None)
+        return _one_ledger(self._owners(identity), identity, f"of {self.location!r} (its data-set index)")
 
     def identity(self, name: str) -> str:
         """The ledger ``name`` of this database as the installation's own index records it: the server's address,

@@ -1211,6 +1211,7 @@ def _dataset_ledger(ledger_home, records, dataset: str, ledger, *, check: bool =
         location = ledger if is_ledger_url(ledger) else Path(ledger)
         return _LedgerPlace(location, shown_location(location), fingerprint, lambda: None)
     home = ledger_home if isinstance(ledger_home, LedgerHome) else LedgerHome(ledger_home)
+    local = None  # the records under this installation's key, once
     if ledger is None or not is_ledger_url(ledger):
         where = "--ledger" if ledger is None else f"--ledger {str(ledger)!r}"
         try:
@@ -1237,7 +1238,7 @@ def _dataset_ledger(ledger_home, records, dataset: str, ledger, *, check: bool =
         registered = index.check(shared, named) if check else None
         name = named or registered or index.default_name(dataset, shared.fingerprint)
         identity = index.identity(name)
-        local = home.identify(records, text_key=text_key)
+        local = local or home.identify(records, text_key=text_key)
         if check:
             home.check(local, identity)
     except (PateAccountantError, OSError, sqlite3.Error) as exc:

@@ -201,14 +201,13 @@ class Remaining:
     def of(cls, spent, budget, *, delta_adds_up: bool) -> Remaining:
         """What ``budget`` has left after ``spent`` (both ``(epsilon, delta)``) for an accountant whose deltas
         add up (``delta_adds_up``) or not."""
-        budget = _pair("budget", budget)
-        spent = _pair("spent", spent)
-        epsilon = max(0.0, budget[0] - float(spent[0]))
+        budget, spent = _pair("budget", budget), _pair("spent", spent)
+        epsilon = max(0.0, budget[0] - spent[0])
         if delta_adds_up:
-            delta = max(0.0, budget[1] - float(spent[1]))
+            delta = max(0.0, budget[1] - spent[1])
             out = epsilon <= _DUST * budget[0] or delta <= _DUST * budget[1]
             return cls(epsilon, delta, None, budget, out)
-        at_delta = float(spent[1]) if spent[1] else budget[1]
+        at_delta = spent[1] or budget[1]
         return cls(epsilon, None, at_delta, budget, epsilon <= _DUST * budget[0])
 
     def words(self) -> str:
