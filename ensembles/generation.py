@@ -62,6 +62,9 @@ __all__ = [
     "StepRecord",
     "check_between_thresholds_reachable",
     "individual_charging_draws",
+    "public_generate",
+    "public_token",
+    "stop_position",
 ]
 
 FALLBACKS = ("retry", "public", "stop")
@@ -452,18 +455,8 @@ class PrivateGenerator:
 
     # -- pieces ----------------------------------------------------------------------------------------
     def _public_token(self, rng, support=None) -> int:
-        """A sample of the public backend's distribution (at the temperature and top-p); with ``support``
-        (sorted token ids), of that distribution restricted to the support (uniform over the support when the
-        top-p cut leaves none of it)."""
-        dists = self.public_backend.distributions().for_sampling(self.temperature, self.top_p)
-        ids, probs = dists.row(0)
-        if support is not None:
-            inside = np.isin(ids, support)
-            if not (inside.any() and probs[inside].sum() > 0):
-                return int(support[rng.integers(support.size)])
-            ids, probs = ids[inside], probs[inside]
-        probs = probs / probs.sum()
-        return int(ids[rng.choice(ids.size, p=probs)])
+        """A sample of the public backend's distribution (:func:`public_token`)."""
+        return public_token(self.public_backend, rng, self.temperature, self.top_p, support)
 
     def _step_prior(self) -> PublicPrior | None:
         """The public prior of the current position (``None`` when both options are off): the public backend's
@@ -583,8 +576,71 @@ class PrivateGenerator:
         return GenerationResult(text, tuple(tokens), tuple(steps), tuple(accountant.spent()), stop_reason, num_active)
 
     def _stop_string(self, text: str, new_from: int = 0) -> int | None:
-        """The first position of a stop string in ``text`` that ends at or after ``new_from`` (the text before
-        it was searched already), or ``None``."""
-        start = max(0, new_from - max((len(s) for s in self.stop_strings), default=1) + 1)
-        positions = [i for i in (text.find(s, start) for s in self.stop_strings) if i >= 0]
-        return min(positions) if positions else None
+        return stop_position(self.stop_strings, text, new_from)
+
+
+def public_token(public_backend, rng, temperature: float, top_p, support=None) -> int:
+    """A sample of ``public_backend``'s next-token distribution (at ``temperature`` and ``top_p``); with
+    ``support`` (sorted token ids), of that distribution restricted to the support (uniform over the support when
+    the top-p cut leaves none of it)."""
+    dists = public_backend.distributions().for_sampling(temperature, top_p)
+    ids, probs = dists.row(0)
+    if support is not None:
+        inside = np.isin(ids, support)
+        if not (inside.any() and probs[inside].sum() > 0):
+            return int(support[rng.integers(support.size)])
+        ids, probs = ids[inside], probs[inside]
+    probs = probs / probs.sum()
+    return int(ids[rng.choice(ids.size, p=probs)])
+
+
+def stop_position(stop_strings, text: str, new_from: int = 0) -> int | None:
+    """The first position of one of ``stop_strings`` in ``text`` that ends at or after ``new_from`` (the text
+    before it was searched already), or ``None``."""
+    start = max(0, new_from - max((len(s) for s in stop_strings), default=1) + 1)
+    positions = [i for i in (text.find(s, start) for s in stop_strings) if i >= 0]
+    return min(positions) if positions else None
+
+
+def public_generate(public_backend, prompt: str, *, shared_prefix: str = "", max_tokens: int = 32,
+                    stop_strings=(), temperature: float = 1.0, top_p=None, rng=None,
+                    on_token=None) -> GenerationResult:
+    """One response of the public model alone, from ``shared_prefix + prompt`` (no teacher, no mechanism, no
+    charge): every token is a sample of its distribution, as a private run's public fallback draws it
+    (:func:`public_token`), so the response stops as a private one does (end of text, a stop string,
+    ``max_tokens``).  The epsilon = 0 floor a private run is judged against (docs/generation.md, "The public model
+    alone").  No step is a charged run, so the result lists none (its ``token_ids`` are the draws, the end of text
+    aside)."""
+    if not isinstance(public_backend, NextTokenBackend):
+        raise TypeError(f"public_backend must implement NextTokenBackend, got {type(public_backend).__name__}")
+    max_tokens = check_int("max_tokens", max_tokens, minimum=1)
+    temperature = check_real("temperature", temperature, minimum=0.0, min_open=True)
+    top_p = None if top_p is None else check_real("top_p", top_p, minimum=0.0, maximum=1.0, min_open=True)
+    stop_strings = (stop_strings,) if isinstance(stop_strings, str) else tuple(str(s) for s in stop_strings)
+    if any(not s for s in stop_strings):
+        raise ValueError("stop strings must be non-empty")
+    _check_untransformed("public_backend", public_backend, temperature, top_p)
+    rng = np.random.default_rng() if rng is None else rng
+    public_backend.begin([prompt or ""], shared_prefix=shared_prefix or None)
+    tokens, stop_reason, text = [], "max_tokens", ""
+    decoded = _IncrementalText(public_backend)
+    while len(tokens) < max_tokens:
+        token = public_token(public_backend, rng, temperature, top_p)
+        if public_backend.eos_token_id is not None and token == public_backend.eos_token_id:
+            stop_reason = "eos"
+            break
+        tokens.append(token)
+        public_backend.append(token)
+        if on_token is not None:
+            on_token(token)
+        new_from = decoded.extend(tokens)
+        if stop_strings and stop_position(stop_strings, decoded.text, new_from) is not None:
+            text = public_backend.decode(tokens)
+            hit = stop_position(stop_strings, text)
+            if hit is not None:
+                text, stop_reason = text[:hit], "stop_string"
+                break
+            decoded.text = text
+    if stop_reason != "stop_string":
+        text = public_backend.decode(tokens)
+    return GenerationResult(text, tuple(tokens), (), (0.0, 0.0), stop_reason, 0)

@@ -308,6 +308,37 @@ class GaussianNoisyArgMax(Mechanism):
         probs[hist.tokens] = win[np.searchsorted(groups, hist.counts)]
         return OutcomeDistribution(np.arange(size), probs, fail)
 
+    def unvoted_release_probability(self, num_teachers: int, vocab_size: int) -> float:
+        """The exact probability that one run releases a token **no teacher voted for** (the noise's pick,
+        charged as private) at the step where the mechanism's rule should give the teachers' token or nothing:
+        from :meth:`output_distribution` of one histogram of ``num_teachers`` votes over ``vocab_size`` tokens
+        (the model's vocabulary, or a public top-k support).
+
+        * Without a threshold (plain GNMax releases at every step): one token holds a bare majority
+          ``n // 2 + 1`` (the weakest vote the threshold form releases) and every other teacher votes a token of
+          its own; a release of a zero-vote token outscores a majority.
+        * With a threshold: no token has a majority, every teacher voting a token of its own (as many as the
+          support holds; the most tokens left without a vote); a release of a zero-vote token is noise alone
+          clearing the threshold.
+
+        Data-independent: ``n`` and the vocabulary are public settings (docs/generation.md, "Noise that
+        decides")."""
+        if isinstance(num_teachers, bool) or not isinstance(num_teachers, (int, np.integer)) or num_teachers < 1:
+            raise ValueError(f"num_teachers must be a positive integer, got {num_teachers!r}")
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 2:
+            raise ValueError(f"vocab_size must be an integer of at least 2, got {vocab_size!r}")
+        n, size = int(num_teachers), int(vocab_size)
+        top = 0 if self._threshold is not None else n // 2 + 1  # the held majority (none for the threshold form)
+        rest = n - top
+        voted = min(rest, size - 1 - (top > 0))  # tokens of one teacher's own (at least one token left unvoted)
+        counts = np.zeros(size, dtype=np.int64)
+        if voted:
+            counts[int(top > 0):int(top > 0) + voted] = rest // voted + (np.arange(voted) < rest % voted)
+        if top:
+            counts[0] = top
+        law = self.output_distribution(counts, num_teachers=n)
+        return float(law.probabilities[counts == 0].sum())
+
     def _node_counts(self, values, groups, multiplicity) -> np.ndarray:
         """How many Gauss-Legendre nodes the tie integral at each value ``v`` takes: exact (``floor(D/2) + 1``
         for the polynomial's degree ``D``, one less than the number of keys), or fewer with a proven bound on

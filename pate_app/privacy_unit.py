@@ -14,7 +14,11 @@ import math
 
 from pate_app.spec import RunInputError
 
-__all__ = ["RECORD_RELATIONS", "RELATIONS", "TEACHER_RELATION", "record_relation", "records_per_teacher"]
+__all__ = ["DEFAULT_TEACHERS", "RECORD_RELATIONS", "RELATIONS", "TEACHER_RELATION", "default_teachers",
+           "record_relation", "records_per_teacher"]
+
+#: The most teachers a run takes when ``--teachers`` is not given (:func:`default_teachers`).
+DEFAULT_TEACHERS = 64
 
 #: The relations a run may be asked for (``--relation``): of records.
 RELATIONS = ("replace-one", "add-remove-one")
@@ -50,6 +54,14 @@ def record_relation(relation: str, labelled: bool, labels_public: bool) -> tuple
     if labels_public:
         return "replace-one-within-label", 1
     return relation, 2
+
+
+def default_teachers(relation: str, num_records: int, groups: int) -> int:
+    """``--teachers`` when it is not given: under replace-one, where the number of records is public, one teacher
+    per record up to :data:`DEFAULT_TEACHERS`; under add-remove-one, where it is private, that many.  Rounded down
+    to a multiple of ``groups`` (the groups or labels split the teachers evenly), at least one teacher a group."""
+    most = DEFAULT_TEACHERS if relation == "add-remove-one" else min(DEFAULT_TEACHERS, int(num_records))
+    return max(int(groups), most - most % int(groups))
 
 
 def records_per_teacher(given: int | None, relation: str, num_records: int, num_teachers: int) -> int:

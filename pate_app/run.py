@@ -61,7 +61,7 @@ from ensembles.data import (
     teacher_prompts,
 )
 from ensembles.templates import INSTRUCTIONS, PromptTemplate
-from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable
+from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable, public_generate
 from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedSampling, GaussianNoisyArgMax
 from mechanisms import registry as mechanisms_registry
 from pate_accountant import __version__
@@ -92,7 +92,13 @@ from pate_accountant.ledger_home import (
 from pate_app.library_output import quiet_libraries
 from pate_app.records_out import RecordsOut, check_out_path
 from pate_app.options import DEFAULT_RAY_TIMEOUT
-from pate_app.privacy_unit import RECORD_RELATIONS, TEACHER_RELATION, record_relation, records_per_teacher
+from pate_app.privacy_unit import (
+    RECORD_RELATIONS,
+    TEACHER_RELATION,
+    default_teachers,
+    record_relation,
+    records_per_teacher,
+)
 from pate_app.spec import RunInputError, RunSpec, load_task, model_label, task_from_records
 
 __all__ = [
@@ -225,56 +231,147 @@ def check_reachable(mechanism, num_teachers: int) -> None:
             raise RunInputError(str(exc)) from None
 
 
-def check_noise_floor(mechanism, num_teachers: int, vocab_size: int, support: int | None = None) -> str | None:
-    """Refuse a Gaussian mechanism whose noise beats even a unanimous vote at most steps over the model's whole
-    vocabulary (``RunInputError`` naming the remedies: such a run releases noise); return a warning when the noise
-    wins at most steps only over a public top-k ``support`` (a noise-picked token is then one of the public model's
-    candidates: readable, but charged as private and chosen by no teacher), or only at steps where the teachers
-    have no majority (thresholded form: how many such steps there are is the teachers' agreement, which only the
-    run shows); ``None`` when the noise is quiet enough.
+#: The largest probability with which one step may release, by its noise alone, a token no teacher voted for
+#: (:meth:`~mechanisms.GaussianNoisyArgMax.unvoted_release_probability`); a run above it is refused before
+#: anything is charged: its releases would be the noise's, charged as private (docs/generation.md, "Noise that
+#: decides").
+NOISE_RELEASE_LIMIT = 0.05
 
-    GNMax noises every token it votes over (``support`` tokens, the tail never released; else ``vocab_size``),
-    so among ``V`` tokens no teacher voted for, the largest noise grows like ``sigma * sqrt(2 ln V)``:
 
-    * a unanimous count ``n`` loses to an unvoted token with probability about ``1 - E[Phi((n - 1/2) / sigma +
-      Z) ** (V - 1)]`` over the unanimous token's own noise ``sigma Z`` (both forms; by Gauss-Hermite quadrature);
-    * thresholded at ``T``: at a step without a majority some unvoted token clears ``T`` with probability
-      ``1 - Phi((T - 1/2) / sigma) ** (V - n)`` (at least ``V - n`` tokens are unvoted).
-
-    Both use the continuous normal with a half-count correction for the discrete Gaussian (an estimate; the
-    line is drawn at 1/2, where the correction matters little; ``tests/test_run_checks.py`` checks it against
-    the mechanism)."""
-    from scipy.stats import norm
-
+def noise_release(mechanism, num_teachers: int, vocab_size: int, support: int | None = None) -> float | None:
+    """The probability that one step of ``mechanism`` releases a token no teacher voted for, by its noise alone,
+    over ``support`` tokens (a public top-k) or the model's ``vocab_size`` (``None``: a mechanism that releases
+    only voted tokens, or the public model's)."""
     inner = mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
     if not isinstance(inner, GaussianNoisyArgMax):
         return None
-    n, sigma = int(num_teachers), float(inner.sigma)
     size = int(support) if support is not None else int(vocab_size)
-    where = f"the public top {size} tokens" if support is not None else f"a vocabulary of {size} tokens"
-    remedy = "more teachers or a larger --step-epsilon (`pate-accountant plan best` picks one)"
-    # P[the unanimous token's noise z0 keeps it above every unvoted token], z0 ~ N(0, sigma^2): Gauss-Hermite
-    nodes, weights = np.polynomial.hermite_e.hermegauss(96)
-    wins = float(np.dot(weights, np.exp((size - 1) * norm.logcdf((n - 0.5) / sigma + nodes))) / math.sqrt(2 * math.pi))
-    loses = 1.0 - min(1.0, wins)
-    if loses > 0.5:
-        what = (f"the Gaussian noise (sigma {sigma:.3g}) over {where} is too loud for {n} teachers: a token no "
-                f"teacher voted for outscores even a unanimous vote with probability about {loses:.0%}")
-        if support is None:
-            raise RunInputError(f"{what}, so the run would release noise; use --public-top-k K (a small support), "
-                                f"{remedy}")
-        return f"{what}, so most tokens will be public candidates picked by the noise, charged as private; {remedy}"
+    return inner.unvoted_release_probability(int(num_teachers), max(2, size))
+
+
+def check_noise_floor(mechanism, num_teachers: int, vocab_size: int, support: int | None = None,
+                      nearest: str = "") -> None:
+    """Refuse a mechanism whose noise alone releases a token no teacher voted for with probability above
+    :data:`NOISE_RELEASE_LIMIT` (:func:`noise_release`): GNMax noises every token it votes over (``support``
+    tokens, the tail never released; else ``vocab_size``), and among many unvoted tokens the largest noise grows
+    like ``sigma sqrt(2 ln V)``, so too few teachers for the noise make a run whose releases the noise decides.
+    The probability is exact (the mechanism's own law at the step its rule should not release a stray token,
+    :meth:`~mechanisms.GaussianNoisyArgMax.unvoted_release_probability`); ``nearest``: the configurations that
+    pass (:func:`nearest_configurations`), appended to the one-line ``RunInputError``."""
+    stray = noise_release(mechanism, num_teachers, vocab_size, support)
+    if stray is None or stray <= NOISE_RELEASE_LIMIT:
+        return
+    inner = mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
+    where = f"the public top {support} tokens" if support is not None else f"a vocabulary of {vocab_size} tokens"
+    n = int(num_teachers)
     threshold = getattr(inner, "threshold", None)
-    if threshold is None:
-        return None
-    stray = -math.expm1(max(1, size - n) * norm.logcdf((threshold - 0.5) / sigma))
-    if stray > 0.5:
-        return (f"the Gaussian noise (sigma {sigma:.3g}) over {where} is loud for {n} teachers: at a step without a "
-                f"majority, a token no teacher voted for clears the threshold {threshold} with probability about "
-                f"{stray:.0%}, so such steps release a token picked by the noise, charged as private (the teachers' "
-                f"agreement decides how many steps these are); {'' if support is not None else '--public-top-k K, '}"
-                f"{remedy}")
+    when = (f"at a step where no token has a majority (threshold {threshold} of {n} votes)" if threshold is not None
+            else f"against a bare majority of {n // 2 + 1} of {n} votes")
+    raise RunInputError(
+        f"the Gaussian noise (sigma {inner.sigma:.3g}) over {where} decides the releases of {n} teachers: "
+        f"{when} it releases a token no teacher voted for with probability {_percent(stray)} (at most "
+        f"{NOISE_RELEASE_LIMIT:.0%} is accepted), charged as private{nearest}")
+
+
+def _percent(p: float) -> str:
+    """``89%``; ``5.2%`` below 10 %, so that a refused value never reads as the limit itself."""
+    return f"{p:.0%}" if p >= 0.1 else f"{p:.1%}"
+
+
+#: The step epsilons :func:`nearest_configurations` tries: two significant figures, 1-1.2-1.5-2-2.5-3-4-5-6-8 a
+#: decade, up to the largest step epsilon a run takes.
+_STEP_GRID = tuple(sorted({round(m * 10.0 ** k, 6) for k in range(-3, 2)
+                           for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8) if m * 10.0 ** k <= 50.0} | {50.0}))
+
+
+def run_refusal(spec, group_teachers: int, groups: int, touches: int, vocab_size: int | None = None,
+                steps: int = 1) -> str | None:
+    """Why ``generate`` refuses the mechanism of ``spec`` (its name, step delta, accountant and budget) with
+    ``group_teachers`` teachers in each of ``groups`` groups (a step counted ``touches`` times), at the step
+    epsilon ``spec.step_epsilon``: a release threshold out of reach (:func:`check_reachable`), noise that decides
+    the releases over ``spec.public_top_k`` or ``vocab_size`` tokens (:func:`check_noise_floor`; skipped when
+    ``vocab_size`` is ``None``), or a budget that pays for fewer than ``steps`` steps; ``None`` when it runs.
+    Public settings only."""
+    try:
+        mech = build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta, TEACHER_RELATION,
+                               num_teachers=group_teachers)
+        check_reachable(mech, group_teachers)
+        if vocab_size is not None:
+            check_noise_floor(mech, group_teachers, vocab_size, spec.public_top_k)
+        probe = build_accountant(spec.accountant, (float(spec.budget_epsilon), float(spec.budget_delta)),
+                                 mechanism=mech, num_teachers=group_teachers * groups)
+        if not probe.can_afford(mech.event, touches * int(steps)):
+            return f"the budget pays for fewer than {steps} steps"
+    except (RunInputError, PateAccountantError) as exc:
+        return str(exc)
     return None
+
+
+def nearest_configurations(spec, groups: int, touches: int, *, labels: bool, records: int | None,
+                           vocab_size: int | None = None) -> str:
+    """The nearest configurations that ``generate`` runs when ``spec`` is refused for its noise or its threshold
+    (:func:`run_refusal`), each with the steps its budget pays for (a labelled run's steps count twice when its
+    labels are private), as the tail of the refusal's one line: the smallest step epsilon on a grid of two
+    significant figures that runs with these teachers; the fewest teachers per group that run at this step
+    epsilon (fewer ``--groups``, or more ``--teachers`` while every teacher still gets a record: ``records`` is
+    the number of records when it is public, under replace-one, else ``None``); a public top-k support for
+    GNMax over the whole vocabulary; and always the public model alone (``--public-only``).  Public settings
+    only: the number of records is public under replace-one (docs/privacy_unit.md)."""
+    teachers = int(spec.teachers)
+    n = teachers // groups
+    options = []
+
+    def runs(**change) -> bool:
+        trial = attr.evolve(spec, **change)
+        count = change.get("groups", groups)
+        return run_refusal(trial, trial.teachers // count, count, touches, vocab_size) is None
+
+    def pays(**change) -> str:  # what the budget affords the configuration, in its own words
+        from pate_accountant import planning
+
+        trial = attr.evolve(spec, **change)
+        count = change.get("groups", groups)
+        try:
+            mech = build_mechanism(trial.mechanism, trial.step_epsilon, trial.step_delta, TEACHER_RELATION,
+                                   num_teachers=trial.teachers // count)
+            limits = planning.step_limits(trial.accountant, mech.event, float(trial.budget_epsilon),
+                                          float(trial.budget_delta))
+        except (PateAccountantError, RunInputError, ValueError):
+            return ""
+        if limits.max_steps is not None:
+            steps = limits.max_steps // touches
+            return f": the budget pays for {plural_of(steps, 'step')}" + (" of a label group" if touches > 1 else "")
+        return f": the budget pays for {plural_of(limits.max_hits // touches, 'hit')}"
+
+    for e in _STEP_GRID:
+        if e > float(spec.step_epsilon) and runs(step_epsilon=e):
+            options.append(f"--step-epsilon {e:g}{pays(step_epsilon=e)}")
+            break
+    if not labels and groups > 1:
+        for fewer in range(groups - 1, 0, -1):
+            if teachers % fewer == 0 and runs(groups=fewer):
+                options.append(("one group (leave --groups out)" if fewer == 1 else f"--groups {fewer}")
+                               + pays(groups=fewer))
+                break
+    # more teachers: the fewest multiples of the groups that run (more teachers never hurt a threshold or the
+    # noise), by bisection up to the records (public under replace-one) or 64 times as many
+    low, high = n, (records if records is not None else 64 * teachers) // groups
+    if high > low and runs(teachers=high * groups):
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (low, mid) if runs(teachers=mid * groups) else (mid, high)
+        more = high * groups
+        options.append((f"--teachers {more} ({high} per group)" if groups > 1 else f"--teachers {more}")
+                       + pays(teachers=more))
+    if spec.mechanism == "gaussian-argmax" and runs(mechanism="gaussian-threshold-argmax"):
+        options.append("--mechanism gaussian-threshold-argmax (it releases only a majority's token)"
+                       + pays(mechanism="gaussian-threshold-argmax"))
+    if spec.public_top_k is None and noise_release(
+            build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta, TEACHER_RELATION, num_teachers=n),
+            n, 2) is not None and runs(public_top_k=50):
+        options.append(f"--public-top-k 50{pays()}")
+    options.append("the public model alone: --public-only (no private data, nothing charged)")
+    return "; nearest configurations that run: " + "; ".join(options)
 
 
 def release_rule(mechanism, num_teachers: int) -> str:
@@ -635,8 +732,8 @@ class RunProgress:
     def record_starts(self) -> None:
         self._show("prefill of the teachers' prompts")
 
-    def step(self, outcome: str) -> None:
-        self.charged += 1
+    def step(self, outcome: str, charged: bool = True) -> None:
+        self.charged += charged
         self.private += outcome == "token"
         self.fallback += outcome == "fallback"
         self._show("tokens")
@@ -700,6 +797,9 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
     bundled = records is None and spec.data == "bundled"  # public and invented: a second budget harms nobody
     # 1. the data and the task alone
     task = load_task(spec) if records is None else task_from_records(spec, records)
+    if spec.public_only:
+        return public_only_run(spec, task, progress=progress, command=command)
+    spec = fit_teachers(spec, task)
     plan = _plan_run(spec, task)
     records, template, dataset, labels = list(task.records), task.template, task.dataset, plan.labels
     num_records, groups, group_teachers, mech = spec.requested, plan.groups, plan.group_teachers, plan.mechanism
@@ -960,7 +1060,39 @@ def _plan_run(spec, task) -> _RunPlan:
     label's records, the groups, the template against the records, the mechanism and whether its threshold is in
     reach, the accountant and whether the budget pays for one step."""
     records = task.records
-    labels, places, groups = None, None, spec.groups
+    labels, places = _check_task(spec, task)
+    groups = spec.groups if labels is None else len(labels)
+    group_teachers = check_groups(groups, spec.teachers, spec.accountant, labels=labels is not None)
+    relation, touches = record_relation(spec.relation, labels is not None and groups > 1, spec.labels_public)
+    mech = build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta, TEACHER_RELATION,
+                           num_teachers=group_teachers)
+    check_inputs(records, spec.teachers, mech, spec.accountant, (float(spec.budget_epsilon), float(spec.budget_delta)),
+                 touches)
+    try:
+        check_reachable(mech, group_teachers)
+    except RunInputError as exc:
+        nearest = nearest_configurations(spec, groups, touches, labels=labels is not None,
+                                         records=_public_count(spec, task))
+        raise RunInputError(f"{exc}{nearest}") from None
+    return _RunPlan(labels, places, groups, group_teachers, mech,
+                    records_per_teacher(spec.records_per_teacher, spec.relation, task.num_records, spec.teachers),
+                    touches, relation)
+
+
+def fit_teachers(spec, task):
+    """``spec`` with its teachers fitted to the data when ``--teachers`` was not given
+    (:func:`~pate_app.privacy_unit.default_teachers`: public settings and, under replace-one, the number of
+    records, which is public there)."""
+    if spec.teachers is not None:
+        return spec
+    groups = len(spec.labels) if spec.labels is not None else spec.groups
+    return attr.evolve(spec, teachers=default_teachers(spec.relation, task.num_records, groups))
+
+
+def _check_task(spec, task) -> tuple:
+    """``(labels, places)``: the labels of ``--labels`` and each label's record positions (``None, None`` without
+    labels), every record's label being one of them; and the template against the records."""
+    records, labels, places = task.records, None, None
     if spec.labels is not None:
         labels = list(spec.labels)
         try:
@@ -969,21 +1101,98 @@ def _plan_run(spec, task) -> _RunPlan:
             option, _, why = str(exc).partition(": ")
             raise RunInputError(f"argument --{'labels' if option == 'labels' else 'label-field'}: {why}") from None
         places = {label: [i for i, record in enumerate(records) if record["label"] == label] for label in labels}
-        groups = len(labels)
-    group_teachers = check_groups(groups, spec.teachers, spec.accountant, labels=labels is not None)
     try:
         task.template.check_records(records)
     except ValueError as exc:
         raise RunInputError(f"--template: {exc}") from None
-    relation, touches = record_relation(spec.relation, labels is not None and groups > 1, spec.labels_public)
-    mech = build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta, TEACHER_RELATION,
-                           num_teachers=group_teachers)
-    check_inputs(records, spec.teachers, mech, spec.accountant, (float(spec.budget_epsilon), float(spec.budget_delta)),
-                 touches)
-    check_reachable(mech, group_teachers)
-    return _RunPlan(labels, places, groups, group_teachers, mech,
-                    records_per_teacher(spec.records_per_teacher, spec.relation, task.num_records, spec.teachers),
-                    touches, relation)
+    return labels, places
+
+
+def public_only_run(spec, task, *, progress: bool = False, command: str = "generate") -> dict:
+    """The public model alone (``spec.public_only``; docs/generation.md, "The public model alone"): each record is
+    written by the model from the template's shared prefix and open slot, which hold no record
+    (:func:`~ensembles.generation.public_generate`, the draw a private run's public fallback makes), with no
+    teacher, mechanism or ledger, so nothing is charged and no record reaches the model.  The records are read only
+    to check the task as a private run does (the labels, the template); with labels, the records are asked for per
+    label in turn and carry their label (the template does not name it, so the public model writes the same
+    kind of record for every label).  The result has the shape of :func:`private_run`'s, with ``"public_only":
+    true``, nothing spent and no ledger."""
+    labels, _ = _check_task(spec, task)
+    try:
+        out_file = None if spec.out is None else check_out_path(spec.out)
+    except ValueError as exc:
+        raise RunInputError(str(exc)) from None
+    model, model_label = _resolve_model(spec, announce=progress)
+    template, num_records = task.template, spec.requested
+    metadata = {"command": command, "public_only": True, "model": model_label, "data": task.data_label,
+                "dataset": task.dataset, "labels": labels, "template": template.name, "records_requested": num_records,
+                "max_tokens": spec.max_tokens, "temperature": spec.temperature, "top_p": spec.top_p,
+                "stop": template.stop, "seeded": spec.seed is not None, "software_version": __version__,
+                "spec": spec.shareable()}
+    out_records, interrupted = [], False
+    with contextlib.ExitStack() as stack:
+        if progress:
+            print("pate-accountant: loading the model ...", file=sys.stderr, flush=True)
+        with quiet_libraries(drop_stderr=True):
+            try:
+                public = _public_backend(model, spec.threads)
+            except OSError as exc:
+                raise RunInputError(f"--model: cannot load the model: {_first_line(exc)}") from None
+        writer = None
+        if out_file is not None:
+            writer = RecordsOut(out_file, labels=labels is not None, keep_partial=spec.keep_partial)
+            try:
+                writer.open()
+            except OSError as exc:
+                raise RunInputError(f"--out {str(out_file)!r}: cannot create it: {exc.strerror or exc}") from None
+            stack.callback(writer.close)
+        stop = stack.enter_context(_StopOnInterrupt())
+        public = _Interruptible(public, stop)
+        bar = RunProgress(num_records, progress)
+        rng = np.random.default_rng(spec.seed)
+        turns = [None] if labels is None else labels
+        try:
+            while len(out_records) < num_records:
+                label = turns[len(out_records) % len(turns)]
+                bar.record_starts()
+                result = public_generate(public, template.open_slot, shared_prefix=template.header, rng=rng,
+                                         max_tokens=spec.max_tokens, stop_strings=(template.stop,),
+                                         temperature=spec.temperature, top_p=spec.top_p,
+                                         on_token=lambda _: bar.step("fallback", charged=False))
+                drawn = len(result.token_ids) + (result.stop_reason == "eos")  # the end of text included
+                out_records.append({"text": result.text.strip(), **({"label": label} if label is not None else {}),
+                                    "stop_reason": result.stop_reason, "complete": True, "num_tokens": drawn,
+                                    "charged_runs": 0, "outcomes": {"fallback": drawn}, "private_tokens": 0,
+                                    "fallback_tokens": drawn})
+                bar.record_ends()
+                if writer is not None:
+                    writer.write(out_records[-1])
+                stop.check()
+        except _Interrupted:
+            interrupted = True
+        finally:
+            bar.close()
+    return {
+        "command": command, "public_only": True, "records": out_records,
+        "summary": {"requested": num_records, "complete": len(out_records), "cut_by_budget": 0,
+                    "missing": num_records - len(out_records)},
+        "interrupted": interrupted,
+        "out": None if out_file is None else {"path": str(out_file), "written": writer.written,
+                                              "keep_partial": bool(spec.keep_partial)},
+        "spent": {"epsilon": 0.0, "delta": 0.0}, "charged_runs": 0, "private_tokens": 0,
+        "fallback_tokens": sum(r["fallback_tokens"] for r in out_records),
+        "ledger": None, "parameters": metadata, "spec": metadata["spec"],
+    }
+
+
+def _public_backend(model, threads):
+    """The public model of a ``--public-only`` run: one backend, no teacher."""
+    return TransformersBackend(model, threads=threads)
+
+
+def _public_count(spec, task) -> int | None:
+    """The number of records when it is public (under replace-one, docs/privacy_unit.md), else ``None``."""
+    return task.num_records if spec.relation == "replace-one" else None
 
 
 def _resolve_model(spec, *, announce: bool) -> tuple:
@@ -1029,9 +1238,12 @@ def _fit_to_window(spec, task, plan: _RunPlan, model, *, announce: bool) -> list
         raise RunInputError(f"--teachers {spec.teachers}: the model's context window of {window} tokens has no room "
                             f"for {per_teacher} records per teacher with the template and --max-tokens "
                             f"{spec.max_tokens}: use more teachers or a smaller --max-tokens") from None
-    loud = check_noise_floor(plan.mechanism, plan.group_teachers, vocab_size, spec.public_top_k)
-    if loud is not None:  # public parameters only: said whether or not the progress is shown
-        print(f"pate-accountant: warning: {loud}", file=sys.stderr, flush=True)
+    try:  # public parameters only
+        check_noise_floor(plan.mechanism, plan.group_teachers, vocab_size, spec.public_top_k)
+    except RunInputError as exc:
+        nearest = nearest_configurations(spec, plan.groups, plan.touches, labels=plan.labels is not None,
+                                         records=_public_count(spec, task), vocab_size=vocab_size)
+        raise RunInputError(f"{exc}{nearest}") from None
     share = (f"each record's share of the model's context window of {window} tokens with "
              f"{plural_of(per_teacher, 'record')} per teacher and --max-tokens {spec.max_tokens}")
     try:

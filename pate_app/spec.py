@@ -10,7 +10,7 @@ The TOML file has one table per part of the run (every key optional, the default
     [data]        path, text_field, label_field, labels, labels_public, dataset, long_records
     [task]        template, records, per_label, max_tokens, temperature, top_p
     [model]       path, teachers, records_per_teacher, groups, threads, workers, ray_address, ray_timeout
-    [mechanism]   name, step_epsilon, step_delta, relation, public_mix, public_top_k
+    [mechanism]   name, step_epsilon, step_delta, relation, public_mix, public_top_k, public_only
     [accountant]  name
     [budget]      epsilon, delta
     [output]      out, keep_partial, ledger
@@ -67,7 +67,8 @@ SECTIONS = {
               "groups": "groups", "threads": "threads", "workers": "workers", "ray_address": "ray_address",
               "ray_timeout": "ray_timeout"},
     "mechanism": {"name": "mechanism", "step_epsilon": "step_epsilon", "step_delta": "step_delta",
-                  "relation": "relation", "public_mix": "public_mix", "public_top_k": "public_top_k"},
+                  "relation": "relation", "public_mix": "public_mix", "public_top_k": "public_top_k",
+                  "public_only": "public_only"},
     "accountant": {"name": "accountant"},
     "budget": {"epsilon": "budget_epsilon", "delta": "budget_delta"},
     "output": {"out": "out", "keep_partial": "keep_partial", "ledger": "ledger"},
@@ -182,7 +183,8 @@ class RunSpec:
     top_p: float | None = attr.ib(default=_D["top_p"], validator=_check("real", minimum=0.0, maximum=1.0, min_open=True))
     # model
     model: str = attr.ib(default="embedded", validator=_check("text"))
-    teachers: int = attr.ib(default=_D["teachers"], validator=_check("int", minimum=1))
+    #: ``None``: fitted to the data (:func:`pate_app.privacy_unit.default_teachers`).
+    teachers: int | None = attr.ib(default=None, validator=_check("int", minimum=1))
     records_per_teacher: int | None = attr.ib(default=None, validator=_check("int", minimum=1))
     groups: int = attr.ib(default=1, validator=_check("int", minimum=1))
     threads: int | None = attr.ib(default=None, validator=_check("int", minimum=1))
@@ -196,6 +198,8 @@ class RunSpec:
     relation: str = attr.ib(default=_D["relation"], validator=_choice("replace-one", "add-remove-one"))
     public_mix: float = attr.ib(default=0.0, validator=_check("real", minimum=0.0, maximum=1.0))
     public_top_k: int | None = attr.ib(default=None, validator=_check("int", minimum=1))
+    #: The public model alone: no private record reaches a model, nothing is charged (``--public-only``).
+    public_only: bool = attr.ib(default=False, validator=_check("bool"))
     # accountant and budget
     accountant: str = attr.ib(default=_D["accountant"], validator=_registered(accountants_registry.run_accountant_names))
     budget_epsilon: float = attr.ib(validator=_check("real", minimum=0.0, min_open=True))

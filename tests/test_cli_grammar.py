@@ -105,7 +105,8 @@ def test_a_missing_budget_names_the_new_option(capsys):
 def test_generate_defaults_are_shown_in_help(capsys):
     assert main(["generate", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    for shown in ("(default embedded;", "'bundled'", "(default dp-argmax)", "(default basic)", "(default 64)",
+    for shown in ("(default embedded;", "'bundled'", "(default dp-argmax)", "(default basic)",
+                  "(default: one per record up to 64, a multiple of the groups; 64 under add-remove-one",
                   "(default 2)", "(default 1e-06)"):
         assert shown in text
 

@@ -504,3 +504,42 @@ def test_with_the_public_prior_off_the_device_path_is_bit_identical_to_before():
         (188, "fallback", 16, 8, 0), (112, "fallback", 32, 24, 0), (199, "token", 32, 24, 0),
         (53, "fallback", 16, 0, 0), (135, "token", 32, 24, 0), (17, "fallback", 16, 0, 0), (151, "token", 40, 40, 0),
         (235, "token", 40, 40, 0)))
+
+
+def test_public_generate_is_the_public_fallbacks_draw_with_no_charge():
+    """The public model alone (issue 32, item 6; the epsilon = 0 floor): ``public_generate`` draws each token as a
+    private run's public fallback draws it (the same rng stream gives the same tokens as ``public_token`` called
+    in turn), stops at the end of text, a stop string or ``max_tokens`` as a private run does, and charges
+    nothing (no step records, nothing spent)."""
+    from ensembles.generation import public_generate, public_token
+
+    result = public_generate(ToyBackend(agreeing(1.0), VOCAB), "the", max_tokens=5, rng=np.random.default_rng(1))
+    assert result.text == "cat sat on the cat" and result.stop_reason == "max_tokens"
+    assert result.steps == () and result.num_charged_runs == 0 and result.spent == (0.0, 0.0)
+    result = public_generate(ToyBackend(agreeing(1.0), VOCAB), "the", max_tokens=20, stop_strings="on",
+                             rng=np.random.default_rng(1))
+    assert result.stop_reason == "stop_string" and result.text == "cat sat "
+
+    def to_eos(teacher, context):
+        p = np.zeros(len(VOCAB))
+        p[W["dog"] if len(context) < 3 else W["<eos>"]] = 1.0
+        return p
+
+    result = public_generate(ToyBackend(to_eos, VOCAB), "the", max_tokens=20, rng=np.random.default_rng(1))
+    assert result.stop_reason == "eos" and result.text == "dog dog" and W["<eos>"] not in result.token_ids
+    # a mixed distribution: the same draws as public_token from the same stream, token by token
+    backend, twin = ToyBackend(agreeing(0.5), VOCAB), ToyBackend(agreeing(0.5), VOCAB)
+    result = public_generate(backend, "the", max_tokens=12, temperature=0.8, top_p=0.9, rng=np.random.default_rng(7))
+    twin.begin(["the"])
+    rng, drawn = np.random.default_rng(7), []
+    while len(drawn) < 12:
+        token = public_token(twin, rng, 0.8, 0.9)
+        if token == W["<eos>"]:
+            break
+        drawn.append(token)
+        twin.append(token)
+    assert list(result.token_ids) == drawn
+    with pytest.raises(ValueError, match="max_tokens"):
+        public_generate(backend, "the", max_tokens=0)
+    with pytest.raises(TypeError, match="public_backend"):
+        public_generate(object(), "the")

@@ -193,7 +193,7 @@ def _check_generate_accepts(entry: dict) -> None:
     assert (args.budget_epsilon, args.budget_delta) == (entry["budget"]["epsilon"], entry["budget"]["delta"])
     assert (args.records, args.max_tokens) == (entry["records"], entry["max_tokens"])
     from pate_accountant.tct import NO_LIMIT
-    from pate_app.run import build_accountant, build_mechanism, check_groups
+    from pate_app.run import build_accountant, build_mechanism, check_groups, check_noise_floor
 
     n = check_groups(args.groups, args.teachers, args.accountant)  # the teachers split evenly into the groups
     assert n == entry["teachers_per_group"]
@@ -201,6 +201,7 @@ def _check_generate_accepts(entry: dict) -> None:
     mechanism = build_mechanism(args.mechanism, args.step_epsilon, args.step_delta, args.relation, num_teachers=n)
     check_inputs(range(args.teachers), n, mechanism, args.accountant, budget)
     check_reachable(mechanism, n)
+    check_noise_floor(mechanism, n, entry.get("vocab_size", 49152))  # the noise does not decide its releases
     # Its limits are its accountant's, as generate builds it.
     accountant = accountants_registry.accountant_class(args.accountant)
     limits = entry["limits"]
@@ -243,6 +244,30 @@ def test_plan_best_prints_runs_that_generate_accepts(capsys):
     assert "best run: " in text and "runners-up:" in text and "not compared:" in text and "assumptions:" in text
     for entry in ranked:
         assert entry["run"]["command"] in text
+
+
+def test_plan_best_never_prints_a_run_whose_noise_decides(capsys):
+    """Issue 32, item 6: 30 teachers, agreement 0.5, budget (10, 1e-5) picked thresholded GNMax at step epsilon 1,
+    where noise alone clears the threshold of 16 over the 49,152-token vocabulary at nearly every step without a
+    majority (generate now refuses it).  Every configuration printed passes generate's noise check, and the step
+    epsilon 1 Gaussian entries are gone."""
+    from pate_app.run import NOISE_RELEASE_LIMIT, build_mechanism, noise_release
+
+    d = run_json(capsys, "best", "--teachers", "30", "--alpha", "0.5", "--budget-epsilon", "10",
+                 "--budget-delta", "1e-5")
+    assert d["fits"]
+    gaussian = [e for e in d["configurations"] if e["mechanism"].startswith("gaussian")]
+    assert gaussian
+    for entry in d["configurations"]:
+        _check_generate_accepts(entry)
+    for entry in gaussian:
+        n = entry["teachers_per_group"]
+        mech = build_mechanism(entry["mechanism"], entry["step_epsilon"], entry["step_delta"], num_teachers=n)
+        assert noise_release(mech, n, 49152) <= NOISE_RELEASE_LIMIT
+        assert not (entry["step_epsilon"] == 1.0 and n == 30)
+    # the configuration it printed before: refused by generate's check
+    loud = build_mechanism("gaussian-threshold-argmax", 1.0, 2e-6, num_teachers=30)
+    assert noise_release(loud, 30, 49152) > 0.99
 
 
 def test_plan_best_user_records_cap_the_run(capsys):

@@ -20,6 +20,7 @@ import math
 from collections import Counter
 from fractions import Fraction
 
+import attr
 import numpy as np
 import pytest
 from scipy import stats
@@ -152,7 +153,7 @@ def words_model(monkeypatch):
 
 def _spec(**kwargs) -> RunSpec:
     values = {"data": "records", "teachers": 6, "budget_epsilon": 80.0, "budget_delta": 1e-4, "max_tokens": 10,
-              "mechanism": "gaussian-argmax", "accountant": "pld", "step_epsilon": 20.0, "template": "records"}
+              "mechanism": "gaussian-threshold-argmax", "accountant": "pld", "step_epsilon": 20.0, "template": "records"}
     return RunSpec(**{**values, **kwargs})
 
 
@@ -434,3 +435,41 @@ def test_a_budget_that_pays_one_step_but_not_a_labelled_one_is_refused_up_front(
     run.check_inputs(records, 4, mech, "basic", (3.0, 1e-5), touches=1)
     with pytest.raises(run.RunInputError, match="cannot pay for a single step"):
         run.check_inputs(records, 4, mech, "basic", (3.0, 1e-5), touches=2)
+
+
+@pytest.mark.parametrize("relation, records, groups, teachers", [
+    ("replace-one", 30, 3, 30),    # the newcomer's 30 labelled records: one teacher per record (was 64: refused)
+    ("replace-one", 31, 3, 30),    # a multiple of the labels
+    ("replace-one", 201, 1, 64),   # at most 64
+    ("replace-one", 200, 3, 63),
+    ("replace-one", 7, 2, 6),
+    ("replace-one", 2, 3, 3),      # at least one teacher a group (check_inputs then says there are too few records)
+    ("add-remove-one", 30, 1, 64),  # the number of records is private: never read
+    ("add-remove-one", 30, 3, 63),
+])
+def test_the_default_teachers_fit_the_data(relation, records, groups, teachers):
+    """Issue 32, item 6: ``--teachers`` left out is one teacher per record up to 64 under replace-one (the number of
+    records is public there), a multiple of the groups; under add-remove-one it never depends on the records."""
+    from pate_app.privacy_unit import default_teachers
+
+    assert default_teachers(relation, records, groups) == teachers
+    if relation == "add-remove-one":
+        assert {default_teachers(relation, r, groups) for r in (1, 30, 10**6)} == {teachers}
+
+
+def test_a_run_without_teachers_takes_one_per_record(tmp_path):
+    """Through the run's own planning: 30 records in 3 labels and no ``--teachers`` plan 3 groups of 10 teachers
+    (the refusal "cannot give 64 teachers a record each" is gone), and the fitted number is what the run records."""
+    from pate_app import run
+    from pate_app.spec import RunSpec, task_from_records
+
+    records = [{"text": f"message {i}", "label": "abc"[i % 3]} for i in range(30)]
+    spec = RunSpec(data="records", label_field="label", labels=("a", "b", "c"), budget_epsilon=10.0, template="records",
+                   budget_delta=1e-5, mechanism="dp-argmax", step_epsilon=5.0)
+    assert spec.teachers is None
+    task = task_from_records(spec, records)
+    fitted = run.fit_teachers(spec, task)
+    assert fitted.teachers == 30 and fitted.shareable()["model"]["teachers"] == 30
+    plan = run._plan_run(fitted, task)
+    assert (plan.groups, plan.group_teachers, plan.per_teacher) == (3, 10, 1)
+    assert run.fit_teachers(attr.evolve(spec, teachers=12), task).teachers == 12  # a given number is kept

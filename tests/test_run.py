@@ -1317,3 +1317,28 @@ def test_a_renamed_and_grown_data_set_is_charged_to_its_ledger_and_told_why(mode
     err = capsys.readouterr().err
     assert "--dataset 'elsewhere': these records (or some of them) are the data set 'notes.jsonl'" in err
     assert "leave --dataset out" in err
+
+
+def test_the_public_model_alone_sees_no_record_charges_nothing_and_writes_no_ledger(model_dir, tmp_path, monkeypatch):
+    """``--public-only`` (issue 32, item 6: what a refusal offers when no private configuration runs; issue 33's
+    epsilon = 0 floor): the model is given the template's header and open slot and its own tokens only (the
+    records' canary is in nothing it sees), the records are asked for per label in turn, nothing is spent, and no
+    ledger, ledger home entry or teacher exists."""
+    seen: list = []
+    original = run_module._public_backend
+    monkeypatch.setattr(run_module, "_public_backend",
+                        lambda model, threads: _RecordingBackend(original(model, threads), seen))
+    monkeypatch.setattr(run_module, "_backends", lambda *a, **k: pytest.fail("a teachers' backend was built"))
+    home = tmp_path / "home"
+    records = [{**record, "label": ("a", "b")[i % 2]} for i, record in enumerate(_records(12))]
+    out = tmp_path / "public.jsonl"
+    result = _run(model_dir, None, records=records, ledger_home=home, public_only=True, labels=("a", "b"),
+                  label_field="label", num_records=3, max_tokens=5, out=str(out))
+    assert result["public_only"] and result["spent"] == {"epsilon": 0.0, "delta": 0.0} and result["ledger"] is None
+    assert result["charged_runs"] == 0 and result["private_tokens"] == 0
+    assert [r["label"] for r in result["records"]] == ["a", "b", "a"]
+    assert all(r["fallback_tokens"] == r["num_tokens"] > 0 and r["complete"] for r in result["records"])
+    assert seen and not any(MARKER in text for text in seen)
+    assert not home.exists() or not any(home.rglob("*.sqlite"))
+    assert len(out.read_text().splitlines()) == 3
+    assert "seed" not in json.dumps(result["parameters"]["spec"])

@@ -1168,7 +1168,7 @@ class BestPlanner:
         """``(e, d, mechanism, limits, bound)`` of every step on the grid that ``generate`` would run with ``n``
         teachers per group and whose budget pays for a step, ``bound`` being the most tokens it could release (its
         charged steps, each releasing at most one), largest first."""
-        from pate_app.run import RunInputError, check_reachable
+        from pate_app.run import RunInputError, check_noise_floor, check_reachable
 
         out = []
         cap = None if self.records is None else self.records * self.max_tokens // groups
@@ -1185,6 +1185,8 @@ class BestPlanner:
                 continue
             try:
                 check_reachable(mechanism, n)
+                if name in GAUSSIAN:  # noise that decides the releases over the vocabulary: generate refuses it
+                    check_noise_floor(self.mechanism(name, e, d, n), n, self.vocab_size)
             except RunInputError:
                 continue
             limits = self.limits(accountant, mechanism)
@@ -1360,16 +1362,18 @@ def best_run_argv(entry: dict, relation: str) -> list[str]:
     return argv
 
 
-def check_best_run(entry: dict, relation: str, mechanism=None) -> None:
+def check_best_run(entry: dict, relation: str, mechanism=None, vocab_size: int = DEFAULT_VOCAB_SIZE) -> None:
     """``generate``'s own pre-run checks (:mod:`pate_app.run`) on a ``plan best`` entry, without a model: its
     mechanism builds as ``generate`` builds it (the threshold form with each group's teachers; ``mechanism``: the
-    one already built so), its accountant accounts for it and affords one step, and its release threshold is within
-    reach of each group.  Raises ``RunInputError``."""
+    one already built so), its accountant accounts for it and affords one step, its release threshold is within
+    reach of each group, and its noise does not decide the releases over a vocabulary of ``vocab_size`` tokens.
+    Raises ``RunInputError``."""
     from pate_app.run import (
         TEACHER_RELATION,
         build_mechanism,
         check_groups,
         check_inputs,
+        check_noise_floor,
         check_reachable,
     )
 
@@ -1380,6 +1384,7 @@ def check_best_run(entry: dict, relation: str, mechanism=None) -> None:
                                     num_teachers=n)
     check_inputs(range(entry["teachers"]), n, mechanism, entry["accountant"], budget)
     check_reachable(mechanism, n)
+    check_noise_floor(mechanism, n, vocab_size)
 
 
 def _not_compared(planner: BestPlanner, entries: list[dict]) -> list[dict]:
@@ -1506,6 +1511,8 @@ def _not_compared_lines(items: list[dict]) -> list[str]:
 
 
 def _best_assumptions(args) -> list[str]:
+    from pate_app.run import NOISE_RELEASE_LIMIT
+
     deltas = ", ".join(_number(d) for d in best_step_deltas(args.budget_delta))
     return [
         (f"agreement (paper Section 6, the alpha mixture): every teacher puts mass alpha = {args.alpha:g} on one shared "
@@ -1535,7 +1542,10 @@ def _best_assumptions(args) -> list[str]:
         f"among {deltas} (the Gaussian ones at {_number(gaussian_step_delta(args.budget_delta))}: PLD charges a GNMax "
         "step by its noise alone, which the step epsilon sweeps). Skipped: a step epsilon above twice the budget's, "
         f"a budget search past the planning limit ({LIMITS['MAX_SEARCH_STEPS']:.0e} steps), a step generate would "
-        "refuse (a release threshold out of the teachers' reach), GNMax noise above twice the votes (BetweenThresholds: "
+        "refuse (a release threshold out of the teachers' reach, or GNMax noise that alone releases a token no teacher "
+        f"voted for with probability above {NOISE_RELEASE_LIMIT:.0%} over the vocabulary of --vocab-size: "
+        "docs/generation.md), "
+        "GNMax noise above twice the votes (BetweenThresholds: "
         "its noise scale 1/epsilon), and a step whose "
         "charged steps alone could not beat the best found."),
         *_public_candidate_assumptions(args),
@@ -1586,7 +1596,7 @@ def _run_plan_best(args: argparse.Namespace) -> int:
         built = entry.pop("built")
         _finish_entry(entry, args)
         try:
-            check_best_run(entry, args.relation, built)
+            check_best_run(entry, args.relation, built, args.vocab_size)
         except RunInputError:  # generate would refuse it: never printed
             continue
         if entry["accountant"] == "individual-charging":
@@ -1615,7 +1625,7 @@ def _run_plan_best(args: argparse.Namespace) -> int:
                 built = entry.pop("built")
                 _finish_entry(entry, args)
                 try:
-                    check_best_run(entry, args.relation, built)
+                    check_best_run(entry, args.relation, built, args.vocab_size)
                 except RunInputError:
                     continue
                 if entry["accountant"] == "individual-charging":

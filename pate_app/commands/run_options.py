@@ -62,8 +62,10 @@ def require(args, *names: str) -> None:
 def add_run_options(p) -> None:
     """The options ``demo`` and ``generate`` share, with the demo's defaults."""
     d = DEMO_DEFAULTS
-    p.add_argument("--teachers", metavar="N", type=positive_int, default=d["teachers"],
-                   help=f"number of teachers n, each showing up to --records-per-teacher records (default {d['teachers']})")
+    p.add_argument("--teachers", metavar="N", type=positive_int, default=None,
+                   help="number of teachers n, each showing up to --records-per-teacher records (default: one per "
+                        f"record up to {d['teachers']}, a multiple of the groups; {d['teachers']} under "
+                        "add-remove-one, where the number of records is private)")
     p.add_argument("--records", metavar="K", type=positive_int, default=d["records"],
                    help=f"synthetic records to generate (default {d['records']})")
     p.add_argument("--groups", metavar="G", type=positive_int, default=1,
@@ -95,6 +97,10 @@ def add_run_options(p) -> None:
     p.add_argument("--public-top-k", metavar="K", type=positive_int, default=None,
                    help="votes outside the public model's top K tokens go to a tail that is never released: no "
                         "privacy cost (default: off)")
+    p.add_argument("--public-only", action="store_true",
+                   help="the public model alone: the same template and task with no private record, no teacher and "
+                        "no ledger; nothing is charged. The floor a private run is judged against, and what a data "
+                        "set too small for any private configuration gets (docs/generation.md)")
     p.add_argument("--seed", metavar="S", type=nonnegative_int, default=None,
                    help="seed, for reproducible tests only: a seeded run has no privacy against anyone who knows "
                         "the seed (default: fresh OS entropy; the ledger records only whether a seed was given)")
@@ -164,6 +170,8 @@ def run_and_report(args, spec, *, command: str) -> int:
         args.parser.error(str(exc))
     except ValueError as exc:  # the backend: a model folder it cannot use, no tokenizer, ...
         args.parser.error(f"argument --model: {exc}")
+    if result.get("public_only"):
+        return _report_public_only(args, result, command, started)
     led = result["ledger"]
     ok = result["audit"]["ok"] and led["checkpoint_error"] is None and led["write_error"] is None
     status = INTERRUPTED if result["interrupted"] else 0 if ok else 1
@@ -186,15 +194,7 @@ def run_and_report(args, spec, *, command: str) -> int:
         print("note        : the demo's epsilon illustrates the pipeline at a CPU-sized ensemble of a few dozen "
               "teachers; it is not a meaningful privacy level. `pate-accountant plan best --teachers N --alpha A` "
               "plans a meaningful one for your data (docs/planning.md)")
-    for i, record in enumerate(result["records"], start=1):
-        group = (f" ({record['label']})" if "label" in record else
-                 f" (group {record['group']})" if "group" in record else "")
-        text = "\n              ".join(record["text"].splitlines()) or "(empty)"
-        print(f"  record {i}{group}: {text}")
-        cut = "" if record["complete"] else ", cut short by the budget"
-        print(f"            {plural(record['num_tokens'], 'token')}: {record['private_tokens']} private, "
-              f"{record['fallback_tokens']} public fallback{'' if record['fallback_tokens'] == 1 else 's'}; stop: "
-              f"{record['stop_reason']}{cut}")
+    _print_records(result)
     print(f"records     : {records_sentence(result)}")
     s, b, before = result["spent"], result["budget"], result["spent_before"]
     print(f"spent       : epsilon {s['epsilon']:.6g}, delta {s['delta']:.3g} of the data set's budget epsilon "
@@ -235,6 +235,41 @@ def run_and_report(args, spec, *, command: str) -> int:
 
 #: The exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
+
+
+def _print_records(result: dict) -> None:
+    """Each record of a run's result, with its token counts and stop reason."""
+    for i, record in enumerate(result["records"], start=1):
+        group = (f" ({record['label']})" if "label" in record else
+                 f" (group {record['group']})" if "group" in record else "")
+        text = "\n              ".join(record["text"].splitlines()) or "(empty)"
+        print(f"  record {i}{group}: {text}")
+        cut = "" if record["complete"] else ", cut short by the budget"
+        print(f"            {plural(record['num_tokens'], 'token')}: {record['private_tokens']} private, "
+              f"{record['fallback_tokens']} public fallback{'' if record['fallback_tokens'] == 1 else 's'}; stop: "
+              f"{record['stop_reason']}{cut}")
+
+
+def _report_public_only(args, result: dict, command: str, started: float) -> int:
+    """The report of a ``--public-only`` run (:func:`pate_app.run.public_only_run`): 0, or 130 when interrupted."""
+    if args.json:
+        print_json(result)
+        return INTERRUPTED if result["interrupted"] else 0
+    p = result["parameters"]
+    print(f"{command}: the public model alone (--public-only), data set {p['dataset']!r} ({p['data']}), model "
+          f"{p['model']}, template {p['template']}: no private record reaches the model, nothing is charged, no "
+          "ledger is written")
+    for i, record in enumerate(result["records"], start=1):
+        label = f" ({record['label']})" if "label" in record else ""
+        text = "\n              ".join(record["text"].splitlines()) or "(empty)"
+        print(f"  record {i}{label}: {text}")
+        print(f"            {plural(record['num_tokens'], 'token')}, all public; stop: {record['stop_reason']}")
+    print(f"records     : {records_sentence(result)}")
+    print(f"wall time   : {time.perf_counter() - started:.1f} s")
+    if result["interrupted"]:
+        print(f"{command}: interrupted: {records_sentence(result)}", file=sys.stderr)
+        return INTERRUPTED
+    return 0
 
 
 def plural(count: int, noun: str) -> str:
