@@ -436,3 +436,14 @@ def test_the_refusal_docs_generation_quotes_is_the_tools(no_model, monkeypatch, 
     assert "probability 74%" in top and "--step-epsilon 4: the budget pays for 2 steps of a label group" in top
     assert "`p` = 74 %" in text and "`--step-epsilon 4` (\"the budget pays for 2 steps of a label group\"" in text
     assert "(sigma 6.6)" in text and "`p` = 100 %" in text
+
+
+def test_the_real_model_rows_results_quotes_are_judged_as_it_says():
+    """docs/results.md ("The real model: SmolLM2 on the bundled sample, in groups"): the no-support row (2 groups of
+    96, step (0.5, 1e-7)) is refused for its noise at 96 %, the top-50 row runs at 0.007 %."""
+    mech = run.build_mechanism("gaussian-threshold-argmax", 0.5, 1e-7, num_teachers=96)
+    assert round(run.noise_release(mech, 96, 49152) * 100) == 96
+    assert round(run.noise_release(mech, 96, 49152, 50) * 100, 3) == 0.007
+    with pytest.raises(run.RunInputError):
+        run.check_noise_floor(mech, 96, 49152)
+    run.check_noise_floor(mech, 96, 49152, 50)
