@@ -64,7 +64,7 @@ from ensembles.templates import INSTRUCTIONS, PromptTemplate
 from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable, public_generate
 from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedSampling, GaussianNoisyArgMax
 from mechanisms import registry as mechanisms_registry
-from pate_accountant import __version__
+from pate_accountant import __version__, planning
 from pate_accountant import registry as accountants_registry
 from pate_accountant.checkpoints import (
     CheckpointError,
@@ -89,6 +89,7 @@ from pate_accountant.ledger_home import (
     ledger_name_of,
     with_ledger_name,
 )
+from pate_app.evaluation import normalise
 from pate_app.library_output import quiet_libraries
 from pate_app.records_out import RecordsOut, check_out_path
 from pate_app.options import DEFAULT_RAY_TIMEOUT
@@ -327,8 +328,6 @@ def nearest_configurations(spec, groups: int, touches: int, *, labels: bool, rec
         return run_refusal(trial, trial.teachers // count, count, touches, vocab_size) is None
 
     def pays(**change) -> str:  # what the budget affords the configuration, in its own words
-        from pate_accountant import planning
-
         trial = attr.evolve(spec, **change)
         count = change.get("groups", groups)
         try:
@@ -945,7 +944,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                                                     on_step=on_step)
                     counts = result.outcome_counts()
                     out_records.append({
-                        "text": result.text.strip(),
+                        "text": _record_text(spec, result.text),
                         **({"group": g} if groups > 1 else {}),
                         **({"label": labels[g]} if labels is not None else {}),
                         "stop_reason": result.stop_reason,
@@ -1160,7 +1159,8 @@ def public_only_run(spec, task, *, progress: bool = False, command: str = "gener
                                          temperature=spec.temperature, top_p=spec.top_p,
                                          on_token=lambda _: bar.step("fallback", charged=False))
                 drawn = len(result.token_ids) + (result.stop_reason == "eos")  # the end of text included
-                out_records.append({"text": result.text.strip(), **({"label": label} if label is not None else {}),
+                out_records.append({"text": _record_text(spec, result.text),
+                                    **({"label": label} if label is not None else {}),
                                     "stop_reason": result.stop_reason, "complete": True, "num_tokens": drawn,
                                     "charged_runs": 0, "outcomes": {"fallback": drawn}, "private_tokens": 0,
                                     "fallback_tokens": drawn})
@@ -1183,6 +1183,12 @@ def public_only_run(spec, task, *, progress: bool = False, command: str = "gener
         "fallback_tokens": sum(r["fallback_tokens"] for r in out_records),
         "ledger": None, "parameters": metadata, "spec": metadata["spec"],
     }
+
+
+def _record_text(spec, text: str) -> str:
+    """A record's text as the result and ``--out`` give it: trimmed, or with ``spec.normalise`` as the utility
+    benchmark scores it (:func:`pate_app.evaluation.normalise`)."""
+    return normalise(text) if spec.normalise else text.strip()
 
 
 def _public_backend(model, threads):

@@ -13,7 +13,7 @@ The TOML file has one table per part of the run (every key optional, the default
     [mechanism]   name, step_epsilon, step_delta, relation, public_mix, public_top_k, public_only
     [accountant]  name
     [budget]      epsilon, delta
-    [output]      out, keep_partial, ledger
+    [output]      out, keep_partial, normalise, ledger
     [signing]     key, checkpoints
 
 A seed is never read from a file: a file gets shared, and a seeded run has no privacy against anyone who knows
@@ -71,7 +71,7 @@ SECTIONS = {
                   "public_only": "public_only"},
     "accountant": {"name": "accountant"},
     "budget": {"epsilon": "budget_epsilon", "delta": "budget_delta"},
-    "output": {"out": "out", "keep_partial": "keep_partial", "ledger": "ledger"},
+    "output": {"out": "out", "keep_partial": "keep_partial", "normalise": "normalise", "ledger": "ledger"},
     "signing": {"key": "signing_key", "checkpoints": "checkpoints"},
 }
 _KEY_OF = {field: f"{table}.{key}" for table, keys in SECTIONS.items() for key, field in keys.items()}
@@ -207,6 +207,8 @@ class RunSpec:
     # output
     out: str | None = attr.ib(default=None, validator=_check("text"))
     keep_partial: bool = attr.ib(default=False, validator=_check("bool"))
+    #: Each record's text as the utility benchmark scores it (``--normalise``, docs/utility.md).
+    normalise: bool = attr.ib(default=False, validator=_check("bool"))
     ledger: str | None = attr.ib(default=None, validator=_check("text"))
     # signing
     signing_key: str | None = attr.ib(default=None, validator=_check("text"))

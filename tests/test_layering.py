@@ -45,7 +45,7 @@ BANNED = {
     "ensembles": ("pate_app",),
 }
 #: Heavy optional packages: imported only inside functions, never at module level.
-HEAVY = ("torch", "transformers", "matplotlib", "ray", "tqdm")
+HEAVY = ("torch", "transformers", "matplotlib", "ray", "tqdm", "sklearn", "mauve", "sentence_transformers", "faiss")
 #: The one door upward: the library's command-line entry point calls into the application wing.
 DOOR = ("pate_accountant/cli.py", "pate_app.cli")
 

@@ -115,6 +115,9 @@ def add_run_options(p) -> None:
                    help="write the synthetic records to FILE, a new file: JSON lines, or CSV when the name ends in "
                         ".csv; each record as it finishes, with its label, token counts and stop reason "
                         "(docs/data.md)")
+    p.add_argument("--normalise", action="store_true",
+                   help="write each record's text as the utility benchmark scores it: Unicode NFC, whitespace "
+                        "collapsed, a pair of quotes wrapping the whole text removed (docs/utility.md)")
     p.add_argument("--keep-partial", action="store_true",
                    help="also write a record the budget cut short (marked complete: false)")
     p.add_argument("--config", metavar="FILE", default=None,
