@@ -308,18 +308,18 @@ class GaussianNoisyArgMax(Mechanism):
         probs[hist.tokens] = win[np.searchsorted(groups, hist.counts)]
         return OutcomeDistribution(np.arange(size), probs, fail)
 
-    def unvoted_release_probability(self, num_teachers: int, vocab_size: int) -> float:
-        """The exact probability that one run releases a token **no teacher voted for** (the noise's pick,
-        charged as private) at the step where the mechanism's rule should give the teachers' token or nothing:
+    def noise_release_probability(self, num_teachers: int, vocab_size: int) -> float:
+        """The exact probability that one run releases a token the noise chose, not the teachers (charged as
+        private all the same), at the step where the mechanism's rule should give the teachers' token or nothing:
         from :meth:`output_distribution` of one histogram of ``num_teachers`` votes over ``vocab_size`` tokens
         (the model's vocabulary, or a public top-k support).
 
+        * With a threshold: no token has a majority, every teacher voting a token of its own (as evenly as the
+          tokens allow when there are fewer tokens than teachers).  No count reaches the threshold, so every
+          release there is the noise's: the probability is one less the fail probability.
         * Without a threshold (plain GNMax releases at every step): one token holds a bare majority
           ``n // 2 + 1`` (the weakest vote the threshold form releases) and every other teacher votes a token of
-          its own; a release of a zero-vote token outscores a majority.
-        * With a threshold: no token has a majority, every teacher voting a token of its own (as many as the
-          support holds; the most tokens left without a vote); a release of a zero-vote token is noise alone
-          clearing the threshold.
+          its own; the probability is that another token outscores the majority.
 
         Data-independent: ``n`` and the vocabulary are public settings (docs/generation.md, "Noise that
         decides")."""
@@ -327,17 +327,11 @@ class GaussianNoisyArgMax(Mechanism):
             raise ValueError(f"num_teachers must be a positive integer, got {num_teachers!r}")
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 2:
             raise ValueError(f"vocab_size must be an integer of at least 2, got {vocab_size!r}")
-        n, size = int(num_teachers), int(vocab_size)
-        top = 0 if self._threshold is not None else n // 2 + 1  # the held majority (none for the threshold form)
-        rest = n - top
-        voted = min(rest, size - 1 - (top > 0))  # tokens of one teacher's own (at least one token left unvoted)
-        counts = np.zeros(size, dtype=np.int64)
-        if voted:
-            counts[int(top > 0):int(top > 0) + voted] = rest // voted + (np.arange(voted) < rest % voted)
-        if top:
-            counts[0] = top
-        law = self.output_distribution(counts, num_teachers=n)
-        return float(law.probabilities[counts == 0].sum())
+        counts = noise_check_histogram(int(num_teachers), int(vocab_size), self._threshold is None)
+        law = self.output_distribution(counts, num_teachers=int(num_teachers))
+        if self._threshold is not None:
+            return float(1.0 - law.fail)
+        return float(1.0 - law.probabilities[0])
 
     def _node_counts(self, values, groups, multiplicity) -> np.ndarray:
         """How many Gauss-Legendre nodes the tie integral at each value ``v`` takes: exact (``floor(D/2) + 1``
@@ -399,6 +393,22 @@ class GaussianNoisyArgMax(Mechanism):
             # Where a_g + b_g x = 0, b_g = 0 and the key cannot win at v: the term is 0.
             rest = np.exp(total[:, None, :] - log_factor) @ weights  # (values, groups)
             return np.where(b > 0, b * np.where(b > 0, rest, 0.0), 0.0).sum(axis=0)
+
+
+def noise_check_histogram(num_teachers: int, vocab_size: int, majority: bool) -> np.ndarray:
+    """The dense histogram :meth:`GaussianNoisyArgMax.noise_release_probability` judges the noise on: with
+    ``majority``, token 0 holds a bare majority ``n // 2 + 1`` of the ``n`` votes; the other votes go one a token
+    to the next tokens, as evenly as the vocabulary allows."""
+    n, size = int(num_teachers), int(vocab_size)
+    counts = np.zeros(size, dtype=np.int64)
+    top = n // 2 + 1 if majority else 0
+    first = int(top > 0)
+    rest, room = n - top, size - first
+    if rest:
+        used = min(rest, room)
+        counts[first:first + used] = rest // used + (np.arange(used) < rest % used)
+    counts[0] += top
+    return counts
 
 
 def count_groups(counts, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -50,6 +50,7 @@ EXPERIMENTS = {
     "instructions": "pate_app.experiments.instructions",
     "end-to-end": "pate_app.experiments.end_to_end",
     "tokens-per-epsilon": "pate_app.experiments.tokens_per_epsilon",
+    "utility": "pate_app.experiments.utility",
 }
 
 __all__ = ["COMMANDS", "COMMAND_HELP", "EXPERIMENTS", "RunSpec", "load_module", "synthesize"]

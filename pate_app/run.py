@@ -232,33 +232,32 @@ def check_reachable(mechanism, num_teachers: int) -> None:
             raise RunInputError(str(exc)) from None
 
 
-#: The largest probability with which one step may release, by its noise alone, a token no teacher voted for
-#: (:meth:`~mechanisms.GaussianNoisyArgMax.unvoted_release_probability`); a run above it is refused before
-#: anything is charged: its releases would be the noise's, charged as private (docs/generation.md, "Noise that
-#: decides").
+#: The largest probability with which one step may release a token its noise chose, not the teachers
+#: (:meth:`~mechanisms.GaussianNoisyArgMax.noise_release_probability`); a run above it is refused before anything
+#: is charged: its releases would be the noise's, charged as private (docs/generation.md, "Noise that decides").
 NOISE_RELEASE_LIMIT = 0.05
 
 
 def noise_release(mechanism, num_teachers: int, vocab_size: int, support: int | None = None) -> float | None:
-    """The probability that one step of ``mechanism`` releases a token no teacher voted for, by its noise alone,
-    over ``support`` tokens (a public top-k) or the model's ``vocab_size`` (``None``: a mechanism that releases
-    only voted tokens, or the public model's)."""
+    """The probability that one step of ``mechanism`` releases a token its noise chose, not the teachers, over
+    ``support`` tokens (a public top-k) or the model's ``vocab_size`` (``None``: a mechanism that releases only
+    voted tokens, or the public model's)."""
     inner = mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
     if not isinstance(inner, GaussianNoisyArgMax):
         return None
     size = int(support) if support is not None else int(vocab_size)
-    return inner.unvoted_release_probability(int(num_teachers), max(2, size))
+    return inner.noise_release_probability(int(num_teachers), max(2, size))
 
 
 def check_noise_floor(mechanism, num_teachers: int, vocab_size: int, support: int | None = None,
                       nearest: str = "") -> None:
-    """Refuse a mechanism whose noise alone releases a token no teacher voted for with probability above
+    """Refuse a mechanism whose noise, not its teachers, picks the released token with probability above
     :data:`NOISE_RELEASE_LIMIT` (:func:`noise_release`): GNMax noises every token it votes over (``support``
-    tokens, the tail never released; else ``vocab_size``), and among many unvoted tokens the largest noise grows
-    like ``sigma sqrt(2 ln V)``, so too few teachers for the noise make a run whose releases the noise decides.
-    The probability is exact (the mechanism's own law at the step its rule should not release a stray token,
-    :meth:`~mechanisms.GaussianNoisyArgMax.unvoted_release_probability`); ``nearest``: the configurations that
-    pass (:func:`nearest_configurations`), appended to the one-line ``RunInputError``."""
+    tokens, the tail never released; else ``vocab_size``), and among many tokens the largest noise grows like
+    ``sigma sqrt(2 ln V)``, so too few teachers for the noise make a run whose releases the noise decides.  The
+    probability is exact (the mechanism's own law at the step where its rule should release the teachers' token or
+    nothing, :meth:`~mechanisms.GaussianNoisyArgMax.noise_release_probability`); ``nearest``: the configurations
+    that pass (:func:`nearest_configurations`), appended to the one-line ``RunInputError``."""
     stray = noise_release(mechanism, num_teachers, vocab_size, support)
     if stray is None or stray <= NOISE_RELEASE_LIMIT:
         return
@@ -266,12 +265,13 @@ def check_noise_floor(mechanism, num_teachers: int, vocab_size: int, support: in
     where = f"the public top {support} tokens" if support is not None else f"a vocabulary of {vocab_size} tokens"
     n = int(num_teachers)
     threshold = getattr(inner, "threshold", None)
-    when = (f"at a step where no token has a majority (threshold {threshold} of {n} votes)" if threshold is not None
-            else f"against a bare majority of {n // 2 + 1} of {n} votes")
+    when = (f"at a step where no token has a majority (threshold {threshold} of {n} votes) it releases a token "
+            f"with probability {_percent(stray)}" if threshold is not None else
+            f"at a step where one token holds a bare majority of {n // 2 + 1} of {n} votes another token wins with "
+            f"probability {_percent(stray)}")
     raise RunInputError(
-        f"the Gaussian noise (sigma {inner.sigma:.3g}) over {where} decides the releases of {n} teachers: "
-        f"{when} it releases a token no teacher voted for with probability {_percent(stray)} (at most "
-        f"{NOISE_RELEASE_LIMIT:.0%} is accepted), charged as private{nearest}")
+        f"the Gaussian noise (sigma {inner.sigma:.3g}) over {where} decides the releases of {n} teachers: {when} "
+        f"(at most {NOISE_RELEASE_LIMIT:.0%} is accepted), a token the noise chose, charged as private{nearest}")
 
 
 def _percent(p: float) -> str:
@@ -884,7 +884,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                 "public_top_k": spec.public_top_k,
                 "records_requested": num_records,
                 "max_tokens": spec.max_tokens,
-                "histograms": "coordinated",
+                "histograms": spec.histograms,
                 "fallback": "public (same model, shared prefix only)",
                 "temperature": spec.temperature,
                 "top_p": spec.top_p,
@@ -911,7 +911,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
             # a first Ctrl-C inside a model call (a long prefill) stops the run at once
             backend, public = _Interruptible(backend, stop), _Interruptible(public, stop)
             generators = [PrivateGenerator(
-                backend, mech, group_acct, histograms="coordinated", fallback="public", public_backend=public,
+                backend, mech, group_acct, histograms=spec.histograms, fallback="public", public_backend=public,
                 public_prompt=public_prompt, max_tokens=spec.max_tokens, stop_strings=(template.stop,),
                 top_p=spec.top_p, temperature=spec.temperature, public_mix=spec.public_mix,
                 public_support=spec.public_top_k,

@@ -10,7 +10,7 @@ The TOML file has one table per part of the run (every key optional, the default
     [data]        path, text_field, label_field, labels, labels_public, dataset, long_records
     [task]        template, records, per_label, max_tokens, temperature, top_p
     [model]       path, teachers, records_per_teacher, groups, threads, workers, ray_address, ray_timeout
-    [mechanism]   name, step_epsilon, step_delta, relation, public_mix, public_top_k, public_only
+    [mechanism]   name, step_epsilon, step_delta, relation, public_mix, public_top_k, public_only, histograms
     [accountant]  name
     [budget]      epsilon, delta
     [output]      out, keep_partial, normalise, ledger
@@ -68,7 +68,7 @@ SECTIONS = {
               "ray_timeout": "ray_timeout"},
     "mechanism": {"name": "mechanism", "step_epsilon": "step_epsilon", "step_delta": "step_delta",
                   "relation": "relation", "public_mix": "public_mix", "public_top_k": "public_top_k",
-                  "public_only": "public_only"},
+                  "public_only": "public_only", "histograms": "histograms"},
     "accountant": {"name": "accountant"},
     "budget": {"epsilon": "budget_epsilon", "delta": "budget_delta"},
     "output": {"out": "out", "keep_partial": "keep_partial", "normalise": "normalise", "ledger": "ledger"},
@@ -198,6 +198,9 @@ class RunSpec:
     relation: str = attr.ib(default=_D["relation"], validator=_choice("replace-one", "add-remove-one"))
     public_mix: float = attr.ib(default=0.0, validator=_check("real", minimum=0.0, maximum=1.0))
     public_top_k: int | None = attr.ib(default=None, validator=_check("int", minimum=1))
+    #: How the teachers' votes are drawn: ``coordinated`` (Hot PATE, shared noise) or ``independent`` (Cold PATE,
+    #: the paper's baseline); the mechanism and its charge do not depend on it (``--histograms``).
+    histograms: str = attr.ib(default="coordinated", validator=_choice("coordinated", "independent"))
     #: The public model alone: no private record reaches a model, nothing is charged (``--public-only``).
     public_only: bool = attr.ib(default=False, validator=_check("bool"))
     # accountant and budget

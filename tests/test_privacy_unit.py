@@ -152,8 +152,8 @@ def words_model(monkeypatch):
 
 
 def _spec(**kwargs) -> RunSpec:
-    values = {"data": "records", "teachers": 6, "budget_epsilon": 80.0, "budget_delta": 1e-4, "max_tokens": 10,
-              "mechanism": "gaussian-threshold-argmax", "accountant": "pld", "step_epsilon": 20.0, "template": "records"}
+    values = {"data": "records", "teachers": 6, "budget_epsilon": 300.0, "budget_delta": 1e-4, "max_tokens": 10,
+              "mechanism": "gaussian-threshold-argmax", "accountant": "pld", "step_epsilon": 50.0, "template": "records"}
     return RunSpec(**{**values, **kwargs})
 
 

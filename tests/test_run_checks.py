@@ -9,6 +9,7 @@ everything heavier is replaced by a function that fails the test if it is ever c
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -96,7 +97,7 @@ def _task(texts, template=RECORDS):
 def _spec(**kwargs):
     return RunSpec(**{"data": "records", "teachers": 2, "budget_epsilon": 80.0, "budget_delta": 1e-4,
                       "max_tokens": 10, "mechanism": "gaussian-threshold-argmax", "accountant": "pld",
-                      "step_epsilon": 20.0,
+                      "step_epsilon": 50.0,
                       **kwargs})
 
 
@@ -225,30 +226,29 @@ def test_gaussian_noise_that_would_pick_the_token_is_refused(mechanism, epsilon,
 
 def test_the_noise_release_probability_is_the_mechanisms_own_rate():
     """The exact probability behind the refusal against the mechanism itself, sampled on the histogram it is
-    computed for: the rate of releases of tokens nobody voted for over 4,000 runs is within 4 binomial standard
-    errors of it (a refused and an accepted setting of each form, over the vocabulary and over 50 tokens)."""
+    computed for (``noise_check_histogram``): the rate of releases the noise chose (thresholded: any release at a
+    step without a majority; plain: a token other than the bare majority's) over 4,000 runs is within 4 binomial
+    standard errors of it, at refused and accepted settings of each form, over the vocabulary and over 50 tokens
+    (64 teachers over 50 tokens: more teachers than tokens)."""
     from ensembles.histograms import VoteHistogram
+    from mechanisms.gaussian import noise_check_histogram
 
     rng = np.random.default_rng(5)
     cases = (("gaussian-threshold-argmax", 2.0, 8, 50), ("gaussian-threshold-argmax", 2.0, 30, 49152),
-             ("gaussian-threshold-argmax", 1.0, 30, 50), ("gaussian-argmax", 1.0, 64, 49152),
-             ("gaussian-argmax", 2.0, 30, 50))
+             ("gaussian-threshold-argmax", 1.0, 30, 50), ("gaussian-threshold-argmax", 0.5, 64, 50),
+             ("gaussian-argmax", 1.0, 64, 49152), ("gaussian-argmax", 2.0, 30, 50))
     runs = 4000
     for name, epsilon, n, size in cases:
         mech = run.build_mechanism(name, epsilon, 1e-6, num_teachers=n)
         p = run.noise_release(mech, n, 49152, size)
-        top = 0 if "threshold" in name else n // 2 + 1  # as unvoted_release_probability builds it
-        rest = n - top
-        voted = min(rest, size - 1 - (top > 0))
-        counts = np.zeros(size, dtype=np.int64)
-        counts[int(top > 0):int(top > 0) + voted] = rest // voted + (np.arange(voted) < rest % voted)
-        counts[0] = top or counts[0]
+        threshold = "threshold" in name
+        counts = noise_check_histogram(n, size, majority=not threshold)
         tokens = np.flatnonzero(counts)
         hist = VoteHistogram(tokens, counts[tokens], vocab_size=size)
-        stray = sum(release.value is not None and counts[release.value] == 0
-                    for release in (mech(hist, rng=rng) for _ in range(runs)))
+        releases = [mech(hist, rng=rng).value for _ in range(runs)]
+        noise = sum(value is not None for value in releases) if threshold else sum(value != 0 for value in releases)
         se = max(np.sqrt(p * (1 - p) / runs), 1 / runs)
-        assert abs(stray / runs - p) <= 4 * se, (name, epsilon, n, size, stray, p)
+        assert abs(noise / runs - p) <= 4 * se, (name, epsilon, n, size, noise, p)
 
 
 def _suggested(text: str) -> list[list[str]]:
@@ -433,17 +433,22 @@ def test_the_refusal_docs_generation_quotes_is_the_tools(no_model, monkeypatch, 
     assert "nearest configurations that run: the public model alone" in whole
     assert main([*base, "--public-top-k", "50"]) == 2
     top = capsys.readouterr().err
-    assert "probability 74%" in top and "--step-epsilon 4: the budget pays for 2 steps of a label group" in top
-    assert "`p` = 74 %" in text and "`--step-epsilon 4` (\"the budget pays for 2 steps of a label group\"" in text
+    assert "probability 100%" in top and "--step-epsilon 5: the budget pays for 1 step of a label group" in top
     assert "(sigma 6.6)" in text and "`p` = 100 %" in text
+    assert "`--step-epsilon 5` (\"the budget pays for 1 step of a label group\"" in text
 
 
 def test_the_real_model_rows_results_quotes_are_judged_as_it_says():
     """docs/results.md ("The real model: SmolLM2 on the bundled sample, in groups"): the no-support row (2 groups of
-    96, step (0.5, 1e-7)) is refused for its noise at 96 %, the top-50 row runs at 0.007 %."""
+    96, step (0.5, 1e-7)) is refused for its noise at 97 %, the top-50 row runs at 0.6 %."""
     mech = run.build_mechanism("gaussian-threshold-argmax", 0.5, 1e-7, num_teachers=96)
-    assert round(run.noise_release(mech, 96, 49152) * 100) == 96
-    assert round(run.noise_release(mech, 96, 49152, 50) * 100, 3) == 0.007
+    assert round(run.noise_release(mech, 96, 49152) * 100) == 97
+    assert round(run.noise_release(mech, 96, 49152, 50) * 100, 1) == 0.6
     with pytest.raises(run.RunInputError):
         run.check_noise_floor(mech, 96, 49152)
     run.check_noise_floor(mech, 96, 49152, 50)
+    # docs/generation.md: 64 teachers over the top-50 at the same step, more teachers than tokens: refused at 30 %
+    fewer = run.build_mechanism("gaussian-threshold-argmax", 0.5, 1e-7, num_teachers=64)
+    assert round(run.noise_release(fewer, 64, 49152, 50) * 100) == 30 and round(fewer.sigma, 1) == 12.7
+    text = " ".join((Path(__file__).resolve().parent.parent / "docs" / "generation.md").read_text().split())
+    assert "(sigma 12.7) release at 30 % of the steps without a majority (refused), 96 teachers at 0.6 %" in text

@@ -97,6 +97,10 @@ def add_run_options(p) -> None:
     p.add_argument("--public-top-k", metavar="K", type=positive_int, default=None,
                    help="votes outside the public model's top K tokens go to a tail that is never released: no "
                         "privacy cost (default: off)")
+    p.add_argument("--histograms", choices=("coordinated", "independent"), default="coordinated",
+                   help="how the teachers vote: coordinated samples with shared noise (Hot PATE, the default) or "
+                        "independent ones (Cold PATE, the paper's baseline); the charge is the same "
+                        "(docs/generation.md)")
     p.add_argument("--public-only", action="store_true",
                    help="the public model alone: the same template and task with no private record, no teacher and "
                         "no ledger; nothing is charged. The floor a private run is judged against, and what a data "

@@ -1,0 +1,444 @@
+"""``pate-accountant experiment utility``: what the synthetic records are worth against real records held out of the
+run, beside what the public model writes with no private data and what the same teachers write without noise
+(docs/utility.md).
+
+Private tokens per epsilon are a cost; this experiment measures the result.  On any data file the run path reads
+(``--data``, ``--text-field``, ``--label-field``, ``--template``), a seeded split keeps a share of the records out
+of every run (``held-out``) and gives the rest to the runs (``private``).  The rows, each scored by one protocol
+(:mod:`pate_app.evaluation`) against the held-out records:
+
+* ``ceiling``: real against real (``texts`` private records drawn at random), what no generator can beat;
+* ``epsilon = infinity``: the same teachers, template and Hot votes with no noise to speak of (plain GNMax at
+  step epsilon 50, sigma about 0.1, so the plurality of the votes is released at every step, no fallback, and no
+  privacy); its records may copy private ones, which is why no row's text is ever written;
+* ``epsilon = 0``: the public model alone with the same template (``generate --public-only``);
+* each private configuration at each budget ``epsilon`` of ``--budget-epsilons`` (delta ``--budget-delta``), run
+  to its budget or its ``texts`` records through :class:`~pate_app.spec.RunSpec` and
+  :func:`~pate_app.spec.synthesize` as a user would: thresholded GNMax over the public top-50, charged by PLD,
+  with Hot votes and with Cold votes on the same teachers, at the smallest step epsilon of the grid whose noise
+  does not decide its releases (:func:`quiet_step_epsilon`: a rule of the teachers and the vocabulary alone, never
+  tuned to a corpus).
+
+Each row is run ``repetitions`` times (fresh generation; the same held-out set) and reports each metric's mean and
+spread.  A row whose run leaves fewer than ``texts`` scorable records is reported as not scorable, with what it
+made.  The headline compares the best private row with the best epsilon = 0 row (the gain, with the standard error
+of the difference of the means) and says what share of the way from epsilon = 0 to epsilon = infinity it
+recovers (with a bootstrap spread over the repetitions).
+
+Randomness: ``--seed`` (default 0 on the bundled sample) seeds the split, the draws of the ceiling and the runs;
+on a user's ``--data`` the runs draw their noise from the operating system unless ``--seed`` is given (the split
+then uses seed 0: it is not private).  The seed is never written.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from pate_app.grammar import add_option
+
+__all__ = ["DESCRIPTION", "FULL_RUNTIME", "HELP", "NAME", "SIZES", "UNSEEDED_ON_USER_DATA", "add_arguments",
+           "headline", "plot", "quiet_step_epsilon", "run", "summary"]
+
+NAME = "utility"
+HELP = "what the synthetic records are worth against held-out real ones (MAUVE, two-sample AUC, accuracy)"
+DESCRIPTION = (
+    "Split the records into private and held-out ones; score against the held-out records (MAUVE, classifier "
+    "two-sample AUC, train-on-synthetic accuracy for labelled data, distinct-n, k-NN precision and recall) the "
+    "real private records (ceiling), the same teachers without noise (epsilon = infinity), the public model alone "
+    "(epsilon = 0) and each private configuration at each budget epsilon, Hot and Cold PATE on the same teachers; "
+    "print the gain of the best private row over the public model (docs/utility.md).")
+SIZES = {"full": {"texts": 96, "repetitions": 3, "budget_epsilons": "1,3,10"},
+         "quick": {"texts": 24, "repetitions": 2, "budget_epsilons": "3,10"}}
+FULL_RUNTIME = "several hours on 2 CPU cores; sized for a GPU"
+UNSEEDED_ON_USER_DATA = True
+
+#: The metrics every row reports (MAUVE first: the headline's).
+METRICS = ("mauve", "auc", "tstr", "distinct_1", "distinct_2", "precision", "recall")
+#: The private configurations, as generate options: the Gaussian aggregator with a strict-majority threshold over
+#: the public top-50, charged by PLD, with the two kinds of votes.
+CONFIGURATIONS = {
+    "Hot PATE, GNMax threshold, top-50, PLD": {"mechanism": "gaussian-threshold-argmax", "accountant": "pld",
+                                               "public_top_k": 50, "histograms": "coordinated"},
+    "Cold PATE, GNMax threshold, top-50, PLD": {"mechanism": "gaussian-threshold-argmax", "accountant": "pld",
+                                                "public_top_k": 50, "histograms": "independent"},
+}
+#: The step delta of every private row (below any budget delta the experiment takes).
+STEP_DELTA_SHARE = 0.1
+#: k of the k-NN precision and recall.
+KNN_K = 3
+#: Bootstrap resamples of the headline's share.
+BOOTSTRAP = 2000
+
+
+def add_arguments(p) -> None:
+    add_option(p, "--data", metavar="FILE", default="bundled",
+               help="the records: JSON lines, JSON or CSV, as generate reads them, or 'bundled' (default)")
+    add_option(p, "--text-field", metavar="NAME", default="text", help="the field holding each record's text")
+    add_option(p, "--label-field", metavar="NAME", default=None,
+               help="the field holding each record's label: runs per label, and train-on-synthetic accuracy")
+    add_option(p, "--template", metavar="NAME|FILE", default=None, help="the prompt template, as generate's")
+    add_option(p, "--model", metavar="PATH", default="embedded", help="the model, as generate's (default embedded)")
+    add_option(p, "--held-out", metavar="F", type=float, default=0.35,
+               help="the share of the records kept out of every run and scored against (default 0.35)")
+    add_option(p, "--budget-epsilons", metavar="E,E,...", default=None,
+               help="the budgets epsilon of the private rows (default 1,3,10; --quick 3,10)")
+    add_option(p, "--budget-delta", metavar="D", type=float, default=1e-6, help="the budgets' delta (default 1e-6)")
+    add_option(p, "--texts", metavar="N", type=int, default=None,
+               help="texts scored in every row (default 96; --quick 24)")
+    add_option(p, "--repetitions", metavar="R", type=int, default=None,
+               help="runs of every row (default 3; --quick 2)")
+    add_option(p, "--teachers", metavar="N", type=int, default=None,
+               help="teachers of the runs (default: generate's, one per private record up to 64)")
+    add_option(p, "--max-tokens", metavar="T", type=int, default=24, help="tokens per record at most (default 24)")
+
+
+# -- pieces ------------------------------------------------------------------------------------------------------
+def quiet_step_epsilon(mechanism: str, num_teachers: int, step_delta: float, vocab_size: int,
+                       support: int | None) -> float | None:
+    """The smallest step epsilon on the grid of ``generate``'s refusals (:data:`pate_app.run._STEP_GRID`) at which
+    ``mechanism`` with ``num_teachers`` teachers a group passes the noise check over ``support`` (or the
+    vocabulary): the most steps a budget buys without the noise deciding the releases.  ``None`` when none
+    does."""
+    from pate_app.run import _STEP_GRID, NOISE_RELEASE_LIMIT, RunInputError, build_mechanism, noise_release
+
+    for e in _STEP_GRID:
+        try:
+            mech = build_mechanism(mechanism, e, step_delta, num_teachers=num_teachers)
+        except RunInputError:
+            continue
+        stray = noise_release(mech, num_teachers, vocab_size, support)
+        if stray is None or stray <= NOISE_RELEASE_LIMIT:
+            return e
+    return None
+
+
+def _labels_and_records(data: str, text_field: str, label_field: str | None):
+    """The records of ``data`` as the run path reads them, and their labels (sorted; ``None`` without
+    ``label_field``)."""
+    from ensembles.data import load_bundled, load_records
+
+    try:
+        loaded = (load_bundled(text_field=text_field, label_field=label_field) if data == "bundled" else
+                  load_records(str(Path(data).expanduser()), text_field=text_field, label_field=label_field))
+    except FileNotFoundError:
+        raise ValueError(f"--data: no such file {data!r}") from None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--data: {exc}") from None
+    records = list(loaded.records)
+    if label_field is None:
+        return records, None, loaded.text_key
+    key = loaded.label_key
+    records = [{**record, "label": record[key]} for record in records]
+    return records, sorted({record["label"] for record in records}), loaded.text_key
+
+
+def _split(records: list, held_out: float, texts: int, rng: np.random.Generator) -> tuple[list, list]:
+    """``(private, held_out)``: a seeded split keeping ``held_out`` of the records (at least ``texts``) out."""
+    n = len(records)
+    keep = max(int(texts), int(round(held_out * n)))
+    if n - keep < int(texts):
+        raise ValueError(f"--data: {n} records cannot give {texts} held-out and {texts} private texts: use fewer "
+                         "--texts or more records")
+    order = rng.permutation(n)
+    return [records[i] for i in order[keep:]], [records[i] for i in order[:keep]]
+
+
+def _scores(real_vectors, real_labels, texts, labels, embed, seed: int) -> dict:
+    """Every metric of one set of ``texts`` (their ``labels``, or ``None``) against the held-out records."""
+    from pate_app import evaluation as ev
+
+    vectors = embed(texts)
+    precision, recall = ev.knn_precision_recall(real_vectors, vectors, k=KNN_K)
+    return {
+        "mauve": ev.mauve_score(real_vectors, vectors, seed=seed),
+        "auc": ev.two_sample_auc(real_vectors, vectors, seed=seed),
+        "tstr": None if labels is None else ev.tstr_accuracy(vectors, labels, real_vectors, real_labels),
+        "distinct_1": ev.distinct_n(texts, 1), "distinct_2": ev.distinct_n(texts, 2),
+        "precision": precision, "recall": recall,
+    }
+
+
+def _summarise(row: dict) -> dict:
+    """The row with each metric's mean and spread over its scored repetitions."""
+    from pate_app.evaluation import spread
+
+    scored = [rep for rep in row["repetitions"] if rep.get("scores") is not None]
+    row["scorable"] = bool(scored) and len(scored) == len(row["repetitions"])
+    row["mean"], row["spread"] = {}, {}
+    for metric in METRICS:
+        values = [rep["scores"][metric] for rep in scored if rep["scores"][metric] is not None]
+        if values:
+            row["mean"][metric], row["spread"][metric] = spread(values)
+    return row
+
+
+def _generate(base: dict, options: dict, private: list, labels, texts: int, folder: Path, seed):
+    """One run through RunSpec and synthesize, as a user would: its records and cost (nothing of its text)."""
+    from pate_app.spec import RunSpec, synthesize
+
+    per_label = None if labels is None else math.ceil(texts / len(labels))
+    spec = RunSpec(**base, **options, per_label=per_label, records=texts if labels is None else 1,
+                   ledger=str(folder / "run.sqlite"), seed=seed)
+    return synthesize(spec, records=private, ledger_home=False)
+
+
+# -- the experiment ----------------------------------------------------------------------------------------------
+def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, data: str = "bundled",
+        text_field: str = "text", label_field: str | None = None, template: str | None = None,
+        model: str = "embedded", held_out: float = 0.35, budget_epsilons: str | None = None,
+        budget_delta: float = 1e-6,
+        texts: int | None = None, repetitions: int | None = None, teachers: int | None = None,
+        max_tokens: int = 24) -> dict:
+    from ensembles.backends import transformers_backend as tb
+    from pate_app import evaluation as ev
+    from pate_app.run import RunInputError, _resolve_model, fit_teachers
+    from pate_app.spec import RunSpec, SpecError, load_task, task_from_records
+
+    size = SIZES["quick" if quick else "full"]
+    epsilons, delta = budget_epsilons, float(budget_delta)
+    texts = int(size["texts"] if texts is None else texts)
+    repetitions = int(size["repetitions"] if repetitions is None else repetitions)
+    try:
+        budgets = [float(e) for e in (size["budget_epsilons"] if epsilons is None else epsilons).split(",")]
+    except ValueError:
+        raise ValueError(f"--budget-epsilons: a comma-separated list of numbers, got {epsilons!r}") from None
+    if texts < 10 or repetitions < 1 or not 0.0 < held_out < 1.0 or not budgets or min(budgets) <= 0:
+        raise ValueError(f"--texts (at least 10), --repetitions (at least 1), --held-out (in (0, 1)) and "
+                         f"--budget-epsilons (positive) got {texts}, {repetitions}, {held_out}, {budgets}")
+    on_user_data = data != "bundled"
+    if seed is not None and on_user_data:
+        print("pate-accountant: warning: this utility run is seeded, so its runs have no privacy against anyone who "
+              "knows the seed; leave --seed out on private data", file=sys.stderr, flush=True)
+    split_rng = np.random.default_rng(0 if seed is None else seed)
+    run_seed = None if (seed is None and on_user_data) else (0 if seed is None else seed)
+    records, labels, text_key = _labels_and_records(data, text_field, label_field)
+    private, real = _split(records, held_out, texts, split_rng)
+
+    def say(text: str) -> None:
+        if progress:
+            print(f"utility: {text}", file=sys.stderr, flush=True)
+
+    try:  # the template the run path picks for this file, the model's vocabulary, the teachers generate fits
+        found = load_task(RunSpec(data=data, text_field=text_field, label_field=label_field,
+                                  labels=None if labels is None else tuple(labels), template=template,
+                                  budget_epsilon=1.0, budget_delta=delta))
+        base = {"data": "records" if not on_user_data else Path(data).name, "text_field": text_key, "model": model,
+                "template": template if template is not None else found.template.name,
+                "max_tokens": int(max_tokens), "teachers": teachers, "normalise": True,
+                **({} if labels is None else {"label_field": "label", "labels": tuple(labels)})}
+        probe = RunSpec(**base, budget_epsilon=1.0, budget_delta=delta)
+        task = task_from_records(probe, private)
+        n = fit_teachers(probe, task).teachers // (1 if labels is None else len(labels))
+        vocab = tb.token_window(_resolve_model(probe, announce=progress)[0])[2]
+    except (SpecError, RunInputError) as exc:
+        raise ValueError(str(exc)) from None
+    say(f"{len(private)} private and {len(real)} held-out records; {n} teachers a group; loading the sentence model")
+    embed = ev.Embedder()
+    real_texts, _ = ev.scorable([record[text_key] for record in real])
+    real_vectors = embed(real_texts)
+    real_labels = None if labels is None else [record["label"] for record in real
+                                               if ev.normalise(record[text_key])]
+    step_delta = STEP_DELTA_SHARE * float(delta)
+    rows = []
+
+    def scored_run(row: dict, r: int, produce) -> None:
+        try:
+            result = produce()
+        except (RunInputError, SpecError) as exc:
+            row["repetitions"].append({"refused": str(exc), "scores": None})
+            return
+        kept, dropped = ev.scorable(result["records"])
+        got = [(text, record.get("label")) for text, record in zip(*_aligned(result["records"]))]
+        entry = {"records": len(result["records"]), "scorable_texts": len(kept), "dropped": dropped,
+                 "private_tokens": result.get("private_tokens", 0), "fallback_tokens": result.get("fallback_tokens", 0),
+                 "charged_runs": result.get("charged_runs", 0),
+                 "spent_epsilon": result.get("spent", {}).get("epsilon", 0.0), "scores": None}
+        if len(got) >= texts:
+            chosen = got[:texts]
+            entry["scores"] = _scores(real_vectors, real_labels, [t for t, _ in chosen],
+                                      None if labels is None else [lab for _, lab in chosen], embed, seed=r)
+        row["repetitions"].append(entry)
+
+    # the ceiling: real private records, drawn afresh for each repetition
+    row = {"row": "ceiling: real records", "kind": "ceiling", "epsilon": None, "repetitions": []}
+    for r in range(repetitions):
+        draw = np.random.default_rng([0 if seed is None else seed, r]).permutation(len(private))
+        chosen = [private[i] for i in draw]
+        usable = [(ev.normalise(rec[text_key]), rec.get("label")) for rec in chosen if ev.normalise(rec[text_key])]
+        scores = _scores(real_vectors, real_labels, [t for t, _ in usable[:texts]],
+                         None if labels is None else [lab for _, lab in usable[:texts]], embed, seed=r)
+        row["repetitions"].append({"scorable_texts": texts, "scores": scores})
+    rows.append(_summarise(row))
+
+    with tempfile.TemporaryDirectory() as folder:
+        runs = [("epsilon = 0: the public model alone", "floor", 0.0, {"public_only": True},
+                 {"budget_epsilon": 1.0, "budget_delta": delta}),
+                ("epsilon = infinity: the same teachers without noise", "noiseless", math.inf,
+                 {"mechanism": "gaussian-argmax", "accountant": "basic", "step_epsilon": 50.0, "step_delta": 1e-7},
+                 {"budget_epsilon": 1e9, "budget_delta": 0.5})]
+        for name, options in CONFIGURATIONS.items():
+            quiet = quiet_step_epsilon(options["mechanism"], n, step_delta, vocab, options.get("public_top_k"))
+            for epsilon in budgets:
+                step = {"step_epsilon": quiet if quiet is not None else 50.0, "step_delta": step_delta}
+                runs.append((f"{name}, epsilon {epsilon:g}", "private", epsilon, {**options, **step},
+                             {"budget_epsilon": epsilon, "budget_delta": delta}))
+        for label, kind, epsilon, options, budget in runs:
+            row = {"row": label, "kind": kind, "epsilon": None if math.isinf(epsilon) else epsilon,
+                   "configuration": {k: v for k, v in options.items()}, "repetitions": []}
+            for r in range(repetitions):
+                say(f"{label}: run {r + 1} of {repetitions}")
+                where = Path(folder) / f"{len(rows)}-{r}"
+                where.mkdir()
+                scored_run(row, r, lambda: _generate({**base, **budget}, options, private, labels, texts, where,
+                                                     None if run_seed is None else run_seed * 1000 + r))
+            rows.append(_summarise(row))
+    result = {
+        "experiment": NAME,
+        "parameters": {"data": "bundled" if data == "bundled" else Path(data).name, "records": len(records),
+                       "private": len(private), "held_out": len(real), "labels": labels, "texts": texts,
+                       "repetitions": repetitions, "epsilons": budgets, "delta": delta, "teachers_per_group": n,
+                       "step_delta": step_delta, "vocab_size": vocab, "embedding": embed.name, "knn_k": KNN_K,
+                       "max_tokens": max_tokens,
+                       "seeded": run_seed is not None, "quick": bool(quick)},
+        "rows": rows,
+    }
+    result["headline"] = headline(rows, seed=0 if seed is None else seed)
+    return result
+
+
+def _aligned(records) -> tuple[list, list]:
+    """``(texts, records)`` of the complete, non-empty records of a run, normalised, in order."""
+    from pate_app.evaluation import normalise
+
+    kept = [(normalise(r["text"]), r) for r in records if r.get("complete", True)]
+    kept = [(t, r) for t, r in kept if t]
+    return [t for t, _ in kept], [r for _, r in kept]
+
+
+def headline(rows: list, metric: str = "mauve", seed: int = 0) -> dict | None:
+    """The best private row against the best epsilon = 0 row on ``metric``: the gain (difference of the means,
+    with the standard error of that difference) and the share of the way from epsilon = 0 to epsilon = infinity
+    it recovers (a bootstrap over the repetitions gives its spread); ``None`` when a side has no scorable row."""
+    def best(kind):
+        candidates = [row for row in rows if row["kind"] == kind and row["scorable"] and metric in row["mean"]]
+        return max(candidates, key=lambda row: row["mean"][metric]) if candidates else None
+
+    private, floor, top = best("private"), best("floor"), best("noiseless")
+    if private is None or floor is None:
+        return None
+
+    def values(row):
+        return np.array([rep["scores"][metric] for rep in row["repetitions"]])
+
+    p, f = values(private), values(floor)
+    gain = float(p.mean() - f.mean())
+    se = math.sqrt((p.var(ddof=1) / len(p) if len(p) > 1 else 0.0) + (f.var(ddof=1) / len(f) if len(f) > 1 else 0.0))
+    out = {"metric": metric, "private_row": private["row"], "floor_row": floor["row"], "gain": gain,
+           "gain_spread": se, "beats_floor_by_two_spreads": bool(gain > 2 * se), "share": None, "share_spread": None}
+    if top is not None:
+        t = values(top)
+        rng = np.random.default_rng(seed)
+        draws = []
+        for _ in range(BOOTSTRAP):
+            pb, fb, tb = (rng.choice(v, v.size) for v in (p, f, t))
+            if tb.mean() != fb.mean():
+                draws.append((pb.mean() - fb.mean()) / (tb.mean() - fb.mean()))
+        if t.mean() != f.mean():
+            out["share"] = float((p.mean() - f.mean()) / (t.mean() - f.mean()))
+            out["share_spread"] = float(np.std(draws, ddof=1)) if len(draws) > 1 else 0.0
+        out["noiseless_row"] = top["row"]
+    return out
+
+
+# -- output ------------------------------------------------------------------------------------------------------
+def summary(result: dict) -> str:
+    p = result["parameters"]
+    lines = [f"utility on {p['data']}: {p['private']} private and {p['held_out']} held-out records, {p['texts']} texts "
+             f"a row, {p['repetitions']} runs a row, {p['teachers_per_group']} teachers a group, embeddings "
+             f"{p['embedding']}; mean (spread) over the runs",
+             f"{'row':<58} {'MAUVE':>13} {'AUC':>13} {'TSTR':>13} {'distinct-2':>10} {'recall':>7} {'cost':>24}"]
+
+    def cell(row, metric, width=13):
+        if metric not in row["mean"]:
+            return f"{'-':>{width}}"
+        return f"{row['mean'][metric]:.2f} ({row['spread'][metric]:.2f})".rjust(width)
+
+    for row in result["rows"]:
+        reps = row["repetitions"]
+        cost = ""
+        if row["kind"] == "private":
+            tokens = sum(rep.get("private_tokens", 0) for rep in reps) / len(reps)
+            cost = f"{tokens:.0f} private tokens"
+        if not row["scorable"]:
+            made = [rep.get("scorable_texts", 0) for rep in reps if "refused" not in rep]
+            why = reps[0].get("refused") if all("refused" in rep for rep in reps) else (
+                f"not scorable: {min(made) if made else 0} of {p['texts']} texts")
+            lines.append(f"{row['row']:<58} {why[:120]}")
+            continue
+        lines.append(f"{row['row']:<58} {cell(row, 'mauve')} {cell(row, 'auc')} {cell(row, 'tstr')} "
+                     f"{cell(row, 'distinct_2', 10)} {cell(row, 'recall', 7)} {cost:>24}")
+    h = result["headline"]
+    if h is None:
+        lines.append("headline: no private row is scorable at these budgets")
+    else:
+        share = ("" if h["share"] is None else
+                 f"; it recovers {h['share']:.0%} (spread {h['share_spread']:.0%}) of the way to epsilon = infinity")
+        lines.append(f"headline: {h['private_row']} against {h['floor_row']}: MAUVE gain {h['gain']:+.3f} (standard "
+                     f"error {h['gain_spread']:.3f}; {'more' if h['beats_floor_by_two_spreads'] else 'not more'} than "
+                     f"twice it){share}")
+    return "\n".join(lines)
+
+
+def plot(result: dict, out_dir) -> list[Path]:
+    """``utility.png``: each metric against the budget epsilon, one line per private configuration, the floor,
+    the noiseless teachers and the real records drawn across."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "utility.png"
+    _plot(result, path)
+    return [path]
+
+
+def _plot(result: dict, path: Path) -> None:
+    from pate_app.plotting import legend_outside, new_figure, styled
+
+    @styled
+    def draw():
+        metrics = [("mauve", "MAUVE (1: like the real records)"), ("auc", "two-sample AUC (0.5: indistinguishable)")]
+        if result["parameters"]["labels"]:
+            metrics.append(("tstr", "train on synthetic, test on real: accuracy"))
+        fig = new_figure((5.2 * len(metrics) + 2.5, 4.4))
+        axes = fig.subplots(1, len(metrics))
+        axes = np.atleast_1d(axes)
+        rows = result["rows"]
+        budgets = result["parameters"]["epsilons"]
+        styles = {"ceiling": ("k", "-"), "noiseless": ("tab:purple", "--"), "floor": ("tab:gray", ":")}
+        for ax, (metric, title) in zip(axes, metrics):
+            for row in rows:
+                if row["kind"] in styles and metric in row["mean"]:
+                    colour, line = styles[row["kind"]]
+                    m, s = row["mean"][metric], row["spread"][metric]
+                    ax.axhline(m, color=colour, linestyle=line, label=row["row"])
+                    ax.axhspan(m - s, m + s, color=colour, alpha=0.08)
+            for colour, name in zip(("tab:red", "tab:blue"), CONFIGURATIONS):
+                xs, ys, es = [], [], []
+                for epsilon in budgets:
+                    match = [row for row in rows if row["row"] == f"{name}, epsilon {epsilon:g}"]
+                    if match and match[0]["scorable"] and metric in match[0]["mean"]:
+                        xs.append(epsilon)
+                        ys.append(match[0]["mean"][metric])
+                        es.append(match[0]["spread"][metric])
+                if xs:
+                    ax.errorbar(xs, ys, yerr=es, color=colour, marker="o", capsize=3, label=name)
+            ax.set_xscale("log")
+            ax.set_xlabel("budget epsilon (delta %g)" % result["parameters"]["delta"])
+            ax.set_title(title)
+        legend_outside(axes[-1])
+        fig.savefig(path, dpi=110)
+
+    draw()

@@ -1,0 +1,101 @@
+"""``experiment utility`` (issue 33): its pieces on inputs worked by hand, and a whole run on a tiny model that
+checks the harness (rows, counts, the headline, the figure) and that no record's text reaches its result."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+
+import test_run
+from pate_app.experiments import utility
+
+#: test_run's tiny model, as a fixture of this module too (built once for it).
+model_dir = test_run.model_dir
+
+
+def _row(kind, name, values, epsilon=None):
+    return {"row": name, "kind": kind, "epsilon": epsilon, "scorable": True,
+            "repetitions": [{"scores": {"mauve": v}} for v in values],
+            "mean": {"mauve": float(np.mean(values))}, "spread": {"mauve": float(np.std(values, ddof=1))}}
+
+
+def test_the_headline_is_the_best_private_row_against_the_best_floor():
+    rows = [_row("floor", "public", [0.40, 0.50]), _row("floor", "public with examples", [0.60, 0.70]),
+            _row("noiseless", "no noise", [0.90, 1.00]), _row("private", "eps 3", [0.60, 0.62], 3.0),
+            _row("private", "eps 10", [0.80, 0.90], 10.0), _row("ceiling", "real", [0.99, 0.99])]
+    rows.append({**_row("private", "eps 30", [0.99, 0.99], 30.0), "scorable": False})  # not scorable: left out
+    h = utility.headline(rows, seed=1)
+    assert h["private_row"] == "eps 10" and h["floor_row"] == "public with examples"
+    assert h["gain"] == pytest.approx(0.20)
+    # the standard error of the difference of two means of two runs each: sqrt(0.005/2 + 0.005/2)
+    assert h["gain_spread"] == pytest.approx(math.sqrt(0.005 / 2 + 0.005 / 2))
+    assert h["beats_floor_by_two_spreads"] == (0.20 > 2 * h["gain_spread"])
+    assert h["share"] == pytest.approx(0.20 / (0.95 - 0.65))
+    assert 0 < h["share_spread"] < 1
+    assert utility.headline([r for r in rows if r["kind"] != "private"]) is None
+
+
+def test_the_quiet_step_epsilon_is_the_smallest_on_the_grid_whose_noise_does_not_decide():
+    from pate_app.run import _STEP_GRID, NOISE_RELEASE_LIMIT, build_mechanism, noise_release
+
+    for n, support in ((64, 50), (30, 50), (64, None)):
+        e = utility.quiet_step_epsilon("gaussian-threshold-argmax", n, 1e-7, 49152, support)
+        assert e is not None
+        mech = build_mechanism("gaussian-threshold-argmax", e, 1e-7, num_teachers=n)
+        assert noise_release(mech, n, 49152, support) <= NOISE_RELEASE_LIMIT
+        below = _STEP_GRID[_STEP_GRID.index(e) - 1]
+        louder = build_mechanism("gaussian-threshold-argmax", below, 1e-7, num_teachers=n)
+        assert noise_release(louder, n, 49152, support) > NOISE_RELEASE_LIMIT
+    assert utility.quiet_step_epsilon("gaussian-threshold-argmax", 1, 1e-7, 49152, None) is None
+
+
+def test_the_split_is_seeded_disjoint_and_keeps_enough_out():
+    records = [{"text": f"r{i}"} for i in range(100)]
+    private, real = utility._split(records, 0.35, 24, np.random.default_rng(0))
+    assert len(real) == 35 and len(private) == 65
+    assert {r["text"] for r in private}.isdisjoint(r["text"] for r in real)
+    again = utility._split(records, 0.35, 24, np.random.default_rng(0))
+    assert again == (private, real)
+    with pytest.raises(ValueError, match="cannot give 60 held-out and 60 private"):
+        utility._split(records, 0.35, 60, np.random.default_rng(0))
+
+
+MARKER = "quokkazanzibar"
+
+
+@pytest.mark.slow
+def test_a_whole_utility_run_on_a_tiny_model(model_dir, tmp_path):
+    """80 labelled records (2 labels) of which 28 are held out, 10 texts a row, 2 runs a row, one budget: every row
+    is there, the ceiling and the noiseless and public rows are scored with every metric, a private row is scored
+    or says how many texts it made, the headline and the figure exist, and no record's text is in the result."""
+    data = tmp_path / "records.csv"
+    words = test_run.WORDS
+    with open(data, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["text", "label"])
+        writer.writeheader()
+        for i in range(80):
+            text = " ".join(words[(i * 5 + j) % len(words)] for j in range(4)) + f" {MARKER}"
+            writer.writerow({"text": text, "label": "ab"[i % 2]})
+    result = utility.run(quick=True, seed=3, progress=False, data=str(data), label_field="label", model=str(model_dir),
+                         held_out=0.35, budget_epsilons="200", texts=10, repetitions=2, teachers=8, max_tokens=5)
+    kinds = [row["kind"] for row in result["rows"]]
+    assert kinds == ["ceiling", "floor", "noiseless", "private", "private"]
+    for row in result["rows"][:3]:
+        assert row["scorable"], row["row"]
+        assert set(row["mean"]) == set(utility.METRICS)
+        assert 0.0 <= row["mean"]["mauve"] <= 1.0 and 0.0 <= row["mean"]["auc"] <= 1.0
+    for row in result["rows"][3:]:
+        for rep in row["repetitions"]:
+            assert rep["scores"] is not None or rep.get("scorable_texts", 0) < 10 or "refused" in rep
+    assert result["parameters"]["held_out"] == 28 and result["parameters"]["vocab_size"] == 128
+    assert result["headline"] is None or result["headline"]["metric"] == "mauve"
+    assert MARKER not in json.dumps(result)
+    text = utility.summary(result)
+    assert "ceiling: real records" in text and "epsilon = 0: the public model alone" in text
+    (path,) = utility.plot(result, tmp_path / "out")
+    assert path.stat().st_size > 10_000
+
