@@ -106,15 +106,21 @@ def quiet_step_epsilon(mechanism: str, num_teachers: int, step_delta: float, voc
     does."""
     from pate_app.run import _STEP_GRID, NOISE_RELEASE_LIMIT, RunInputError, build_mechanism, noise_release
 
-    for e in _STEP_GRID:
+    def quiet(e: float) -> bool:  # more epsilon, less noise: monotone along the grid
         try:
             mech = build_mechanism(mechanism, e, step_delta, num_teachers=num_teachers)
         except RunInputError:
-            continue
+            return False
         stray = noise_release(mech, num_teachers, vocab_size, support)
-        if stray is None or stray <= NOISE_RELEASE_LIMIT:
-            return e
-    return None
+        return stray is None or stray <= NOISE_RELEASE_LIMIT
+
+    low, high = -1, len(_STEP_GRID) - 1  # the answer is in (low, high], by bisection on the grid
+    if not quiet(_STEP_GRID[high]):
+        return None
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if quiet(_STEP_GRID[mid]) else (mid, high)
+    return _STEP_GRID[high]
 
 
 def _labels_and_records(data: str, text_field: str, label_field: str | None):
