@@ -52,8 +52,8 @@ DESCRIPTION = (
     "real private records (ceiling), the same teachers without noise (epsilon = infinity), the public model alone "
     "(epsilon = 0) and each private configuration at each budget epsilon, Hot and Cold PATE on the same teachers; "
     "print the gain of the best private row over the public model (docs/utility.md).")
-SIZES = {"full": {"texts": 96, "repetitions": 3, "budget_epsilons": "1,3,10"},
-         "quick": {"texts": 24, "repetitions": 2, "budget_epsilons": "3,10"}}
+SIZES = {"full": {"texts": 96, "repetitions": 3, "budget_epsilons": "1,3,10", "teachers_per_group": "fitted"},
+         "quick": {"texts": 24, "repetitions": 2, "budget_epsilons": "3,10", "teachers_per_group": 16}}
 FULL_RUNTIME = "several hours on 2 CPU cores; sized for a GPU"
 UNSEEDED_ON_USER_DATA = True
 
@@ -93,7 +93,8 @@ def add_arguments(p) -> None:
     add_option(p, "--repetitions", metavar="R", type=int, default=None,
                help="runs of every row (default 3; --quick 2)")
     add_option(p, "--teachers", metavar="N", type=int, default=None,
-               help="teachers of the runs (default: generate's, one per private record up to 64)")
+               help="teachers of the runs (default: generate's, one per private record up to 64; --quick 16 a "
+                    "group)")
     add_option(p, "--max-tokens", metavar="T", type=int, default=24, help="tokens per record at most (default 24)")
 
 
@@ -223,6 +224,8 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
     split_rng = np.random.default_rng(0 if seed is None else seed)
     run_seed = None if (seed is None and on_user_data) else (0 if seed is None else seed)
     records, labels, text_key = _labels_and_records(data, text_field, label_field)
+    if teachers is None and size["teachers_per_group"] != "fitted":  # --quick: small ensembles, minutes on a CPU
+        teachers = int(size["teachers_per_group"]) * (1 if labels is None else len(labels))
     private, real = _split(records, held_out, texts, split_rng)
 
     def say(text: str) -> None:
