@@ -99,3 +99,19 @@ def test_a_whole_utility_run_on_a_tiny_model(model_dir, tmp_path):
     (path,) = utility.plot(result, tmp_path / "out")
     assert path.stat().st_size > 10_000
 
+
+
+def test_the_steps_table_of_docs_utility_is_the_tools():
+    """docs/utility.md ("First measurement"): the quietest step epsilon, its sigma and the steps PLD affords."""
+    from pathlib import Path
+
+    from pate_accountant import planning
+    from pate_app.run import build_mechanism
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "utility.md").read_text()
+    for n in (16, 32, 64, 128):
+        e = utility.quiet_step_epsilon("gaussian-threshold-argmax", n, 1e-7, 49152, 50)
+        mech = build_mechanism("gaussian-threshold-argmax", e, 1e-7, num_teachers=n)
+        steps = [planning.step_limits("pld", mech.event, budget, 1e-6).max_steps for budget in (1.0, 3.0, 10.0)]
+        line = f"| {n} | {e:g} | {mech.sigma:.2f} | {' / '.join(map(str, steps))} |"
+        assert line in text, line

@@ -52,8 +52,8 @@ DESCRIPTION = (
     "real private records (ceiling), the same teachers without noise (epsilon = infinity), the public model alone "
     "(epsilon = 0) and each private configuration at each budget epsilon, Hot and Cold PATE on the same teachers; "
     "print the gain of the best private row over the public model (docs/utility.md).")
-SIZES = {"full": {"texts": 96, "repetitions": 3, "budget_epsilons": "1,3,10", "teachers_per_group": "fitted"},
-         "quick": {"texts": 24, "repetitions": 2, "budget_epsilons": "3,10", "teachers_per_group": 16}}
+SIZES = {"full": {"texts": 96, "repetitions": 3, "budget_epsilons": "1,3,10"},
+         "quick": {"texts": 24, "repetitions": 2, "budget_epsilons": "3,10"}}
 FULL_RUNTIME = "several hours on 2 CPU cores; sized for a GPU"
 UNSEEDED_ON_USER_DATA = True
 
@@ -69,6 +69,9 @@ CONFIGURATIONS = {
 }
 #: The step delta of every private row (below any budget delta the experiment takes).
 STEP_DELTA_SHARE = 0.1
+#: The records a run is asked for beyond the texts scored (a share): some come out empty (the public model's
+#: bare prompt gave 2 or 3 empty records of 24 on the bundled sample), and a row needs ``texts`` scorable ones.
+RECORD_MARGIN = 0.25
 #: k of the k-NN precision and recall.
 KNN_K = 3
 #: Bootstrap resamples of the headline's share.
@@ -93,8 +96,7 @@ def add_arguments(p) -> None:
     add_option(p, "--repetitions", metavar="R", type=int, default=None,
                help="runs of every row (default 3; --quick 2)")
     add_option(p, "--teachers", metavar="N", type=int, default=None,
-               help="teachers of the runs (default: generate's, one per private record up to 64; --quick 16 a "
-                    "group)")
+               help="teachers of the runs (default: generate's, one per private record up to 64)")
     add_option(p, "--max-tokens", metavar="T", type=int, default=24, help="tokens per record at most (default 24)")
 
 
@@ -188,8 +190,9 @@ def _generate(base: dict, options: dict, private: list, labels, texts: int, fold
     """One run through RunSpec and synthesize, as a user would: its records and cost (nothing of its text)."""
     from pate_app.spec import RunSpec, synthesize
 
-    per_label = None if labels is None else math.ceil(texts / len(labels))
-    spec = RunSpec(**base, **options, per_label=per_label, records=texts if labels is None else 1,
+    asked = math.ceil(texts * (1 + RECORD_MARGIN))  # some records come out empty: ask for more than are scored
+    per_label = None if labels is None else math.ceil(asked / len(labels))
+    spec = RunSpec(**base, **options, per_label=per_label, records=asked if labels is None else 1,
                    ledger=str(folder / "run.sqlite"), seed=seed)
     return synthesize(spec, records=private, ledger_home=False)
 
@@ -224,8 +227,6 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
     split_rng = np.random.default_rng(0 if seed is None else seed)
     run_seed = None if (seed is None and on_user_data) else (0 if seed is None else seed)
     records, labels, text_key = _labels_and_records(data, text_field, label_field)
-    if teachers is None and size["teachers_per_group"] != "fitted":  # --quick: small ensembles, minutes on a CPU
-        teachers = int(size["teachers_per_group"]) * (1 if labels is None else len(labels))
     private, real = _split(records, held_out, texts, split_rng)
 
     def say(text: str) -> None:
@@ -385,8 +386,11 @@ def summary(result: dict) -> str:
             cost = f"{tokens:.0f} private tokens"
         if not row["scorable"]:
             made = [rep.get("scorable_texts", 0) for rep in reps if "refused" not in rep]
-            why = reps[0].get("refused") if all("refused" in rep for rep in reps) else (
-                f"not scorable: {min(made) if made else 0} of {p['texts']} texts")
+            ran = [rep for rep in reps if "refused" not in rep]
+            why = reps[0].get("refused") if not ran else (
+                f"not scorable: {min(made)} of {p['texts']} texts (a run made {max(r['records'] for r in ran)} "
+                f"record(s), {max(r['dropped']['cut_by_budget'] for r in ran)} cut by the budget, in at most "
+                f"{max(r['charged_runs'] for r in ran)} charged steps)")
             lines.append(f"{row['row']:<58} {why[:120]}")
             continue
         lines.append(f"{row['row']:<58} {cell(row, 'mauve')} {cell(row, 'auc')} {cell(row, 'tstr')} "
@@ -414,6 +418,8 @@ def plot(result: dict, out_dir) -> list[Path]:
 
 
 def _plot(result: dict, path: Path) -> None:
+    from matplotlib.ticker import NullLocator
+
     from pate_app.plotting import legend_outside, new_figure, styled
 
     @styled
@@ -444,7 +450,17 @@ def _plot(result: dict, path: Path) -> None:
                         es.append(match[0]["spread"][metric])
                 if xs:
                     ax.errorbar(xs, ys, yerr=es, color=colour, marker="o", capsize=3, label=name)
+            missing = [row["row"].rsplit(", epsilon ", 1)[1] for row in rows
+                       if row["kind"] == "private" and not row["scorable"]]
+            if missing:
+                ax.text(0.02, 0.04, "not scorable (too few complete records): private rows at epsilon "
+                        + ", ".join(sorted(set(missing), key=float)), transform=ax.transAxes, fontsize=8.5,
+                        color="tab:red")
             ax.set_xscale("log")
+            ax.set_xticks(budgets, [f"{b:g}" for b in budgets])
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_xlim(min(budgets) / 1.5, max(budgets) * 1.5)
+            ax.set_ylim(*((0.3, 1.02) if metric == "auc" else (0.0, 1.02)))
             ax.set_xlabel("budget epsilon (delta %g)" % result["parameters"]["delta"])
             ax.set_title(title)
         legend_outside(axes[-1])
