@@ -450,12 +450,6 @@ def _plot(result: dict, path: Path) -> None:
                         es.append(match[0]["spread"][metric])
                 if xs:
                     ax.errorbar(xs, ys, yerr=es, color=colour, marker="o", capsize=3, label=name)
-            missing = [row["row"].rsplit(", epsilon ", 1)[1] for row in rows
-                       if row["kind"] == "private" and not row["scorable"]]
-            if missing:
-                ax.text(0.02, 0.04, "not scorable (too few complete records): private rows at epsilon "
-                        + ", ".join(sorted(set(missing), key=float)), transform=ax.transAxes, fontsize=8.5,
-                        color="tab:red")
             ax.set_xscale("log")
             ax.set_xticks(budgets, [f"{b:g}" for b in budgets])
             ax.xaxis.set_minor_locator(NullLocator())
@@ -463,6 +457,11 @@ def _plot(result: dict, path: Path) -> None:
             ax.set_ylim(*((0.3, 1.02) if metric == "auc" else (0.0, 1.02)))
             ax.set_xlabel("budget epsilon (delta %g)" % result["parameters"]["delta"])
             ax.set_title(title)
+        missing = [row["row"] for row in rows if row["kind"] == "private" and not row["scorable"]]
+        if missing:  # said above the panels, never over a line
+            fig.suptitle(f"{len(missing)} of {sum(row['kind'] == 'private' for row in rows)} private rows not "
+                         "scored (refused, or too few complete records): see the summary", color="tab:red",
+                         fontsize=10)
         legend_outside(axes[-1])
         fig.savefig(path, dpi=110)
 
