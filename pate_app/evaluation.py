@@ -32,7 +32,7 @@ import numpy as np
 from pate_app.library_output import quiet_libraries
 
 __all__ = ["QUOTE_PAIRS", "Embedder", "distinct_n", "knn_precision_recall", "mauve_score", "normalise",
-           "scorable", "two_sample_auc", "tstr_accuracy"]
+           "scorable", "scorable_records", "two_sample_auc", "tstr_accuracy"]
 
 #: Quote pairs that wrap a whole text and are removed by :func:`normalise` (opening, closing).
 QUOTE_PAIRS = (('"', '"'), ("'", "'"), ("\u201c", "\u201d"), ("\u2018", "\u2019"), ("\u00ab", "\u00bb"),
@@ -55,16 +55,17 @@ def normalise(text: str) -> str:
     return out
 
 
-def scorable(records) -> tuple[list, dict]:
-    """``(texts, dropped)``: the normalised texts of the records worth scoring, and how many were dropped and why
-    (``{"empty": k, "cut_by_budget": m}``).  ``records``: dicts with ``text`` and optionally ``complete`` (a run's
-    records; a record the budget cut short has ``complete`` false), or plain strings."""
-    texts, dropped = [], {"empty": 0, "cut_by_budget": 0}
+def scorable_records(records, field: str = "text") -> tuple[list, dict]:
+    """``(kept, dropped)``: ``(normalised text, record)`` for each record worth scoring, in order, and how many
+    were dropped and why (``{"empty": k, "cut_by_budget": m}``).  ``records``: dicts with their text under
+    ``field`` and optionally ``complete`` (a run's records; a record the budget cut short has ``complete`` false),
+    or plain strings (the record is then the string)."""
+    kept, dropped = [], {"empty": 0, "cut_by_budget": 0}
     for record in records:
         if isinstance(record, str):
             text, complete = record, True
         else:
-            text, complete = record["text"], record.get("complete", True)
+            text, complete = record[field], record.get("complete", True)
         if not complete:
             dropped["cut_by_budget"] += 1
             continue
@@ -72,8 +73,14 @@ def scorable(records) -> tuple[list, dict]:
         if not text:
             dropped["empty"] += 1
             continue
-        texts.append(text)
-    return texts, dropped
+        kept.append((text, record))
+    return kept, dropped
+
+
+def scorable(records, field: str = "text") -> tuple[list, dict]:
+    """``(texts, dropped)``: the normalised texts of :func:`scorable_records`, and what was dropped."""
+    kept, dropped = scorable_records(records, field)
+    return [text for text, _ in kept], dropped
 
 
 def distinct_n(texts, n: int) -> float | None:

@@ -155,6 +155,11 @@ def build_accountant(name: str, budget, ledger=None, *, mechanism=None, num_teac
         raise RunInputError(f"accountant {name}: {exc}") from None
 
 
+def _inner(mechanism):
+    """The mechanism a boundary wrapper wraps, or the mechanism itself."""
+    return mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
+
+
 def check_inputs(records, num_teachers: int, mechanism, accountant_name: str, budget, touches: int = 1) -> None:
     """Refuse, before anything is charged: no records, more teachers than records, an accountant that does
     not support the mechanism's event, or a budget that cannot pay for a single step (``touches``: a step counted
@@ -182,7 +187,7 @@ def check_inputs(records, num_teachers: int, mechanism, accountant_name: str, bu
 def mechanisms_for(accountant_name: str, mechanism, num_teachers: int) -> list[str]:
     """The run mechanisms (at ``mechanism``'s step epsilon, delta and relation) whose events the accountant
     ``accountant_name`` accounts for, budget aside: the remedy a refusal names."""
-    inner = mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
+    inner = _inner(mechanism)
     epsilon = getattr(inner, "epsilon", 1.0)
     delta = getattr(inner, "delta", None) or 1e-6
     relation = getattr(mechanism.event, "relation", None) or "replace-one"
@@ -211,7 +216,7 @@ def check_reachable(mechanism, num_teachers: int) -> None:
       ``low > n`` is out of reach.
     """
 
-    inner = mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
+    inner = _inner(mechanism)
     n = int(num_teachers)
     if isinstance(inner, DPArgMax):
         bound = int(inner.error_bound)
@@ -242,7 +247,7 @@ def noise_release(mechanism, num_teachers: int, vocab_size: int, support: int | 
     """The probability that one step of ``mechanism`` releases a token its noise chose, not the teachers, over
     ``support`` tokens (a public top-k) or the model's ``vocab_size`` (``None``: a mechanism that releases only
     voted tokens, or the public model's)."""
-    inner = mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
+    inner = _inner(mechanism)
     if not isinstance(inner, GaussianNoisyArgMax):
         return None
     size = int(support) if support is not None else int(vocab_size)
@@ -261,7 +266,7 @@ def check_noise_floor(mechanism, num_teachers: int, vocab_size: int, support: in
     stray = noise_release(mechanism, num_teachers, vocab_size, support)
     if stray is None or stray <= NOISE_RELEASE_LIMIT:
         return
-    inner = mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
+    inner = _inner(mechanism)
     where = f"the public top {support} tokens" if support is not None else f"a vocabulary of {vocab_size} tokens"
     n = int(num_teachers)
     threshold = getattr(inner, "threshold", None)
@@ -285,14 +290,12 @@ _STEP_GRID = tuple(sorted({round(m * 10.0 ** k, 6) for k in range(-3, 2)
                            for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8) if m * 10.0 ** k <= 50.0} | {50.0}))
 
 
-def run_refusal(spec, group_teachers: int, groups: int, touches: int, vocab_size: int | None = None,
-                steps: int = 1) -> str | None:
+def run_refusal(spec, group_teachers: int, groups: int, touches: int, vocab_size: int | None = None) -> str | None:
     """Why ``generate`` refuses the mechanism of ``spec`` (its name, step delta, accountant and budget) with
     ``group_teachers`` teachers in each of ``groups`` groups (a step counted ``touches`` times), at the step
     epsilon ``spec.step_epsilon``: a release threshold out of reach (:func:`check_reachable`), noise that decides
     the releases over ``spec.public_top_k`` or ``vocab_size`` tokens (:func:`check_noise_floor`; skipped when
-    ``vocab_size`` is ``None``), or a budget that pays for fewer than ``steps`` steps; ``None`` when it runs.
-    Public settings only."""
+    ``vocab_size`` is ``None``), or a budget that pays for no step; ``None`` when it runs.  Public settings only."""
     try:
         mech = build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta, TEACHER_RELATION,
                                num_teachers=group_teachers)
@@ -301,8 +304,8 @@ def run_refusal(spec, group_teachers: int, groups: int, touches: int, vocab_size
             check_noise_floor(mech, group_teachers, vocab_size, spec.public_top_k)
         probe = build_accountant(spec.accountant, (float(spec.budget_epsilon), float(spec.budget_delta)),
                                  mechanism=mech, num_teachers=group_teachers * groups)
-        if not probe.can_afford(mech.event, touches * int(steps)):
-            return f"the budget pays for fewer than {steps} steps"
+        if not probe.can_afford(mech.event, touches):
+            return "the budget pays for no step"
     except (RunInputError, PateAccountantError) as exc:
         return str(exc)
     return None
@@ -322,19 +325,20 @@ def nearest_configurations(spec, groups: int, touches: int, *, labels: bool, rec
     n = teachers // groups
     options = []
 
+    def trial(change: dict) -> tuple:  # the changed spec and its number of groups
+        return attr.evolve(spec, **change), change.get("groups", groups)
+
     def runs(**change) -> bool:
-        trial = attr.evolve(spec, **change)
-        count = change.get("groups", groups)
-        return run_refusal(trial, trial.teachers // count, count, touches, vocab_size) is None
+        changed, count = trial(change)
+        return run_refusal(changed, changed.teachers // count, count, touches, vocab_size) is None
 
     def pays(**change) -> str:  # what the budget affords the configuration, in its own words
-        trial = attr.evolve(spec, **change)
-        count = change.get("groups", groups)
+        changed, count = trial(change)
         try:
-            mech = build_mechanism(trial.mechanism, trial.step_epsilon, trial.step_delta, TEACHER_RELATION,
-                                   num_teachers=trial.teachers // count)
-            limits = planning.step_limits(trial.accountant, mech.event, float(trial.budget_epsilon),
-                                          float(trial.budget_delta))
+            mech = build_mechanism(changed.mechanism, changed.step_epsilon, changed.step_delta, TEACHER_RELATION,
+                                   num_teachers=changed.teachers // count)
+            limits = planning.step_limits(changed.accountant, mech.event, float(changed.budget_epsilon),
+                                          float(changed.budget_delta))
         except (PateAccountantError, RunInputError, ValueError):
             return ""
         if limits.max_steps is not None:
@@ -365,9 +369,9 @@ def nearest_configurations(spec, groups: int, touches: int, *, labels: bool, rec
     if spec.mechanism == "gaussian-argmax" and runs(mechanism="gaussian-threshold-argmax"):
         options.append("--mechanism gaussian-threshold-argmax (it releases only a majority's token)"
                        + pays(mechanism="gaussian-threshold-argmax"))
-    if spec.public_top_k is None and noise_release(
-            build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta, TEACHER_RELATION, num_teachers=n),
-            n, 2) is not None and runs(public_top_k=50):
+    gaussian = isinstance(_inner(build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta,
+                                                 TEACHER_RELATION, num_teachers=n)), GaussianNoisyArgMax)
+    if spec.public_top_k is None and gaussian and runs(public_top_k=50):
         options.append(f"--public-top-k 50{pays()}")
     options.append("the public model alone: --public-only (no private data, nothing charged)")
     return "; nearest configurations that run: " + "; ".join(options)
@@ -376,7 +380,7 @@ def nearest_configurations(spec, groups: int, touches: int, *, labels: bool, rec
 def release_rule(mechanism, num_teachers: int) -> str:
     """When the mechanism releases a token, in words, for the run header (public: the mechanism's parameters and
     the configured teachers ``n``)."""
-    inner = mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
+    inner = _inner(mechanism)
     n = int(num_teachers)
     if isinstance(inner, DPArgMax):
         need = math.floor(n / 2 + int(inner.error_bound)) + 1
@@ -918,14 +922,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
             ) for group_acct in accountants]
             bar = RunProgress(num_records, progress)
             out_records, storage_error, interrupted = [], None, False
-            writer = None
-            if out_file is not None:
-                writer = RecordsOut(out_file, labels=labels is not None, keep_partial=spec.keep_partial)
-                try:
-                    writer.open()
-                except OSError as exc:
-                    raise RunInputError(f"--out {str(out_file)!r}: cannot create it: {exc.strerror or exc}") from None
-                stack.callback(writer.close)
+            writer = _open_out(stack, out_file, spec, labels)
             stack.enter_context(stop)
 
             def on_step(outcome: str) -> None:
@@ -1137,14 +1134,7 @@ def public_only_run(spec, task, *, progress: bool = False, command: str = "gener
                 public = _public_backend(model, spec.threads)
             except OSError as exc:
                 raise RunInputError(f"--model: cannot load the model: {_first_line(exc)}") from None
-        writer = None
-        if out_file is not None:
-            writer = RecordsOut(out_file, labels=labels is not None, keep_partial=spec.keep_partial)
-            try:
-                writer.open()
-            except OSError as exc:
-                raise RunInputError(f"--out {str(out_file)!r}: cannot create it: {exc.strerror or exc}") from None
-            stack.callback(writer.close)
+        writer = _open_out(stack, out_file, spec, labels)
         stop = stack.enter_context(_StopOnInterrupt())
         public = _Interruptible(public, stop)
         bar = RunProgress(num_records, progress)
@@ -1183,6 +1173,20 @@ def public_only_run(spec, task, *, progress: bool = False, command: str = "gener
         "fallback_tokens": sum(r["fallback_tokens"] for r in out_records),
         "ledger": None, "parameters": metadata, "spec": metadata["spec"],
     }
+
+
+def _open_out(stack: contextlib.ExitStack, out_file, spec, labels) -> RecordsOut | None:
+    """The ``--out`` writer of a run, opened and closed by ``stack`` (``None`` without ``--out``); a file that
+    cannot be created is a :class:`RunInputError`."""
+    if out_file is None:
+        return None
+    writer = RecordsOut(out_file, labels=labels is not None, keep_partial=spec.keep_partial)
+    try:
+        writer.open()
+    except OSError as exc:
+        raise RunInputError(f"--out {str(out_file)!r}: cannot create it: {exc.strerror or exc}") from None
+    stack.callback(writer.close)
+    return writer
 
 
 def _record_text(spec, text: str) -> str:

@@ -166,6 +166,7 @@ def _prompts(spec: RunSpec, records: list[dict], seed: int = 7) -> list[list[str
     """Every teacher's whole prompt, group by group, for ``records`` under ``spec`` with a fixed draw (no model
     is loaded: the tokenizer is the word counter of ``words_model``)."""
     task = Task(tuple(records), RECORDS, "records", "records", "text")
+    spec = run.fit_teachers(spec, task)  # as private_run does: teachers left out are fitted to the data
     plan = run._plan_run(spec, task)
     shown = run._fit_to_window(spec, task, plan, "model", announce=False)
     ensembles = run.run_prompts(shown, spec, plan, np.random.default_rng(seed), RECORDS)
@@ -235,6 +236,33 @@ def test_an_added_or_removed_record_changes_only_its_own_teacher(words_model, pa
         assert (gone in before[g][t]) if gone else (MARKER in after[g][t])
     if change == "remove last" and path != "skip":  # every record has a place: its teacher did change
         assert len(moved) == 1
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_with_the_teachers_fitted_to_the_data_one_record_still_moves_one_teacher(words_model, path):
+    """Issue 32, item 6 made ``--teachers`` default to the data (one per record up to 64 under replace-one, where
+    the number of records is public; 64 under add-remove-one, never read from the records).  With ``teachers`` left
+    out, a record replaced (replace-one paths) or appended and removed (add-remove-one paths) still changes the
+    prompt of at most one teacher in one group, every other prompt byte-identical, and the fitted number of teachers
+    is the same on both sides of the pair."""
+    spec = _spec(**{**PATHS[path], "teachers": None})
+    records = _records(70 if spec.relation == "add-remove-one" else 18)  # at least a record a teacher
+    before = _prompts(spec, records)
+    if spec.relation == "add-remove-one":
+        extra = {"text": f"{MARKER} z z", "label": "b"}
+        pairs = [(before, _prompts(spec, [*records, extra])), (before, _prompts(spec, records[:-1]))]
+    else:
+        changed = list(records)
+        changed[7] = {**records[7], "text": f"{MARKER} z z"}
+        pairs = [(before, _prompts(spec, changed))]
+    for one, other in pairs:
+        assert [len(group) for group in one] == [len(group) for group in other]  # the same teachers
+        assert len(_changed(one, other)) <= 1
+    if spec.relation == "replace-one" and path != "skip":
+        assert len(_changed(*pairs[0])) == 1  # the replaced record's own teacher did change
+    total = sum(len(group) for group in before)
+    assert total == (63 if spec.labels and spec.relation == "add-remove-one" else
+                     64 if spec.relation == "add-remove-one" else 18)
 
 
 @pytest.mark.parametrize("labels_public", [False, True])

@@ -249,10 +249,9 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         raise ValueError(str(exc)) from None
     say(f"{len(private)} private and {len(real)} held-out records; {n} teachers a group; loading the sentence model")
     embed = ev.Embedder()
-    real_texts, _ = ev.scorable([record[text_key] for record in real])
-    real_vectors = embed(real_texts)
-    real_labels = None if labels is None else [record["label"] for record in real
-                                               if ev.normalise(record[text_key])]
+    held, _ = ev.scorable_records(real, text_key)
+    real_vectors = embed([text for text, _ in held])
+    real_labels = None if labels is None else [record["label"] for _, record in held]
     step_delta = STEP_DELTA_SHARE * float(delta)
     rows = []
 
@@ -262,8 +261,8 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         except (RunInputError, SpecError) as exc:
             row["repetitions"].append({"refused": str(exc), "scores": None})
             return
-        kept, dropped = ev.scorable(result["records"])
-        got = [(text, record.get("label")) for text, record in zip(*_aligned(result["records"]))]
+        kept, dropped = ev.scorable_records(result["records"])
+        got = [(text, record.get("label")) for text, record in kept]
         entry = {"records": len(result["records"]), "scorable_texts": len(kept), "dropped": dropped,
                  "private_tokens": result.get("private_tokens", 0), "fallback_tokens": result.get("fallback_tokens", 0),
                  "charged_runs": result.get("charged_runs", 0),
@@ -279,7 +278,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
     for r in range(repetitions):
         draw = np.random.default_rng([0 if seed is None else seed, r]).permutation(len(private))
         chosen = [private[i] for i in draw]
-        usable = [(ev.normalise(rec[text_key]), rec.get("label")) for rec in chosen if ev.normalise(rec[text_key])]
+        usable = [(text, rec.get("label")) for text, rec in ev.scorable_records(chosen, text_key)[0]]
         scores = _scores(real_vectors, real_labels, [t for t, _ in usable[:texts]],
                          None if labels is None else [lab for _, lab in usable[:texts]], embed, seed=r)
         row["repetitions"].append({"scorable_texts": texts, "scores": scores})
@@ -319,15 +318,6 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
     }
     result["headline"] = headline(rows, seed=0 if seed is None else seed)
     return result
-
-
-def _aligned(records) -> tuple[list, list]:
-    """``(texts, records)`` of the complete, non-empty records of a run, normalised, in order."""
-    from pate_app.evaluation import normalise
-
-    kept = [(normalise(r["text"]), r) for r in records if r.get("complete", True)]
-    kept = [(t, r) for t, r in kept if t]
-    return [t for t, _ in kept], [r for _, r in kept]
 
 
 def headline(rows: list, metric: str = "mauve", seed: int = 0) -> dict | None:
