@@ -100,7 +100,7 @@ from pate_app.privacy_unit import (
     record_relation,
     records_per_teacher,
 )
-from pate_app.spec import RunInputError, RunSpec, load_task, model_label, task_from_records
+from pate_app.spec import RunInputError, RunSpec, load_public_examples, load_task, model_label, task_from_records
 
 __all__ = [
     "RECORD_RELATIONS",
@@ -815,6 +815,8 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
     # 2. the model's path; 3. the records against its window (its tokenizer only)
     model, model_label = _resolve_model(spec, announce=progress)
     shown = _fit_to_window(spec, task, plan, model, announce=progress)
+    public_examples = load_public_examples(spec, task)
+    public_prompts = public_prompt_list(task.template, public_examples, labels, groups, model, spec.max_tokens)
     # 4. the ledger, claimed before the model loads
     register = spec.ledger is None or not bundled
     place = _dataset_ledger(ledger_home, records, dataset, spec.ledger, check=register, text_key=task.text_key)
@@ -852,7 +854,6 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
 
             rng = np.random.default_rng(seed)
             ensembles = run_prompts(shown, spec, plan, rng, template, announce=progress)
-            public_prompt = template.open_slot  # the open slot only: no private record
             try:  # prompts that do not fit the context window: refused before the run begins
                 for shared_prefix, prompts in ensembles:
                     backend.check_prompts(prompts, shared_prefix)
@@ -886,6 +887,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                 "long_records": spec.long_records,
                 "public_mix": spec.public_mix,
                 "public_top_k": spec.public_top_k,
+                "public_examples": len(public_examples),
                 "records_requested": num_records,
                 "max_tokens": spec.max_tokens,
                 "histograms": spec.histograms,
@@ -916,10 +918,10 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
             backend, public = _Interruptible(backend, stop), _Interruptible(public, stop)
             generators = [PrivateGenerator(
                 backend, mech, group_acct, histograms=spec.histograms, fallback="public", public_backend=public,
-                public_prompt=public_prompt, max_tokens=spec.max_tokens, stop_strings=(template.stop,),
+                public_prompt=public_prompts[g], max_tokens=spec.max_tokens, stop_strings=(template.stop,),
                 top_p=spec.top_p, temperature=spec.temperature, public_mix=spec.public_mix,
                 public_support=spec.public_top_k,
-            ) for group_acct in accountants]
+            ) for g, group_acct in enumerate(accountants)]
             bar = RunProgress(num_records, progress)
             out_records, storage_error, interrupted = [], None, False
             writer = _open_out(stack, out_file, spec, labels)
@@ -1106,12 +1108,13 @@ def _check_task(spec, task) -> tuple:
 
 def public_only_run(spec, task, *, progress: bool = False, command: str = "generate") -> dict:
     """The public model alone (``spec.public_only``; docs/generation.md, "The public model alone"): each record is
-    written by the model from the template's shared prefix and open slot, which hold no record
-    (:func:`~ensembles.generation.public_generate`, the draw a private run's public fallback makes), with no
+    written by the model from the template's shared prefix, the public examples (``--public-examples``, the label's
+    own with labels) and the open slot, which hold no private record (:func:`public_prompt_list`;
+    :func:`~ensembles.generation.public_generate`, the draw a private run's public fallback makes), with no
     teacher, mechanism or ledger, so nothing is charged and no record reaches the model.  The records are read only
     to check the task as a private run does (the labels, the template); with labels, the records are asked for per
-    label in turn and carry their label (the template does not name it, so the public model writes the same
-    kind of record for every label).  The result has the shape of :func:`private_run`'s, with ``"public_only":
+    label in turn and carry their label (the template does not name it: only the label's public examples tell
+    the public model which kind of record to write).  The result has the shape of :func:`private_run`'s, with ``"public_only":
     true``, nothing spent and no ledger."""
     labels, _ = _check_task(spec, task)
     try:
@@ -1120,11 +1123,13 @@ def public_only_run(spec, task, *, progress: bool = False, command: str = "gener
         raise RunInputError(str(exc)) from None
     model, model_label = _resolve_model(spec, announce=progress)
     template, num_records = task.template, spec.requested
+    examples = load_public_examples(spec, task)
+    prompts = public_prompt_list(template, examples, labels, 1, model, spec.max_tokens)
     metadata = {"command": command, "public_only": True, "model": model_label, "data": task.data_label,
                 "dataset": task.dataset, "labels": labels, "template": template.name, "records_requested": num_records,
                 "max_tokens": spec.max_tokens, "temperature": spec.temperature, "top_p": spec.top_p,
-                "stop": template.stop, "seeded": spec.seed is not None, "software_version": __version__,
-                "spec": spec.shareable()}
+                "stop": template.stop, "public_examples": len(examples), "seeded": spec.seed is not None,
+                "software_version": __version__, "spec": spec.shareable()}
     out_records, interrupted = [], False
     with contextlib.ExitStack() as stack:
         if progress:
@@ -1142,9 +1147,10 @@ def public_only_run(spec, task, *, progress: bool = False, command: str = "gener
         turns = [None] if labels is None else labels
         try:
             while len(out_records) < num_records:
-                label = turns[len(out_records) % len(turns)]
+                turn = len(out_records) % len(turns)
+                label = turns[turn]
                 bar.record_starts()
-                result = public_generate(public, template.open_slot, shared_prefix=template.header, rng=rng,
+                result = public_generate(public, prompts[turn], shared_prefix=template.header, rng=rng,
                                          max_tokens=spec.max_tokens, stop_strings=(template.stop,),
                                          temperature=spec.temperature, top_p=spec.top_p,
                                          on_token=lambda _: bar.step("fallback", charged=False))
@@ -1173,6 +1179,28 @@ def public_only_run(spec, task, *, progress: bool = False, command: str = "gener
         "fallback_tokens": sum(r["fallback_tokens"] for r in out_records),
         "ledger": None, "parameters": metadata, "spec": metadata["spec"],
     }
+
+
+def public_prompt_list(template, examples, labels, groups: int, model, max_tokens: int) -> list[str]:
+    """The public model's prompt (after the template's header, its shared prefix) of each group: the public
+    examples (:func:`~pate_app.spec.load_public_examples`; with labels, the group's label's only) shown as the
+    template shows a record, then the open slot (docs/generation.md, "Public examples").  Without examples, the
+    open slot alone.  No private record is ever in it.  A prompt that leaves no room for ``max_tokens`` new tokens
+    in the model's window is refused (its tokenizer only, before the ledger is claimed)."""
+    def prompt(label) -> str:
+        shown = [r for r in examples if label is None or r["label"] == label]
+        return "".join(map(template.format_example, shown)) + template.open_slot
+
+    prompts = [prompt(None)] * groups if labels is None else [prompt(label) for label in labels]
+    if examples:
+        with quiet_libraries(drop_stderr=True):
+            count_tokens, window, _ = tb.token_window(model)
+        longest = max(count_tokens(template.header + p) for p in prompts)
+        if longest + max_tokens > window:
+            raise RunInputError(f"argument --public-examples: the public model's prompt takes {longest} tokens, which "
+                                f"with --max-tokens {max_tokens} does not fit the model's window of {window}: use "
+                                "fewer or shorter public examples")
+    return prompts
 
 
 def _open_out(stack: contextlib.ExitStack, out_file, spec, labels) -> RecordsOut | None:

@@ -7,7 +7,7 @@ local paths, which are reduced to their file names) is what the ledger's run met
 
 The TOML file has one table per part of the run (every key optional, the defaults are ``generate``'s)::
 
-    [data]        path, text_field, label_field, labels, labels_public, dataset, long_records
+    [data]        path, text_field, label_field, labels, labels_public, dataset, long_records, public_examples
     [task]        template, records, per_label, max_tokens, temperature, top_p
     [model]       path, teachers, records_per_teacher, groups, threads, workers, ray_address, ray_timeout
     [mechanism]   name, step_epsilon, step_delta, relation, public_mix, public_top_k, public_only, histograms
@@ -37,8 +37,8 @@ from pate_accountant.validation import check_delta, check_epsilon, check_int, ch
 from pate_app.commands.run_options import DEMO_DEFAULTS as _D
 from pate_app.options import DEFAULT_RAY_TIMEOUT
 
-__all__ = ["LONG_RECORDS", "SECTIONS", "RunInputError", "RunSpec", "SpecError", "Task", "load_task", "synthesize",
-           "task_from_records"]
+__all__ = ["LONG_RECORDS", "SECTIONS", "RunInputError", "RunSpec", "SpecError", "Task", "load_public_examples",
+           "load_task", "synthesize", "task_from_records"]
 
 #: How the run header, the result and the ledger name the embedded model.
 EMBEDDED_LABEL = "SmolLM2-135M-Instruct (embedded)"
@@ -60,7 +60,8 @@ class RunInputError(ValueError):
 #: The TOML tables and, for each key, the ``RunSpec`` field it sets.
 SECTIONS = {
     "data": {"path": "data", "text_field": "text_field", "label_field": "label_field", "labels": "labels",
-             "labels_public": "labels_public", "dataset": "dataset", "long_records": "long_records"},
+             "labels_public": "labels_public", "dataset": "dataset", "long_records": "long_records",
+             "public_examples": "public_examples"},
     "task": {"template": "template", "records": "records", "per_label": "per_label", "max_tokens": "max_tokens",
              "temperature": "temperature", "top_p": "top_p"},
     "model": {"path": "model", "teachers": "teachers", "records_per_teacher": "records_per_teacher",
@@ -86,7 +87,7 @@ def is_ledger_url(location) -> bool:
 
 
 #: Fields that name a local file or folder: the shareable part keeps only the name.
-_PATHS = ("data", "model", "out", "ledger", "signing_key", "checkpoints", "template")
+_PATHS = ("data", "model", "out", "ledger", "signing_key", "checkpoints", "template", "public_examples")
 
 
 class SpecError(RunInputError):
@@ -174,6 +175,8 @@ class RunSpec:
     labels_public: bool = attr.ib(default=False, validator=_check("bool"))
     dataset: str | None = attr.ib(default=None, validator=_check_dataset)
     long_records: str = attr.ib(default="refuse", validator=_choice(*LONG_RECORDS))
+    #: A data file of records the user declares public, shown to the public model only (``--public-examples``).
+    public_examples: str | None = attr.ib(default=None, validator=_check("text"))
     # task
     template: str | None = attr.ib(default=None, validator=_check("text"))
     records: int = attr.ib(default=_D["records"], validator=_check("int", minimum=1))
@@ -425,6 +428,50 @@ def task_from_records(spec: RunSpec, records) -> Task:
         raise RunInputError(f"argument --template: {getattr(exc, 'strerror', None) or exc}") from None
     text_key = spec.text_field if spec.text_field in template.fields else template.fields[0]
     return Task(records, template, spec.data, spec.dataset if spec.dataset is not None else spec.data, text_key)
+
+
+def load_public_examples(spec: RunSpec, task: Task) -> tuple:
+    """The records of ``spec.public_examples`` (``()`` without it), read as ``--data`` is read (the same text and
+    label fields) and checked against the task's template; with labels, each carries ``"label"`` and only the
+    run's labels are kept.  They are public by the user's declaration, shown to the public model only
+    (docs/generation.md, "Public examples"), and must not be private records: a record of the file whose shown
+    text is also a record of ``task`` is refused (counted, never quoted).  :class:`RunInputError` naming
+    ``--public-examples``, before anything is charged."""
+    if spec.public_examples is None:
+        return ()
+    where = f"argument --public-examples {spec.public_examples!r}"
+    field = spec.text_field if task.text_key == "text" else task.text_key  # Dolly records: their instruction
+    try:
+        loaded = load_records(os.path.expanduser(spec.public_examples), text_field=field,
+                              label_field=spec.label_field)
+    except UnknownFormatError as exc:
+        raise RunInputError(f"{where}: cannot tell the format of {exc.name!r} from its suffix: name the file "
+                            "*.jsonl, *.json or *.csv") from None
+    except FileNotFoundError:
+        raise RunInputError(f"{where}: no such file") from None
+    except ValueError as exc:
+        raise RunInputError(f"{where}: {exc}") from None
+    except OSError as exc:
+        raise RunInputError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    records = loaded.records
+    if task.text_key != "text":
+        records = tuple({**{k: v for k, v in r.items() if k != "text"}, task.text_key: r["text"]} for r in records)
+    if spec.labels is not None:
+        key = loaded.label_key
+        records = tuple({**record, "label": record[key]} for record in records if record[key] in spec.labels)
+        if not records:
+            raise RunInputError(f"{where}: no record has one of the labels {', '.join(spec.labels)}")
+    template = task.template
+    try:
+        template.check_records(records)
+    except ValueError as exc:
+        raise RunInputError(f"{where}: {exc}") from None
+    private = {template.format_example(record) for record in task.records}
+    shared = sum(template.format_example(record) in private for record in records)
+    if shared:
+        raise RunInputError(f"{where}: {shared} of its {len(records)} records are also records of --data; a public "
+                            "example must not be a private record")
+    return tuple(records)
 
 
 def synthesize(spec: RunSpec, *, records=None, progress: bool = False, ledger_home=None) -> dict:

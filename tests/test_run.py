@@ -1342,3 +1342,102 @@ def test_the_public_model_alone_sees_no_record_charges_nothing_and_writes_no_led
     assert not home.exists() or not any(home.rglob("*.sqlite"))
     assert len(out.read_text().splitlines()) == 3
     assert "seed" not in json.dumps(result["parameters"]["spec"])
+
+
+# -- public examples: records the user declares public, shown to the public model only (issue 33, issue 34 lever 3)
+PUBLIC_WORD = "kumquatlantern"
+
+
+def _public_examples(path, labels=(None,), each=2):
+    rows = [{"instruction": f"{PUBLIC_WORD} {label or 'any'} example number {i}", **({"label": label} if label else {})}
+            for label in labels for i in range(each)]
+    _write_jsonl(path, rows)
+    return path
+
+
+def test_public_examples_reach_the_public_model_and_no_private_record_does(model_dir, tmp_path, monkeypatch):
+    """A private run with ``--public-examples``: the public model's prompt (fallback, top-K support) shows the
+    public examples, the records' canary is still in nothing it sees, and the ledger's metadata counts the
+    examples without holding their text."""
+    examples = _public_examples(tmp_path / "public.jsonl")
+    seen = _public_inputs(monkeypatch, model_dir, tmp_path, "examples", public_top_k=8,
+                          public_examples=str(examples))
+    assert any(PUBLIC_WORD in text for text in seen)
+    assert not any(MARKER in text for text in seen)
+    with Ledger.open(str(tmp_path / "examples.sqlite"), read_only=True) as opened:
+        (run,) = opened.runs
+    assert run["metadata"]["public_examples"] == 2
+    assert run["metadata"]["spec"]["data"]["public_examples"] == "public.jsonl"
+
+
+def test_public_only_shows_each_label_its_own_public_examples(model_dir, tmp_path, monkeypatch):
+    """``--public-only --public-examples``: with labels, the public model writing a label's record is shown that
+    label's public examples and no other's; no private record reaches it."""
+    prompts: list = []
+    original = run_module.public_generate
+
+    def recording(backend, prompt, **kwargs):
+        prompts.append(prompt)
+        return original(backend, prompt, **kwargs)
+
+    monkeypatch.setattr(run_module, "public_generate", recording)
+    examples = tmp_path / "public.jsonl"
+    _write_jsonl(examples, [{"instruction": f"{PUBLIC_WORD} about {label} {i}", "label": label}
+                            for label in ("a", "b", "c") for i in range(2)])
+    records = [{**record, "label": ("a", "b")[i % 2]} for i, record in enumerate(_records(12))]
+    result = _run(model_dir, None, records=records, public_only=True, labels=("a", "b"), label_field="label",
+                  num_records=4, max_tokens=4, public_examples=str(examples))
+    assert [r["label"] for r in result["records"]] == ["a", "b", "a", "b"]
+    assert result["parameters"]["public_examples"] == 4  # label c is not the run's
+    for prompt, label in zip(prompts, "abab"):
+        other = "b" if label == "a" else "a"
+        assert f"about {label} 0" in prompt and f"about {label} 1" in prompt and f"about {other}" not in prompt
+        assert "about c" not in prompt and MARKER not in prompt and prompt.endswith("Instruction:")
+
+
+def test_a_private_record_among_the_public_examples_is_refused_before_any_ledger(model_dir, tmp_path):
+    """A public example that is also a private record (the user mixed the files up) is refused with a count, never
+    the record, before a ledger exists; so are a missing file and a file without the run's labels."""
+    from pate_app.spec import RunInputError
+
+    mixed = tmp_path / "mixed.jsonl"
+    _write_jsonl(mixed, [_records(12)[3], {"instruction": f"{PUBLIC_WORD} one"}])
+    ledger = tmp_path / "run.sqlite"
+    with pytest.raises(RunInputError) as caught:
+        _run(model_dir, ledger, public_examples=str(mixed))
+    message = str(caught.value)
+    assert "--public-examples" in message and "1 of its 2 records are also records of --data" in message
+    assert MARKER not in message and "\n" not in message and not ledger.exists()
+    with pytest.raises(RunInputError, match="--public-examples .*no such file"):
+        _run(model_dir, ledger, public_examples=str(tmp_path / "absent.jsonl"))
+    labelled = [{**record, "label": "a"} for record in _records(12)]
+    other = _public_examples(tmp_path / "other.jsonl", labels=("z",))
+    with pytest.raises(RunInputError, match="no record has one of the labels a"):
+        _run(model_dir, ledger, records=labelled, labels=("a",), label_field="label", public_examples=str(other))
+    assert not ledger.exists()
+
+
+def test_public_examples_too_long_for_the_window_are_refused_before_any_ledger(model_dir, tmp_path):
+    """Public examples that leave no room in the model's window for ``--max-tokens`` new tokens are refused with
+    the token count, before the ledger is claimed."""
+    from pate_app.spec import RunInputError
+
+    long = _public_examples(tmp_path / "long.jsonl", each=1)
+    _write_jsonl(long, [{"instruction": " ".join([PUBLIC_WORD] * 3000)}])
+    ledger = tmp_path / "run.sqlite"
+    with pytest.raises(RunInputError, match=r"--public-examples: the public model's prompt takes \d+ tokens"):
+        _run(model_dir, ledger, public_examples=str(long))
+    assert not ledger.exists()
+
+
+def test_public_examples_in_a_run_description(tmp_path):
+    """``[data] public_examples`` in a TOML run description; the shareable part keeps the file's name only."""
+    from pate_app.spec import RunSpec
+
+    config = tmp_path / "run.toml"
+    config.write_text('[data]\npath = "notes.jsonl"\npublic_examples = "/home/someone/public notes.jsonl"\n'
+                      '[budget]\nepsilon = 3.0\ndelta = 1e-6\n', encoding="utf-8")
+    spec = RunSpec.from_toml(config)
+    assert spec.public_examples == "/home/someone/public notes.jsonl"
+    assert spec.shareable()["data"]["public_examples"] == "public notes.jsonl"
+    assert spec.to_toml().count("public_examples = ") == 1

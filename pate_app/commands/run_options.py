@@ -105,6 +105,10 @@ def add_run_options(p) -> None:
                    help="the public model alone: the same template and task with no private record, no teacher and "
                         "no ledger; nothing is charged. The floor a private run is judged against, and what a data "
                         "set too small for any private configuration gets (docs/generation.md)")
+    p.add_argument("--public-examples", metavar="FILE", default=None,
+                   help="records you declare public (a data file read as --data is, with the same fields), shown "
+                        "to the public model only: its fallback, its top-K support and --public-only; never a "
+                        "private record; no privacy cost (default: none; docs/generation.md)")
     p.add_argument("--seed", metavar="S", type=nonnegative_int, default=None,
                    help="seed, for reproducible tests only: a seeded run has no privacy against anyone who knows "
                         "the seed (default: fresh OS entropy; the ledger records only whether a seed was given)")
