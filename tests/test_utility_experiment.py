@@ -64,12 +64,35 @@ def test_the_split_is_seeded_disjoint_and_keeps_enough_out():
         utility._split(records, 0.35, 60, np.random.default_rng(0))
 
 
+def test_public_examples_are_drawn_per_label_and_kept_out_of_the_split(tmp_path):
+    """Without --public-examples, PUBLIC_EXAMPLES records of each label are drawn with the seed and none of them is
+    left for the private or held-out records; with a file, its records are the examples and a corpus record with
+    an example's text is left out."""
+    records = [{"text": f"record {i}", "label": "abc"[i % 3]} for i in range(60)]
+    examples, rest = utility._public_examples(records, ["a", "b", "c"], "text", None, "text", "label",
+                                              np.random.default_rng(0))
+    assert sorted(e["label"] for e in examples) == sorted("abc" * utility.PUBLIC_EXAMPLES)
+    assert len(rest) == 60 - 3 * utility.PUBLIC_EXAMPLES and not {e["text"] for e in examples} & {r["text"] for r in rest}
+    again, _ = utility._public_examples(records, ["a", "b", "c"], "text", None, "text", "label",
+                                        np.random.default_rng(0))
+    assert again == examples
+    path = tmp_path / "public.csv"
+    path.write_text("message,kind\nrecord 5,c\nwritten for everyone,a\n", encoding="utf-8")
+    examples, rest = utility._public_examples(records, ["a", "b", "c"], "text", str(path), "message", "kind",
+                                              np.random.default_rng(0))
+    assert examples == [{"text": "record 5", "label": "c"}, {"text": "written for everyone", "label": "a"}]
+    assert len(rest) == 59 and all(r["text"] != "record 5" for r in rest)
+    with pytest.raises(ValueError, match="--public-examples: no such file"):
+        utility._public_examples(records, None, "text", str(tmp_path / "absent.csv"), "text", None,
+                                 np.random.default_rng(0))
+
+
 MARKER = "quokkazanzibar"
 
 
 @pytest.mark.slow
 def test_a_whole_utility_run_on_a_tiny_model(model_dir, tmp_path):
-    """80 labelled records (2 labels) of which 28 are held out, 10 texts a row, 2 runs a row, one budget: every row
+    """80 labelled records (2 labels), 8 drawn as public examples, of which 25 are held out, 10 texts a row, 2 runs a row, one budget: every row
     is there, the ceiling and the noiseless and public rows are scored with every metric, a private row is scored
     or says how many texts it made, the headline and the figure exist, and no record's text is in the result."""
     data = tmp_path / "records.csv"
@@ -78,24 +101,27 @@ def test_a_whole_utility_run_on_a_tiny_model(model_dir, tmp_path):
         writer = csv.DictWriter(handle, fieldnames=["text", "label"])
         writer.writeheader()
         for i in range(80):
-            text = " ".join(words[(i * 5 + j) % len(words)] for j in range(4)) + f" {MARKER}"
+            text = " ".join(words[(i * 5 + j) % len(words)] for j in range(4)) + f" {MARKER} {i}"
             writer.writerow({"text": text, "label": "ab"[i % 2]})
     result = utility.run(quick=True, seed=3, progress=False, data=str(data), label_field="label", model=str(model_dir),
                          held_out=0.35, budget_epsilons="200", texts=10, repetitions=2, teachers=8, max_tokens=5)
     kinds = [row["kind"] for row in result["rows"]]
-    assert kinds == ["ceiling", "floor", "noiseless", "private", "private"]
-    for row in result["rows"][:3]:
+    assert kinds == ["ceiling", "floor", "floor", "noiseless", "private", "private"]
+    assert result["parameters"]["public_examples"] == 2 * utility.PUBLIC_EXAMPLES
+    for row in result["rows"][:4]:
         assert row["scorable"], row["row"]
         assert set(row["mean"]) == set(utility.METRICS)
         assert 0.0 <= row["mean"]["mauve"] <= 1.0 and 0.0 <= row["mean"]["auc"] <= 1.0
-    for row in result["rows"][3:]:
+    for row in result["rows"][4:]:
+        assert row["configuration"]["public_examples"] == 2 * utility.PUBLIC_EXAMPLES
         for rep in row["repetitions"]:
             assert rep["scores"] is not None or rep.get("scorable_texts", 0) < 10 or "refused" in rep
-    assert result["parameters"]["held_out"] == 28 and result["parameters"]["vocab_size"] == 128
+    assert result["parameters"]["held_out"] == 25 and result["parameters"]["vocab_size"] == 128  # 35 % of 80 - 8
     assert result["headline"] is None or result["headline"]["metric"] == "mauve"
     assert MARKER not in json.dumps(result)
     text = utility.summary(result)
-    assert "ceiling: real records" in text and "epsilon = 0: the public model alone" in text
+    assert "ceiling: real records" in text and "epsilon = 0: the public model alone, bare prompt" in text
+    assert "epsilon = 0: the public model with 8 public examples" in text
     (path,) = utility.plot(result, tmp_path / "out")
     assert path.stat().st_size > 10_000
 

@@ -11,13 +11,16 @@ of every run (``held-out``) and gives the rest to the runs (``private``).  The r
 * ``epsilon = infinity``: the same teachers, template and Hot votes with no noise to speak of (plain GNMax at
   step epsilon 50, sigma about 0.1, so the plurality of the votes is released at every step, no fallback, and no
   privacy); its records may copy private ones, which is why no row's text is ever written;
-* ``epsilon = 0``: the public model alone with the same template (``generate --public-only``);
+* ``epsilon = 0``: the public model alone with the same template (``generate --public-only``), twice: with the
+  bare prompt, and with public examples (``generate --public-examples``): the records of ``--public-examples FILE``,
+  else :data:`PUBLIC_EXAMPLES` records (of each label) drawn with the split's seed and kept out of both the private
+  and the held-out records, standing for the few records a user may declare public;
 * each private configuration at each budget ``epsilon`` of ``--budget-epsilons`` (delta ``--budget-delta``), run
   to its budget or its ``texts`` records through :class:`~pate_app.spec.RunSpec` and
   :func:`~pate_app.spec.synthesize` as a user would: thresholded GNMax over the public top-50, charged by PLD,
   with Hot votes and with Cold votes on the same teachers, at the smallest step epsilon of the grid whose noise
   does not decide its releases (:func:`quiet_step_epsilon`: a rule of the teachers and the vocabulary alone, never
-  tuned to a corpus).
+  tuned to a corpus).  Their public model is shown the same public examples as the floor's.
 
 Each row is run ``repetitions`` times (fresh generation; the same held-out set) and reports each metric's mean and
 spread.  A row whose run leaves fewer than ``texts`` scorable records is reported as not scorable, with what it
@@ -32,6 +35,7 @@ then uses seed 0: it is not private).  The seed is never written.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import tempfile
@@ -50,7 +54,7 @@ DESCRIPTION = (
     "Split the records into private and held-out ones; score against the held-out records (MAUVE, classifier "
     "two-sample AUC, train-on-synthetic accuracy for labelled data, distinct-n, k-NN precision and recall) the "
     "real private records (ceiling), the same teachers without noise (epsilon = infinity), the public model alone "
-    "(epsilon = 0) and each private configuration at each budget epsilon, Hot and Cold PATE on the same teachers; "
+    "with and without public examples (epsilon = 0) and each private configuration at each budget epsilon, Hot and Cold PATE on the same teachers; "
     "print the gain of the best private row over the public model (docs/utility.md).")
 SIZES = {"full": {"texts": 96, "repetitions": 3, "budget_epsilons": "1,3,10"},
          "quick": {"texts": 24, "repetitions": 2, "budget_epsilons": "3,10"}}
@@ -72,6 +76,8 @@ STEP_DELTA_SHARE = 0.1
 #: The records a run is asked for beyond the texts scored (a share): some come out empty (the public model's
 #: bare prompt gave 2 or 3 empty records of 24 on the bundled sample), and a row needs ``texts`` scorable ones.
 RECORD_MARGIN = 0.25
+#: Public examples drawn from the corpus (of each label) when ``--public-examples`` is not given.
+PUBLIC_EXAMPLES = 4
 #: k of the k-NN precision and recall.
 KNN_K = 3
 #: Bootstrap resamples of the headline's share.
@@ -98,6 +104,10 @@ def add_arguments(p) -> None:
     add_option(p, "--teachers", metavar="N", type=int, default=None,
                help="teachers of the runs (default: generate's, one per private record up to 64)")
     add_option(p, "--max-tokens", metavar="T", type=int, default=24, help="tokens per record at most (default 24)")
+    add_option(p, "--public-examples", metavar="FILE", default=None,
+               help="records declared public (read as --data is), shown to the public model of the floor and of "
+                    f"the private rows (default: {PUBLIC_EXAMPLES} records of each label drawn from --data and kept "
+                    "out of both the private and the held-out records)")
 
 
 # -- pieces ------------------------------------------------------------------------------------------------------
@@ -126,24 +136,43 @@ def quiet_step_epsilon(mechanism: str, num_teachers: int, step_delta: float, voc
     return _STEP_GRID[high]
 
 
-def _labels_and_records(data: str, text_field: str, label_field: str | None):
+def _labels_and_records(data: str, text_field: str, label_field: str | None, option: str = "--data"):
     """The records of ``data`` as the run path reads them, and their labels (sorted; ``None`` without
-    ``label_field``)."""
+    ``label_field``); errors name ``option``."""
     from ensembles.data import load_bundled, load_records
 
     try:
         loaded = (load_bundled(text_field=text_field, label_field=label_field) if data == "bundled" else
                   load_records(str(Path(data).expanduser()), text_field=text_field, label_field=label_field))
     except FileNotFoundError:
-        raise ValueError(f"--data: no such file {data!r}") from None
+        raise ValueError(f"{option}: no such file {data!r}") from None
     except (OSError, ValueError) as exc:
-        raise ValueError(f"--data: {exc}") from None
+        raise ValueError(f"{option}: {exc}") from None
     records = list(loaded.records)
     if label_field is None:
         return records, None, loaded.text_key
     key = loaded.label_key
     records = [{**record, "label": record[key]} for record in records]
     return records, sorted({record["label"] for record in records}), loaded.text_key
+
+
+def _public_examples(records: list, labels, text_key: str, path: str | None, text_field: str,
+                     label_field: str | None, rng: np.random.Generator) -> tuple[list, list]:
+    """``(examples, rest)``: the public examples (the records of ``path``, else :data:`PUBLIC_EXAMPLES` of
+    ``records``, of each label, drawn with ``rng``) and the records left for the split, none of which is an
+    example's text."""
+    if path is not None:
+        examples, _, _ = _labels_and_records(path, text_field, label_field, option="--public-examples")
+        examples = [{text_key: record["text" if "text" in record else text_key],
+                     **({"label": record["label"]} if labels is not None else {})} for record in examples]
+    else:
+        groups = [list(range(len(records)))] if labels is None else [
+            [i for i, record in enumerate(records) if record["label"] == label] for label in labels]
+        chosen = {int(i) for group in groups for i in rng.choice(group, min(PUBLIC_EXAMPLES, len(group) - 1),
+                                                                 replace=False)}
+        examples = [records[i] for i in sorted(chosen)]
+    shown = {example[text_key] for example in examples}
+    return examples, [record for record in records if record[text_key] not in shown]
 
 
 def _split(records: list, held_out: float, texts: int, rng: np.random.Generator) -> tuple[list, list]:
@@ -203,7 +232,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         model: str = "embedded", held_out: float = 0.35, budget_epsilons: str | None = None,
         budget_delta: float = 1e-6,
         texts: int | None = None, repetitions: int | None = None, teachers: int | None = None,
-        max_tokens: int = 24) -> dict:
+        max_tokens: int = 24, public_examples: str | None = None) -> dict:
     from ensembles.backends import transformers_backend as tb
     from pate_app import evaluation as ev
     from pate_app.run import RunInputError, _resolve_model, fit_teachers
@@ -227,7 +256,8 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
     split_rng = np.random.default_rng(0 if seed is None else seed)
     run_seed = None if (seed is None and on_user_data) else (0 if seed is None else seed)
     records, labels, text_key = _labels_and_records(data, text_field, label_field)
-    private, real = _split(records, held_out, texts, split_rng)
+    examples, rest = _public_examples(records, labels, text_key, public_examples, text_field, label_field, split_rng)
+    private, real = _split(rest, held_out, texts, split_rng)
 
     def say(text: str) -> None:
         if progress:
@@ -247,7 +277,8 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         vocab = tb.token_window(_resolve_model(probe, announce=progress)[0])[2]
     except (SpecError, RunInputError) as exc:
         raise ValueError(str(exc)) from None
-    say(f"{len(private)} private and {len(real)} held-out records; {n} teachers a group; loading the sentence model")
+    say(f"{len(private)} private and {len(real)} held-out records, {len(examples)} public examples; {n} teachers a "
+        "group; loading the sentence model")
     embed = ev.Embedder()
     held, _ = ev.scorable_records(real, text_key)
     real_vectors = embed([text for text, _ in held])
@@ -285,8 +316,14 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
     rows.append(_summarise(row))
 
     with tempfile.TemporaryDirectory() as folder:
-        runs = [("epsilon = 0: the public model alone", "floor", 0.0, {"public_only": True},
+        shown = str(Path(folder) / "public-examples.jsonl")
+        with open(shown, "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(example) + "\n" for example in examples)
+        public = {"public_examples": shown}
+        runs = [("epsilon = 0: the public model alone, bare prompt", "floor", 0.0, {"public_only": True},
                  {"budget_epsilon": 1.0, "budget_delta": delta}),
+                (f"epsilon = 0: the public model with {len(examples)} public examples", "floor", 0.0,
+                 {"public_only": True, **public}, {"budget_epsilon": 1.0, "budget_delta": delta}),
                 ("epsilon = infinity: the same teachers without noise", "noiseless", math.inf,
                  {"mechanism": "gaussian-argmax", "accountant": "basic", "step_epsilon": 50.0, "step_delta": 1e-7},
                  {"budget_epsilon": 1e9, "budget_delta": 0.5})]
@@ -294,11 +331,12 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
             quiet = quiet_step_epsilon(options["mechanism"], n, step_delta, vocab, options.get("public_top_k"))
             for epsilon in budgets:
                 step = {"step_epsilon": quiet if quiet is not None else 50.0, "step_delta": step_delta}
-                runs.append((f"{name}, epsilon {epsilon:g}", "private", epsilon, {**options, **step},
+                runs.append((f"{name}, epsilon {epsilon:g}", "private", epsilon, {**options, **step, **public},
                              {"budget_epsilon": epsilon, "budget_delta": delta}))
         for label, kind, epsilon, options, budget in runs:
             row = {"row": label, "kind": kind, "epsilon": None if math.isinf(epsilon) else epsilon,
-                   "configuration": {k: v for k, v in options.items()}, "repetitions": []}
+                   "configuration": {k: (len(examples) if k == "public_examples" else v) for k, v in options.items()},
+                   "repetitions": []}
             for r in range(repetitions):
                 say(f"{label}: run {r + 1} of {repetitions}")
                 where = Path(folder) / f"{len(rows)}-{r}"
@@ -310,6 +348,8 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         "experiment": NAME,
         "parameters": {"data": "bundled" if data == "bundled" else Path(data).name, "records": len(records),
                        "private": len(private), "held_out": len(real), "labels": labels, "texts": texts,
+                       "public_examples": len(examples),
+                       "public_examples_from": "drawn" if public_examples is None else Path(public_examples).name,
                        "repetitions": repetitions, "epsilons": budgets, "delta": delta, "teachers_per_group": n,
                        "step_delta": step_delta, "vocab_size": vocab, "embedding": embed.name, "knn_k": KNN_K,
                        "max_tokens": max_tokens,
@@ -422,11 +462,15 @@ def _plot(result: dict, path: Path) -> None:
         axes = np.atleast_1d(axes)
         rows = result["rows"]
         budgets = result["parameters"]["epsilons"]
-        styles = {"ceiling": ("k", "-"), "noiseless": ("tab:purple", "--"), "floor": ("tab:gray", ":")}
+        styles = {"ceiling": [("k", "-")] * 2, "noiseless": [("tab:purple", "--")] * 2,
+                  "floor": [("tab:gray", ":"), ("tab:brown", "-.")]}  # the bare prompt, then the public examples
+        drawn = [row for row in rows if row["kind"] in styles]
+        style_of = {row["row"]: styles[row["kind"]][[r["kind"] for r in drawn[:i]].count(row["kind"]) % 2]
+                    for i, row in enumerate(drawn)}
         for ax, (metric, title) in zip(axes, metrics):
-            for row in rows:
-                if row["kind"] in styles and metric in row["mean"]:
-                    colour, line = styles[row["kind"]]
+            for row in drawn:
+                if metric in row["mean"]:
+                    colour, line = style_of[row["row"]]
                     m, s = row["mean"][metric], row["spread"][metric]
                     ax.axhline(m, color=colour, linestyle=line, label=row["row"])
                     ax.axhspan(m - s, m + s, color=colour, alpha=0.08)
