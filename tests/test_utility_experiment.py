@@ -64,6 +64,20 @@ def test_the_split_is_seeded_disjoint_and_keeps_enough_out():
         utility._split(records, 0.35, 60, np.random.default_rng(0))
 
 
+def test_a_labelled_split_keeps_each_labels_share_out_and_the_ceiling_takes_labels_in_turn():
+    """With labels the split is stratified: each label loses the same share to the held-out records (an
+    unstratified split of 2 man-page sections left 19 of one and 41 of the other out, and real against real then
+    scored a two-sample AUC of 0.76 and a train-on-synthetic accuracy of 0.32, below chance); the ceiling's draw
+    takes the labels in turn, as a run per label makes its records."""
+    records = [{"text": f"r{i}", "label": "ab"[i < 40]} for i in range(100)]  # 40 b, 60 a
+    private, real = utility._split(records, 0.35, 24, np.random.default_rng(0), labels=["a", "b"])
+    assert sum(r["label"] == "a" for r in real) == 21 and sum(r["label"] == "b" for r in real) == 14
+    assert len(private) == 65 and {r["text"] for r in private}.isdisjoint(r["text"] for r in real)
+    turns = utility._by_label_in_turn(private, ["a", "b"])
+    assert [r["label"] for r in turns[:10]] == list("ababababab") and sorted(map(str, turns)) == sorted(map(str, private))
+    assert utility._by_label_in_turn(private, None) == private
+
+
 def test_public_examples_are_drawn_per_label_and_kept_out_of_the_split(tmp_path):
     """Without --public-examples, PUBLIC_EXAMPLES records of each label are drawn with the seed and none of them is
     left for the private or held-out records; with a file, its records are the examples and a corpus record with

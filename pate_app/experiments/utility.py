@@ -56,7 +56,7 @@ DESCRIPTION = (
     "real private records (ceiling), the same teachers without noise (epsilon = infinity), the public model alone "
     "with and without public examples (epsilon = 0) and each private configuration at each budget epsilon, Hot and Cold PATE on the same teachers; "
     "print the gain of the best private row over the public model (docs/utility.md).")
-SIZES = {"full": {"texts": 96, "repetitions": 3, "budget_epsilons": "1,3,10"},
+SIZES = {"full": {"texts": 200, "repetitions": 3, "budget_epsilons": "1,3,10"},
          "quick": {"texts": 24, "repetitions": 2, "budget_epsilons": "3,10"}}
 FULL_RUNTIME = "several hours on 2 CPU cores; sized for a GPU"
 UNSEEDED_ON_USER_DATA = True
@@ -98,7 +98,7 @@ def add_arguments(p) -> None:
                help="the budgets epsilon of the private rows (default 1,3,10; --quick 3,10)")
     add_option(p, "--budget-delta", metavar="D", type=float, default=1e-6, help="the budgets' delta (default 1e-6)")
     add_option(p, "--texts", metavar="N", type=int, default=None,
-               help="texts scored in every row (default 96; --quick 24)")
+               help="texts scored in every row (default 200, or as many as the held-out records; --quick 24)")
     add_option(p, "--repetitions", metavar="R", type=int, default=None,
                help="runs of every row (default 3; --quick 2)")
     add_option(p, "--teachers", metavar="N", type=int, default=None,
@@ -175,15 +175,36 @@ def _public_examples(records: list, labels, text_key: str, path: str | None, tex
     return examples, [record for record in records if record[text_key] not in shown]
 
 
-def _split(records: list, held_out: float, texts: int, rng: np.random.Generator) -> tuple[list, list]:
-    """``(private, held_out)``: a seeded split keeping ``held_out`` of the records (at least ``texts``) out."""
+def _split(records: list, held_out: float, texts: int, rng: np.random.Generator,
+           labels=None) -> tuple[list, list]:
+    """``(private, held_out)``: a seeded split keeping ``held_out`` of the records (at least ``texts``) out; with
+    ``labels``, the same share of each label, so that the held-out records have the label mix of the private ones
+    (a split that is not stratified lets the two-sample classifier tell real from real by the labels' mix)."""
     n = len(records)
     keep = max(int(texts), int(round(held_out * n)))
-    if n - keep < int(texts):
+    order = rng.permutation(n)
+    if labels is None:
+        out = set(order[:keep].tolist())
+    else:
+        out = set()
+        for label in labels:
+            mine = [int(i) for i in order if records[i]["label"] == label]
+            out.update(mine[:int(round(keep / n * len(mine)))])
+    private = [records[i] for i in order if i not in out]
+    real = [records[i] for i in order if i in out]
+    if len(real) < int(texts) or len(private) < int(texts):
         raise ValueError(f"--data: {n} records cannot give {texts} held-out and {texts} private texts: use fewer "
                          "--texts or more records")
-    order = rng.permutation(n)
-    return [records[i] for i in order[keep:]], [records[i] for i in order[:keep]]
+    return private, real
+
+
+def _by_label_in_turn(records: list, labels) -> list:
+    """``records`` reordered to take each label in turn (each label's own order kept), as a run per label makes
+    them; unchanged without labels."""
+    if labels is None:
+        return list(records)
+    queues = [[r for r in records if r["label"] == label] for label in labels]
+    return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
 
 
 def _scores(real_vectors, real_labels, texts, labels, embed, seed: int) -> dict:
@@ -240,7 +261,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
 
     size = SIZES["quick" if quick else "full"]
     epsilons, delta = budget_epsilons, float(budget_delta)
-    texts = int(size["texts"] if texts is None else texts)
+    sized, texts = texts is None, int(size["texts"] if texts is None else texts)
     repetitions = int(size["repetitions"] if repetitions is None else repetitions)
     try:
         budgets = [float(e) for e in (size["budget_epsilons"] if epsilons is None else epsilons).split(",")]
@@ -257,7 +278,9 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
     run_seed = None if (seed is None and on_user_data) else (0 if seed is None else seed)
     records, labels, text_key = _labels_and_records(data, text_field, label_field)
     examples, rest = _public_examples(records, labels, text_key, public_examples, text_field, label_field, split_rng)
-    private, real = _split(rest, held_out, texts, split_rng)
+    if sized:  # the size's texts, as many as this data's split holds (never under 10: _split says why)
+        texts = max(10, min(texts, int(round(held_out * len(rest))), len(rest) - int(round(held_out * len(rest)))))
+    private, real = _split(rest, held_out, texts, split_rng, labels)
 
     def say(text: str) -> None:
         if progress:
@@ -308,7 +331,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
     row = {"row": "ceiling: real records", "kind": "ceiling", "epsilon": None, "repetitions": []}
     for r in range(repetitions):
         draw = np.random.default_rng([0 if seed is None else seed, r]).permutation(len(private))
-        chosen = [private[i] for i in draw]
+        chosen = _by_label_in_turn([private[i] for i in draw], labels)  # as many of each label as a run makes
         usable = [(text, rec.get("label")) for text, rec in ev.scorable_records(chosen, text_key)[0]]
         scores = _scores(real_vectors, real_labels, [t for t, _ in usable[:texts]],
                          None if labels is None else [lab for _, lab in usable[:texts]], embed, seed=r)
