@@ -4,6 +4,10 @@ A teacher's context is ``header + example(record_1) + ... + example(record_k) + 
 writes a new record in the open slot until it produces the template's ``stop`` string.  The header and the
 open slot are the same for every teacher and hold no record; the examples hold the teacher's own records.
 
+The header and the open slot may name the run's label as ``{label}`` (their only field): in a run per label each
+label's teachers and its public model see the label written there (:meth:`PromptTemplate.for_label`); a run
+without labels refuses such a template.
+
 A template file is TOML with four keys::
 
     header = "Here are messages that customers sent to a support team. Write one new message.\\n\\n"
@@ -32,6 +36,8 @@ from pate_accountant.validation import read_regular_file
 __all__ = [
     "BUILTIN_TEMPLATES",
     "INSTRUCTIONS",
+    "LABELLED_RECORDS",
+    "LABEL_FIELD",
     "RECORDS",
     "PromptTemplate",
     "TemplateError",
@@ -39,6 +45,8 @@ __all__ = [
     "load_template",
 ]
 
+#: The one field a template's header and open slot may hold: the run's label (a public word of the task).
+LABEL_FIELD = "{label}"
 #: Every character Python's ``str.splitlines`` treats as a line boundary.
 _LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 _BREAK_RUN = re.compile(rf"\s*[{_LINE_BREAKS}]\s*")
@@ -89,13 +97,14 @@ def _toml_string(value: str) -> str:
 class PromptTemplate:
     """How a teacher's prompt is written from its records.
 
-    * ``header``: the shared prefix, the same for every teacher: what the records are and what to write.
-      It holds no record, so it may contain no format field (no braces at all).
+    * ``header``: the shared prefix, the same for every teacher (of a label): what the records are and what to
+      write.  It holds no record, so its one possible format field is ``{label}`` (the run's label,
+      :meth:`for_label`); no other brace.
     * ``example``: how one record is shown, a ``str.format`` string of the record's fields (``{text}``,
       ``{label}``, or Dolly's ``{instruction}``, ``{context}``, ``{response}``, ``{category}``); plain field
       names only, at least one; ``{{`` and ``}}`` are literal braces.  The literal text after the last field
       must contain ``stop``, so that every record shown ends the way a generated one will.
-    * ``open_slot``: the place for the new record, after the teacher's examples (no braces).
+    * ``open_slot``: the place for the new record, after the teacher's examples (no braces but ``{label}``).
     * ``stop``: the string that ends a generated record (the run's stop string); a line break by default.
     * ``name``: a label for messages and run metadata (a built-in's name, or the file's stem).
 
@@ -117,11 +126,13 @@ class PromptTemplate:
                 raise TemplateError(f"template {self.name!r}: {key} must be a string, got {type(value).__name__}")
         for key in ("header", "open_slot"):
             value = getattr(self, key)
-            if "{" in value or "}" in value:
-                fields = [f for _l, f, _s, _c in _safe_parse(value) if f]
+            bare = value.replace(LABEL_FIELD, "")
+            if "{" in bare or "}" in bare:
+                fields = [f for _l, f, _s, _c in _safe_parse(value) if f and f != "label"]
                 what = f"the format field {{{fields[0]}}}" if fields else "a brace"
                 raise TemplateError(f"template {self.name!r}: {key} holds {what}; the {key.replace('_', ' ')} is "
-                                    "shown as written, the same for every teacher, and holds no record")
+                                    "shown as written, the same for every teacher, and holds no record (its one "
+                                    "field is {label}, the run's label)")
         if not self.open_slot.strip():
             raise TemplateError(f"template {self.name!r}: open_slot is empty; it marks where the new record goes")
         if not self.stop:
@@ -133,6 +144,24 @@ class PromptTemplate:
             raise TemplateError(f"template {self.name!r}: stop {self.stop!r} does not follow the last field of "
                                 "example, so the examples would not show the model where a record ends "
                                 f"(e.g. end example with {self.stop!r})")
+
+    # -- the label -----------------------------------------------------------------------------------------
+    @property
+    def names_label(self) -> bool:
+        """Whether the header or the open slot names the run's label (``{label}``): such a template is for runs
+        per label (``--label-field``, ``--labels``), and each label's teachers and public model see it filled."""
+        return LABEL_FIELD in self.header or LABEL_FIELD in self.open_slot
+
+    def for_label(self, label: str) -> PromptTemplate:
+        """This template with ``{label}`` in the header and the open slot replaced by ``label`` (one of the
+        run's labels, public: the user names them with ``--labels``); itself when it does not name the label.
+        A label holding a brace is refused (``TemplateError``)."""
+        if not self.names_label:
+            return self
+        if "{" in label or "}" in label:
+            raise TemplateError(f"template {self.name!r} names the label, and the label {label!r} holds a brace")
+        return PromptTemplate(header=self.header.replace(LABEL_FIELD, label), example=self.example,
+                              open_slot=self.open_slot.replace(LABEL_FIELD, label), stop=self.stop, name=self.name)
 
     # -- fields and records ------------------------------------------------------------------------------
     @property
@@ -225,7 +254,17 @@ RECORDS = PromptTemplate(
     stop="\n",
 )
 
-BUILTIN_TEMPLATES = {template.name: template for template in (INSTRUCTIONS, RECORDS)}
+#: Free text per label: the header and the open slot name the label, for teachers and the public model alike.
+LABELLED_RECORDS = PromptTemplate(
+    name="labelled-records",
+    header=("Here are examples of records labelled \"{label}\", each on its own line after \"Record:\". "
+            "Write one new record labelled \"{label}\".\n\n"),
+    example="Record: {text}\n",
+    open_slot="Record:",
+    stop="\n",
+)
+
+BUILTIN_TEMPLATES = {template.name: template for template in (INSTRUCTIONS, RECORDS, LABELLED_RECORDS)}
 
 
 def _read_toml(path: Path, data: bytes) -> dict:

@@ -456,8 +456,8 @@ def run_prompts(shown, spec, plan: _RunPlan, rng: np.random.Generator, template:
         ensembles = group_prompts(shown, spec.teachers, plan.groups, rng, template, plan.per_teacher, placements)
     else:
         streams = rng.spawn(len(plan.labels))
-        ensembles = [group_prompts([shown[i] for i in plan.places[label]], plan.group_teachers, 1, stream, template,
-                                   plan.per_teacher, placements)[0]
+        ensembles = [group_prompts([shown[i] for i in plan.places[label]], plan.group_teachers, 1, stream,
+                                   template.for_label(label), plan.per_teacher, placements)[0]
                      for label, stream in zip(plan.labels, streams)]
     if announce:
         real = sum(1 for record in shown if record is not None)
@@ -1101,8 +1101,13 @@ def _check_task(spec, task) -> tuple:
         places = {label: [i for i, record in enumerate(records) if record["label"] == label] for label in labels}
     try:
         task.template.check_records(records)
+        for label in labels or ():
+            task.template.for_label(label)  # a label the template cannot show
     except ValueError as exc:
         raise RunInputError(f"--template: {exc}") from None
+    if task.template.names_label and labels is None:
+        raise RunInputError(f"--template: template {task.template.name!r} names the label ({{label}}), which needs a "
+                            "run per label: --label-field and --labels")
     return labels, places
 
 
@@ -1113,8 +1118,8 @@ def public_only_run(spec, task, *, progress: bool = False, command: str = "gener
     :func:`~ensembles.generation.public_generate`, the draw a private run's public fallback makes), with no
     teacher, mechanism or ledger, so nothing is charged and no record reaches the model.  The records are read only
     to check the task as a private run does (the labels, the template); with labels, the records are asked for per
-    label in turn and carry their label (the template does not name it: only the label's public examples tell
-    the public model which kind of record to write).  The result has the shape of :func:`private_run`'s, with ``"public_only":
+    label in turn and carry their label (the public model knows which label it writes for only from a template
+    that names it, ``{label}``, and from the label's public examples).  The result has the shape of :func:`private_run`'s, with ``"public_only":
     true``, nothing spent and no ledger."""
     labels, _ = _check_task(spec, task)
     try:
@@ -1150,7 +1155,8 @@ def public_only_run(spec, task, *, progress: bool = False, command: str = "gener
                 turn = len(out_records) % len(turns)
                 label = turns[turn]
                 bar.record_starts()
-                result = public_generate(public, prompts[turn], shared_prefix=template.header, rng=rng,
+                header = template.header if label is None else template.for_label(label).header
+                result = public_generate(public, prompts[turn], shared_prefix=header, rng=rng,
                                          max_tokens=spec.max_tokens, stop_strings=(template.stop,),
                                          temperature=spec.temperature, top_p=spec.top_p,
                                          on_token=lambda _: bar.step("fallback", charged=False))
@@ -1182,20 +1188,24 @@ def public_only_run(spec, task, *, progress: bool = False, command: str = "gener
 
 
 def public_prompt_list(template, examples, labels, groups: int, model, max_tokens: int) -> list[str]:
-    """The public model's prompt (after the template's header, its shared prefix) of each group: the public
+    """The public model's prompt (after the template's header, its shared prefix, the label's own with labels) of
+    each group: the public
     examples (:func:`~pate_app.spec.load_public_examples`; with labels, the group's label's only) shown as the
     template shows a record, then the open slot (docs/generation.md, "Public examples").  Without examples, the
     open slot alone.  No private record is ever in it.  A prompt that leaves no room for ``max_tokens`` new tokens
     in the model's window is refused (its tokenizer only, before the ledger is claimed)."""
     def prompt(label) -> str:
         shown = [r for r in examples if label is None or r["label"] == label]
-        return "".join(map(template.format_example, shown)) + template.open_slot
+        own = template if label is None else template.for_label(label)
+        return "".join(map(own.format_example, shown)) + own.open_slot
 
     prompts = [prompt(None)] * groups if labels is None else [prompt(label) for label in labels]
     if examples:
         with quiet_libraries(drop_stderr=True):
             count_tokens, window, _ = tb.token_window(model)
-        longest = max(count_tokens(template.header + p) for p in prompts)
+        headers = [template.header] * len(prompts) if labels is None else [template.for_label(x).header
+                                                                          for x in labels]
+        longest = max(count_tokens(h + p) for h, p in zip(headers, prompts))
         if longest + max_tokens > window:
             raise RunInputError(f"argument --public-examples: the public model's prompt takes {longest} tokens, which "
                                 f"with --max-tokens {max_tokens} does not fit the model's window of {window}: use "
@@ -1270,8 +1280,9 @@ def _fit_to_window(spec, task, plan: _RunPlan, model, *, announce: bool) -> list
         raise RunInputError(f"argument --model: cannot read its tokenizer or config: {_first_line(exc)}") from None
     per_teacher = plan.per_teacher  # public (records_per_teacher): never the records' own counts
     try:
-        limit = record_token_limit(task.template, window=window, records_per_teacher=per_teacher,
-                                   max_new_tokens=spec.max_tokens, count_tokens=count_tokens)
+        limit = min(record_token_limit(task.template.for_label(label) if label is not None else task.template,
+                                       window=window, records_per_teacher=per_teacher, max_new_tokens=spec.max_tokens,
+                                       count_tokens=count_tokens) for label in (plan.labels or [None]))
     except ValueError:
         raise RunInputError(f"--teachers {spec.teachers}: the model's context window of {window} tokens has no room "
                             f"for {per_teacher} records per teacher with the template and --max-tokens "

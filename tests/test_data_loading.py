@@ -466,7 +466,7 @@ def test_a_multiline_template_keeps_line_breaks_and_refuses_records_holding_its_
 
 
 def test_template_files_round_trip_and_the_builtins_resolve(tmp_path):
-    assert set(BUILTIN_TEMPLATES) == {"instructions", "records"}
+    assert set(BUILTIN_TEMPLATES) == {"instructions", "records", "labelled-records"}
     for template in (INSTRUCTIONS, RECORDS, PromptTemplate(header='Odd "quotes" \\ \t\x7f\n', example="{text}\n",
                                                            open_slot="New:", name="odd")):
         path = tmp_path / f"{template.name}.toml"
@@ -484,8 +484,9 @@ def test_template_files_round_trip_and_the_builtins_resolve(tmp_path):
 TEMPLATE_ERRORS = [
     ('header = "About {text}\\n"\nexample = "{text}\\n"\nopen_slot = "New:"\n',
      r"header holds the format field \{text\}"),
-    ('header = "H"\nexample = "{text}\\n"\nopen_slot = "New {label}:"\n',
-     r"open_slot holds the format field \{label\}"),
+    ('header = "H"\nexample = "{text}\\n"\nopen_slot = "New {text}:"\n',
+     r"open_slot holds the format field \{text\}"),
+    ('header = "H {{label}}"\nexample = "{text}\\n"\nopen_slot = "New:"\n', r"header holds a brace"),
     ('header = "H {"\nexample = "{text}\\n"\nopen_slot = "New:"\n', r"header holds a brace"),
     ('header = "H"\nexample = "Record\\n"\nopen_slot = "New:"\n', r"example has no field"),
     ('header = "H"\nexample = "{0}\\n"\nopen_slot = "New:"\n', r"example has the field \{0\}"),
@@ -509,6 +510,28 @@ def test_bad_template_files_are_refused_naming_the_key(tmp_path, text, pattern):
     with pytest.raises(TemplateError, match=pattern) as info:
         load_template(path)
     assert str(info.value).startswith(f"template {str(path)!r}: ") and "\n" not in str(info.value)
+
+
+def test_a_template_may_name_the_label_in_its_header_and_open_slot(tmp_path):
+    """Issue 34, lever 2: ``{label}`` is the one field of the header and the open slot; ``for_label`` fills it for
+    one label (the teachers' shared prefix and the public model's prompt of that label), a template that does not
+    name it is its own filling, a label with a brace is refused; the built-in ``labelled-records`` reads back from
+    its file."""
+    from ensembles.templates import LABELLED_RECORDS
+
+    template = PromptTemplate(header="Write a {label} note.\n", example="Note: {text}\n", open_slot="Note ({label}):")
+    assert template.names_label and not RECORDS.names_label and RECORDS.for_label("x") is RECORDS
+    filled = template.for_label("kids")
+    assert filled.header == "Write a kids note.\n" and filled.open_slot == "Note (kids):" and not filled.names_label
+    shared, prompts = teacher_prompts([[{"text": "a"}]], filled)
+    assert shared == "Write a kids note.\n" and prompts == ["Note: a\nNote (kids):"]
+    with pytest.raises(TemplateError, match="the label 'a}b' holds a brace"):
+        template.for_label("a}b")
+    assert get_template("labelled-records") is LABELLED_RECORDS
+    assert LABELLED_RECORDS.for_label("food").header.count('"food"') == 2
+    path = tmp_path / "labelled.toml"
+    path.write_text(LABELLED_RECORDS.to_toml(), encoding="utf-8")
+    assert load_template(path).header == LABELLED_RECORDS.header
 
 
 def test_an_example_field_the_records_lack_is_refused_naming_the_field():
@@ -553,9 +576,9 @@ def _blocks(language: str) -> list[str]:
 
 
 def test_the_documented_builtin_templates_are_the_builtins(tmp_path):
-    tomls = {re.search(r"# prompt template '(\w+)'", block).group(1): block
+    tomls = {re.search(r"# prompt template '([\w-]+)'", block).group(1): block
              for block in _blocks("toml") if block.startswith("# prompt template")}
-    assert set(tomls) == {"instructions", "records"}
+    assert set(tomls) == {"instructions", "records", "labelled-records"}
     for name, block in tomls.items():
         path = tmp_path / f"{name}.toml"
         path.write_text(block, encoding="utf-8")

@@ -1441,3 +1441,51 @@ def test_public_examples_in_a_run_description(tmp_path):
     assert spec.public_examples == "/home/someone/public notes.jsonl"
     assert spec.shareable()["data"]["public_examples"] == "public notes.jsonl"
     assert spec.to_toml().count("public_examples = ") == 1
+
+
+def test_a_template_naming_the_label_shows_each_label_its_own_to_teachers_and_public_model(model_dir, tmp_path,
+                                                                                       monkeypatch):
+    """Issue 34, lever 2: with ``{label}`` in the header, each label's teachers' shared prefix and its public model's
+    context name that label and no other; the same template in a run without labels is refused before any ledger
+    exists; a public-only run names each label in its public model's shared prefix."""
+    from pate_app.spec import RunInputError
+
+    template = tmp_path / "per-label.toml"
+    template.write_text('header = "Write one new instruction about {label}.\\n\\n"\nexample = "Instruction: '
+                        '{instruction}\\n"\nopen_slot = "Instruction ({label}):"\n', encoding="utf-8")
+    seen, prefixes = [], []
+    original = run_module._backends
+
+    def recording(stack, model, threads, workers, ray_address):
+        backend, public = original(stack, model, threads, workers, ray_address)
+        real_begin = backend.begin
+
+        def begin(prompts, shared_prefix=None):
+            prefixes.append((shared_prefix, list(prompts)))
+            return real_begin(prompts, shared_prefix=shared_prefix)
+
+        backend.begin = begin
+        return backend, _RecordingBackend(public, seen)
+
+    monkeypatch.setattr(run_module, "_backends", recording)
+    records = [{**record, "label": ("oranges", "bicycles")[i % 2]} for i, record in enumerate(_records(12))]
+    result = _run(model_dir, tmp_path / "labels.sqlite", records=records, labels=("oranges", "bicycles"),
+                  label_field="label", per_label=1, max_tokens=3, template=str(template), public_top_k=8)
+    assert [r["label"] for r in result["records"]] == ["oranges", "bicycles"]
+    assert [p for p, _ in prefixes] == ["Write one new instruction about oranges.\n\n",
+                                        "Write one new instruction about bicycles.\n\n"]
+    assert all(prompt.endswith("Instruction (oranges):") for prompt in prefixes[0][1])
+    assert "Write one new instruction about oranges.\n\n" in seen and "Instruction (bicycles):" in seen
+    assert not any(MARKER in text for text in seen)
+    ledger = tmp_path / "plain.sqlite"
+    with pytest.raises(RunInputError, match=r"names the label \(\{label\}\), which needs a run per label"):
+        _run(model_dir, ledger, template=str(template))
+    assert not ledger.exists()
+    calls: list = []
+    original_public = run_module.public_generate
+    monkeypatch.setattr(run_module, "public_generate",
+                        lambda backend, prompt, **kw: calls.append(kw["shared_prefix"]) or original_public(
+                            backend, prompt, **kw))
+    _run(model_dir, None, records=records, labels=("oranges", "bicycles"), label_field="label", public_only=True,
+         num_records=2, max_tokens=3, template=str(template))
+    assert calls == ["Write one new instruction about oranges.\n\n", "Write one new instruction about bicycles.\n\n"]
