@@ -155,3 +155,37 @@ def test_the_steps_table_of_docs_utility_is_the_tools():
         steps = [planning.step_limits("pld", mech.event, budget, 1e-6).max_steps for budget in (1.0, 3.0, 10.0)]
         line = f"| {n} | {e:g} | {mech.sigma:.2f} | {' / '.join(map(str, steps))} |"
         assert line in text, line
+
+
+def test_configurations_from_a_file_are_checked_and_kept_in_order(tmp_path):
+    """``--configurations FILE``: each table is a private row of generate's options, in the file's order; a key a
+    row may not set, a bad value, and a non-Gaussian row without its step epsilon are refused naming the row."""
+    path = tmp_path / "rows.toml"
+    path.write_text('["few-shot teachers"]\nmechanism = "gaussian-threshold-argmax"\naccountant = "pld"\n'
+                    'public_top_k = 50\nrecords_per_teacher = 4\n\n'
+                    '["DPArgMax, basic"]\nmechanism = "dp-argmax"\naccountant = "basic"\nstep_epsilon = 2.0\n',
+                    encoding="utf-8")
+    rows = utility.load_configurations(path)
+    assert list(rows) == ["few-shot teachers", "DPArgMax, basic"] and rows["few-shot teachers"]["records_per_teacher"] == 4
+    for text, pattern in [('["x"]\nmechanism = "dp-argmax"\n', r"\[x\] sets no step_epsilon"),
+                          ('["x"]\nbudget_epsilon = 3.0\n', r"\[x\] has the key 'budget_epsilon'"),
+                          ('["x"]\nmechanism = "gaussian-argmax"\npublic_top_k = 0\n', r"\[x\] .*public_top_k"),
+                          ('["x"]\nmechanism = "no-such"\nstep_epsilon = 1.0\n', r"\[x\] .*mechanism"),
+                          ("", "no row"), ("x = 1\n", "'x' is not a table")]:
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=pattern):
+            utility.load_configurations(path)
+    with pytest.raises(ValueError, match="no such file"):
+        utility.load_configurations(tmp_path / "absent.toml")
+
+
+def test_the_configurations_example_of_docs_utility_loads(tmp_path):
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "utility.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```toml\n(.*?)```", page, re.S)
+    path = tmp_path / "rows.toml"
+    path.write_text(block, encoding="utf-8")
+    rows = utility.load_configurations(path)
+    assert list(rows)[0] in utility.CONFIGURATIONS and rows[list(rows)[1]]["template"] == "labelled-records"

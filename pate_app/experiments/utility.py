@@ -71,6 +71,12 @@ CONFIGURATIONS = {
     "Cold PATE, GNMax threshold, top-50, PLD": {"mechanism": "gaussian-threshold-argmax", "accountant": "pld",
                                                 "public_top_k": 50, "histograms": "independent"},
 }
+#: What a row of ``--configurations FILE`` may set (``generate``'s options as RunSpec fields); the data, the
+#: budget, the ledger, the public examples, the records and the seed are the experiment's own.
+CONFIGURABLE = ("mechanism", "accountant", "step_epsilon", "step_delta", "relation", "public_mix", "public_top_k",
+                "histograms", "records_per_teacher", "teachers", "groups", "template", "temperature", "top_p")
+#: Mechanisms whose step epsilon a row may leave out: the quietest one is computed (:func:`quiet_step_epsilon`).
+QUIET_MECHANISMS = ("gaussian-argmax", "gaussian-threshold-argmax")
 #: The step delta of every private row (below any budget delta the experiment takes).
 STEP_DELTA_SHARE = 0.1
 #: The records a run is asked for beyond the texts scored (a share): some come out empty (the public model's
@@ -104,6 +110,10 @@ def add_arguments(p) -> None:
     add_option(p, "--teachers", metavar="N", type=int, default=None,
                help="teachers of the runs (default: generate's, one per private record up to 64)")
     add_option(p, "--max-tokens", metavar="T", type=int, default=24, help="tokens per record at most (default 24)")
+    add_option(p, "--configurations", metavar="FILE", default=None,
+               help="the private rows: a TOML file of tables, each a row's name holding generate's options as keys "
+                    f"({', '.join(CONFIGURABLE)}); default: Hot and Cold PATE with GNMax threshold, top-50, PLD "
+                    "(docs/utility.md)")
     add_option(p, "--public-examples", metavar="FILE", default=None,
                help="records declared public (read as --data is), shown to the public model of the floor and of "
                     f"the private rows (default: {PUBLIC_EXAMPLES} records of each label drawn from --data and kept "
@@ -134,6 +144,44 @@ def quiet_step_epsilon(mechanism: str, num_teachers: int, step_delta: float, voc
         mid = (low + high) // 2
         low, high = (low, mid) if quiet(_STEP_GRID[mid]) else (mid, high)
     return _STEP_GRID[high]
+
+
+def load_configurations(path) -> dict:
+    """The private rows of ``--configurations FILE``: ``{name: options}`` in the file's order, each checked as a
+    run description (:class:`~pate_app.spec.RunSpec`) would check it; a ``ValueError`` naming the file, the row and
+    the key.  A row of a mechanism outside :data:`QUIET_MECHANISMS` must set its ``step_epsilon``."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
+    from pate_app.spec import RunSpec, SpecError
+
+    where = f"--configurations {str(path)!r}"
+    try:
+        tables = tomllib.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{where}: cannot read it as TOML ({exc})") from None
+    if not tables:
+        raise ValueError(f"{where}: no row (a row is a table: [\"Hot PATE, my settings\"] with generate's options)")
+    rows = {}
+    for name, options in tables.items():
+        if not isinstance(options, dict):
+            raise ValueError(f"{where}: {name!r} is not a table of options")
+        unknown = [key for key in options if key not in CONFIGURABLE]
+        if unknown:
+            raise ValueError(f"{where}: [{name}] has the key {unknown[0]!r}; a row sets {', '.join(CONFIGURABLE)}")
+        try:
+            RunSpec(data="records", budget_epsilon=1.0, budget_delta=1e-6, **options)
+        except (SpecError, TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: [{name}] {exc}") from None
+        if options.get("mechanism", "dp-argmax") not in QUIET_MECHANISMS and "step_epsilon" not in options:
+            raise ValueError(f"{where}: [{name}] sets no step_epsilon; only a Gaussian mechanism's quietest step "
+                             "epsilon is computed")
+        rows[str(name)] = dict(options)
+    return rows
 
 
 def _labels_and_records(data: str, text_field: str, label_field: str | None, option: str = "--data"):
@@ -242,7 +290,7 @@ def _generate(base: dict, options: dict, private: list, labels, texts: int, fold
 
     asked = math.ceil(texts * (1 + RECORD_MARGIN))  # some records come out empty: ask for more than are scored
     per_label = None if labels is None else math.ceil(asked / len(labels))
-    spec = RunSpec(**base, **options, per_label=per_label, records=asked if labels is None else 1,
+    spec = RunSpec(**{**base, **options}, per_label=per_label, records=asked if labels is None else 1,
                    ledger=str(folder / "run.sqlite"), seed=seed)
     return synthesize(spec, records=private, ledger_home=False)
 
@@ -253,7 +301,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         model: str = "embedded", held_out: float = 0.35, budget_epsilons: str | None = None,
         budget_delta: float = 1e-6,
         texts: int | None = None, repetitions: int | None = None, teachers: int | None = None,
-        max_tokens: int = 24, public_examples: str | None = None) -> dict:
+        max_tokens: int = 24, public_examples: str | None = None, configurations: str | None = None) -> dict:
     from ensembles.backends import transformers_backend as tb
     from pate_app import evaluation as ev
     from pate_app.run import RunInputError, _resolve_model, fit_teachers
@@ -270,6 +318,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
     if texts < 10 or repetitions < 1 or not 0.0 < held_out < 1.0 or not budgets or min(budgets) <= 0:
         raise ValueError(f"--texts (at least 10), --repetitions (at least 1), --held-out (in (0, 1)) and "
                          f"--budget-epsilons (positive) got {texts}, {repetitions}, {held_out}, {budgets}")
+    configurations = CONFIGURATIONS if configurations is None else load_configurations(configurations)
     on_user_data = data != "bundled"
     if seed is not None and on_user_data:
         print("pate-accountant: warning: this utility run is seeded, so its runs have no privacy against anyone who "
@@ -350,10 +399,15 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
                 ("epsilon = infinity: the same teachers without noise", "noiseless", math.inf,
                  {"mechanism": "gaussian-argmax", "accountant": "basic", "step_epsilon": 50.0, "step_delta": 1e-7},
                  {"budget_epsilon": 1e9, "budget_delta": 0.5})]
-        for name, options in CONFIGURATIONS.items():
-            quiet = quiet_step_epsilon(options["mechanism"], n, step_delta, vocab, options.get("public_top_k"))
+        for name, options in configurations.items():
+            step = {"step_delta": options.get("step_delta", step_delta)}
+            if "step_epsilon" not in options:  # the quietest, for the row's own teachers a group
+                total = options.get("teachers", n * (1 if labels is None else len(labels)))
+                per_group = total // (len(labels) if labels is not None else options.get("groups", 1))
+                quiet = quiet_step_epsilon(options["mechanism"], per_group, step["step_delta"], vocab,
+                                           options.get("public_top_k"))
+                step["step_epsilon"] = quiet if quiet is not None else 50.0
             for epsilon in budgets:
-                step = {"step_epsilon": quiet if quiet is not None else 50.0, "step_delta": step_delta}
                 runs.append((f"{name}, epsilon {epsilon:g}", "private", epsilon, {**options, **step, **public},
                              {"budget_epsilon": epsilon, "budget_delta": delta}))
         for label, kind, epsilon, options, budget in runs:
@@ -375,7 +429,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
                        "public_examples_from": "drawn" if public_examples is None else Path(public_examples).name,
                        "repetitions": repetitions, "epsilons": budgets, "delta": delta, "teachers_per_group": n,
                        "step_delta": step_delta, "vocab_size": vocab, "embedding": embed.name, "knn_k": KNN_K,
-                       "max_tokens": max_tokens,
+                       "max_tokens": max_tokens, "configurations": list(configurations),
                        "seeded": run_seed is not None, "quick": bool(quick)},
         "rows": rows,
     }
@@ -497,7 +551,9 @@ def _plot(result: dict, path: Path) -> None:
                     m, s = row["mean"][metric], row["spread"][metric]
                     ax.axhline(m, color=colour, linestyle=line, label=row["row"])
                     ax.axhspan(m - s, m + s, color=colour, alpha=0.08)
-            for colour, name in zip(("tab:red", "tab:blue"), CONFIGURATIONS):
+            colours = ("tab:red", "tab:blue", "tab:green", "tab:orange", "tab:cyan", "tab:olive", "tab:pink")
+            names = result["parameters"].get("configurations", list(CONFIGURATIONS))
+            for colour, name in zip(colours * (1 + len(names) // len(colours)), names):
                 xs, ys, es = [], [], []
                 for epsilon in budgets:
                     match = [row for row in rows if row["row"] == f"{name}, epsilon {epsilon:g}"]
