@@ -189,3 +189,19 @@ def test_the_configurations_example_of_docs_utility_loads(tmp_path):
     path.write_text(block, encoding="utf-8")
     rows = utility.load_configurations(path)
     assert list(rows)[0] in utility.CONFIGURATIONS and rows[list(rows)[1]]["template"] == "labelled-records"
+
+
+def test_an_unscorable_private_row_says_how_many_steps_its_records_would_need():
+    """The summary of a private row with too few complete records names the steps the texts would take at the
+    noiseless teachers' record length (each token a charged step)."""
+    def rep(**extra):
+        return {"records": 4, "scorable_texts": 0, "dropped": {"cut_by_budget": 4}, "charged_runs": 16,
+                "private_tokens": 10, "scores": None, **extra}
+
+    rows = [{"row": "epsilon = infinity", "kind": "noiseless", "scorable": False, "mean": {}, "spread": {},
+             "repetitions": [rep(tokens_per_record=13.0), rep(tokens_per_record=15.0)]},
+            {"row": "private", "kind": "private", "scorable": False, "mean": {}, "spread": {}, "repetitions": [rep()]}]
+    result = {"parameters": {"data": "d", "private": 1, "held_out": 1, "texts": 24, "repetitions": 1,
+                             "teachers_per_group": 16, "embedding": "e"}, "rows": rows, "headline": None}
+    line = [x for x in utility.summary(result).splitlines() if x.startswith("private")][0]
+    assert "in at most 16 charged steps; 24 records of the noiseless teachers' 14 tokens need about 336 steps" in line

@@ -369,6 +369,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         entry = {"records": len(result["records"]), "scorable_texts": len(kept), "dropped": dropped,
                  "private_tokens": result.get("private_tokens", 0), "fallback_tokens": result.get("fallback_tokens", 0),
                  "charged_runs": result.get("charged_runs", 0),
+                 "tokens_per_record": (float(np.mean([record["num_tokens"] for _, record in kept])) if kept else None),
                  "spent_epsilon": result.get("spent", {}).get("epsilon", 0.0), "scores": None}
         if len(got) >= texts:
             chosen = got[:texts]
@@ -497,8 +498,8 @@ def summary(result: dict) -> str:
             why = reps[0].get("refused") if not ran else (
                 f"not scorable: {min(made)} of {p['texts']} texts (a run made {max(r['records'] for r in ran)} "
                 f"record(s), {max(r['dropped']['cut_by_budget'] for r in ran)} cut by the budget, in at most "
-                f"{max(r['charged_runs'] for r in ran)} charged steps)")
-            lines.append(f"{row['row']:<58} {why[:120]}")
+                f"{max(r['charged_runs'] for r in ran)} charged steps{_steps_needed(result)})")
+            lines.append(f"{row['row']:<58} {why[:200]}")
             continue
         lines.append(f"{row['row']:<58} {cell(row, 'mauve')} {cell(row, 'auc')} {cell(row, 'tstr')} "
                      f"{cell(row, 'distinct_2', 10)} {cell(row, 'recall', 7)} {cost:>24}")
@@ -512,6 +513,17 @@ def summary(result: dict) -> str:
                      f"error {h['gain_spread']:.3f}; {'more' if h['beats_floor_by_two_spreads'] else 'not more'} than "
                      f"twice it){share}")
     return "\n".join(lines)
+
+
+def _steps_needed(result: dict) -> str:
+    """``"; N records of the noiseless teachers' length need about S steps"``: what a private row would spend if
+    each of its tokens were a charged step, from the noiseless row's records (empty without that row)."""
+    lengths = [rep["tokens_per_record"] for row in result["rows"] if row["kind"] == "noiseless"
+               for rep in row["repetitions"] if rep.get("tokens_per_record")]
+    if not lengths:
+        return ""
+    texts, per = result["parameters"]["texts"], float(np.mean(lengths))
+    return f"; {texts} records of the noiseless teachers' {per:.0f} tokens need about {round(texts * per)} steps"
 
 
 def plot(result: dict, out_dir) -> list[Path]:
