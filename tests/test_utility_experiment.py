@@ -106,7 +106,7 @@ MARKER = "quokkazanzibar"
 
 @pytest.mark.slow
 def test_a_whole_utility_run_on_a_tiny_model(model_dir, tmp_path):
-    """80 labelled records (2 labels), 8 drawn as public examples, of which 25 are held out, 10 texts a row, 2 runs a row, one budget: every row
+    """80 labelled records (2 labels), 8 drawn as public examples, of which 24 are held out, 10 texts a row, 2 runs a row, one budget: every row
     is there, the ceiling and the noiseless and public rows are scored with every metric, a private row is scored
     or says how many texts it made, the headline and the figure exist, and no record's text is in the result."""
     data = tmp_path / "records.csv"
@@ -120,7 +120,7 @@ def test_a_whole_utility_run_on_a_tiny_model(model_dir, tmp_path):
     result = utility.run(quick=True, seed=3, progress=False, data=str(data), label_field="label", model=str(model_dir),
                          held_out=0.35, budget_epsilons="200", texts=10, repetitions=2, teachers=8, max_tokens=5)
     kinds = [row["kind"] for row in result["rows"]]
-    assert kinds == ["ceiling", "floor", "floor", "noiseless", "private", "private"]
+    assert kinds == ["ceiling", "floor", "floor", "noiseless"] + ["private"] * len(utility.CONFIGURATIONS)
     assert result["parameters"]["public_examples"] == 2 * utility.PUBLIC_EXAMPLES
     for row in result["rows"][:4]:
         assert row["scorable"], row["row"]
@@ -130,7 +130,7 @@ def test_a_whole_utility_run_on_a_tiny_model(model_dir, tmp_path):
         assert row["configuration"]["public_examples"] == 2 * utility.PUBLIC_EXAMPLES
         for rep in row["repetitions"]:
             assert rep["scores"] is not None or rep.get("scorable_texts", 0) < 10 or "refused" in rep
-    assert result["parameters"]["held_out"] == 25 and result["parameters"]["vocab_size"] == 128  # 35 % of 80 - 8
+    assert result["parameters"]["held_out"] == 24 and result["parameters"]["vocab_size"] == 128  # 12 of each 36
     assert result["headline"] is None or result["headline"]["metric"] == "mauve"
     assert MARKER not in json.dumps(result)
     text = utility.summary(result)
@@ -205,3 +205,21 @@ def test_an_unscorable_private_row_says_how_many_steps_its_records_would_need():
                              "teachers_per_group": 16, "embedding": "e"}, "rows": rows, "headline": None}
     line = [x for x in utility.summary(result).splitlines() if x.startswith("private")][0]
     assert "in at most 16 charged steps; 24 records of the noiseless teachers' 14 tokens need about 336 steps" in line
+
+
+def test_the_fitted_step_epsilon_is_the_largest_whose_budget_pays_for_the_tokens():
+    """BetweenThresholds' row runs at the largest grid step epsilon at which PLD pays for every token of the
+    records asked for (a label's steps counted twice): the budget pays for them there and not one grid value up."""
+    from pate_accountant import planning
+    from pate_app.run import _STEP_GRID, build_mechanism
+
+    def steps(e, n):
+        mech = build_mechanism("between-thresholds", e, 1e-7, num_teachers=n)
+        return planning.step_limits("pld", mech.event, 10.0, 1e-6).max_steps
+
+    for n, need, touches in ((16, 192, 2), (64, 720, 1)):
+        e = utility.fitted_step_epsilon("between-thresholds", "pld", n, 1e-7, (10.0, 1e-6), need, touches)
+        assert steps(e, n) // touches >= need
+        up = _STEP_GRID[_STEP_GRID.index(e) + 1]
+        assert steps(up, n) // touches < need
+    assert utility.fitted_step_epsilon("between-thresholds", "pld", 16, 1e-7, (0.01, 1e-6), 10 ** 9) is None

@@ -70,6 +70,8 @@ CONFIGURATIONS = {
                                                "public_top_k": 50, "histograms": "coordinated"},
     "Cold PATE, GNMax threshold, top-50, PLD": {"mechanism": "gaussian-threshold-argmax", "accountant": "pld",
                                                 "public_top_k": 50, "histograms": "independent"},
+    "Hot PATE, BetweenThresholds on the public candidate, PLD": {"mechanism": "between-thresholds",
+                                                                 "accountant": "pld", "histograms": "coordinated"},
 }
 #: What a row of ``--configurations FILE`` may set (``generate``'s options as RunSpec fields); the data, the
 #: budget, the ledger, the public examples, the records and the seed are the experiment's own.
@@ -77,6 +79,9 @@ CONFIGURABLE = ("mechanism", "accountant", "step_epsilon", "step_delta", "relati
                 "histograms", "records_per_teacher", "teachers", "groups", "template", "temperature", "top_p")
 #: Mechanisms whose step epsilon a row may leave out: the quietest one is computed (:func:`quiet_step_epsilon`).
 QUIET_MECHANISMS = ("gaussian-argmax", "gaussian-threshold-argmax")
+#: Mechanisms whose step epsilon a row may leave out: the largest at which the budget pays for every token of the
+#: records is computed (:func:`fitted_step_epsilon`).
+FITTED_MECHANISMS = ("between-thresholds",)
 #: The step delta of every private row (below any budget delta the experiment takes).
 STEP_DELTA_SHARE = 0.1
 #: The records a run is asked for beyond the texts scored (a share): some come out empty (the public model's
@@ -149,7 +154,8 @@ def quiet_step_epsilon(mechanism: str, num_teachers: int, step_delta: float, voc
 def load_configurations(path) -> dict:
     """The private rows of ``--configurations FILE``: ``{name: options}`` in the file's order, each checked as a
     run description (:class:`~pate_app.spec.RunSpec`) would check it; a ``ValueError`` naming the file, the row and
-    the key.  A row of a mechanism outside :data:`QUIET_MECHANISMS` must set its ``step_epsilon``."""
+    the key.  A row of a mechanism outside :data:`QUIET_MECHANISMS` and :data:`FITTED_MECHANISMS` must set its
+    ``step_epsilon``."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10
@@ -177,11 +183,43 @@ def load_configurations(path) -> dict:
             RunSpec(data="records", budget_epsilon=1.0, budget_delta=1e-6, **options)
         except (SpecError, TypeError, ValueError) as exc:
             raise ValueError(f"{where}: [{name}] {exc}") from None
-        if options.get("mechanism", "dp-argmax") not in QUIET_MECHANISMS and "step_epsilon" not in options:
-            raise ValueError(f"{where}: [{name}] sets no step_epsilon; only a Gaussian mechanism's quietest step "
-                             "epsilon is computed")
+        if options.get("mechanism", "dp-argmax") not in QUIET_MECHANISMS + FITTED_MECHANISMS and \
+                "step_epsilon" not in options:
+            raise ValueError(f"{where}: [{name}] sets no step_epsilon; it is computed only for "
+                             f"{', '.join(QUIET_MECHANISMS + FITTED_MECHANISMS)}")
         rows[str(name)] = dict(options)
     return rows
+
+
+def fitted_step_epsilon(mechanism: str, accountant: str, num_teachers: int, step_delta: float, budget: tuple,
+                        steps: int, touches: int = 1) -> float | None:
+    """The largest step epsilon on the grid of ``generate``'s refusals (:data:`pate_app.run._STEP_GRID`) at which
+    ``mechanism`` with ``num_teachers`` teachers a group runs (its threshold in reach) and ``accountant`` pays for
+    ``steps`` steps of a group within ``budget`` (each step counted ``touches`` times: a labelled run's private
+    labels count twice): the least noise with which every token of the records asked for can be a charged step, so
+    that the budget ends after the records, not inside them.  A rule of the teachers, the budget and the records'
+    length alone; ``None`` when no grid value pays for them."""
+    from pate_accountant import planning
+    from pate_accountant.errors import PateAccountantError
+    from pate_app.run import _STEP_GRID, RunInputError, build_mechanism, check_reachable
+
+    def pays(e: float) -> bool:  # less epsilon, more steps: monotone along the grid
+        try:
+            mech = build_mechanism(mechanism, e, step_delta, num_teachers=num_teachers)
+            check_reachable(mech, num_teachers)
+            limits = planning.step_limits(accountant, mech.event, float(budget[0]), float(budget[1]))
+        except (PateAccountantError, RunInputError, ValueError):
+            return False
+        afforded = limits.max_steps if limits.max_steps is not None else limits.max_hits
+        return afforded is not None and afforded // touches >= steps
+
+    low, high = 0, len(_STEP_GRID)  # the answer is _STEP_GRID[low] where pays holds on [0, low], by bisection
+    if not pays(_STEP_GRID[0]):
+        return None
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if pays(_STEP_GRID[mid]) else (low, mid)
+    return _STEP_GRID[low]
 
 
 def _labels_and_records(data: str, text_field: str, label_field: str | None, option: str = "--data"):
@@ -304,7 +342,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         max_tokens: int = 24, public_examples: str | None = None, configurations: str | None = None) -> dict:
     from ensembles.backends import transformers_backend as tb
     from pate_app import evaluation as ev
-    from pate_app.run import RunInputError, _resolve_model, fit_teachers
+    from pate_app.run import _STEP_GRID, RunInputError, _resolve_model, fit_teachers
     from pate_app.spec import RunSpec, SpecError, load_task, task_from_records
 
     size = SIZES["quick" if quick else "full"]
@@ -402,15 +440,22 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
                  {"budget_epsilon": 1e9, "budget_delta": 0.5})]
         for name, options in configurations.items():
             step = {"step_delta": options.get("step_delta", step_delta)}
-            if "step_epsilon" not in options:  # the quietest, for the row's own teachers a group
-                total = options.get("teachers", n * (1 if labels is None else len(labels)))
-                per_group = total // (len(labels) if labels is not None else options.get("groups", 1))
+            groups = len(labels) if labels is not None else options.get("groups", 1)
+            per_group = options.get("teachers", n * (1 if labels is None else len(labels))) // groups
+            if "step_epsilon" not in options and options["mechanism"] in QUIET_MECHANISMS:
                 quiet = quiet_step_epsilon(options["mechanism"], per_group, step["step_delta"], vocab,
-                                           options.get("public_top_k"))
+                                           options.get("public_top_k"))  # the quietest, for the row's own teachers
                 step["step_epsilon"] = quiet if quiet is not None else 50.0
             for epsilon in budgets:
-                runs.append((f"{name}, epsilon {epsilon:g}", "private", epsilon, {**options, **step, **public},
-                             {"budget_epsilon": epsilon, "budget_delta": delta}))
+                fitted = {}
+                if "step_epsilon" not in options and options["mechanism"] in FITTED_MECHANISMS:
+                    need = math.ceil(math.ceil(texts * (1 + RECORD_MARGIN)) / groups) * int(max_tokens)
+                    e = fitted_step_epsilon(options["mechanism"], options["accountant"], per_group,
+                                            step["step_delta"], (epsilon, delta), need,
+                                            touches=1 if labels is None else 2)
+                    fitted = {"step_epsilon": e if e is not None else _STEP_GRID[0]}  # no record paid: the least
+                runs.append((f"{name}, epsilon {epsilon:g}", "private", epsilon,
+                             {**options, **step, **fitted, **public}, {"budget_epsilon": epsilon, "budget_delta": delta}))
         for label, kind, epsilon, options, budget in runs:
             row = {"row": label, "kind": kind, "epsilon": None if math.isinf(epsilon) else epsilon,
                    "configuration": {k: (len(examples) if k == "public_examples" else v) for k, v in options.items()},
