@@ -20,7 +20,9 @@ of every run (``held-out``) and gives the rest to the runs (``private``).  The r
   :func:`~pate_app.spec.synthesize` as a user would: thresholded GNMax over the public top-50, charged by PLD,
   with Hot votes and with Cold votes on the same teachers, at the smallest step epsilon of the grid whose noise
   does not decide its releases (:func:`quiet_step_epsilon`: a rule of the teachers and the vocabulary alone, never
-  tuned to a corpus).  Their public model is shown the same public examples as the floor's.
+  tuned to a corpus); and Hot PATE's BetweenThresholds query on the public model's candidate token, charged by
+  PLD at the largest step epsilon whose budget pays for every token of the records (:func:`fitted_step_epsilon`).
+  Their public model is shown the same public examples as the floor's.
 
 Each row is run ``repetitions`` times (fresh generation; the same held-out set) and reports each metric's mean and
 spread.  A row whose run leaves fewer than ``texts`` scorable records is reported as not scorable, with what it
