@@ -37,6 +37,13 @@ def test_the_headline_is_the_best_private_row_against_the_best_floor():
     assert h["share"] == pytest.approx(0.20 / (0.95 - 0.65))
     assert 0 < h["share_spread"] < 1
     assert utility.headline([r for r in rows if r["kind"] != "private"]) is None
+    # noiseless teachers no better than the floor (fortune cookies, MAUVE 0.94 against 0.97): no share, said so
+    below = [r if r["kind"] != "noiseless" else _row("noiseless", "no noise", [0.60, 0.62]) for r in rows]
+    h = utility.headline(below, seed=1)
+    assert h["share"] is None and h["noiseless_above_floor"] is False and h["gain"] == pytest.approx(0.20)
+    result = {"parameters": {"data": "d", "private": 1, "held_out": 1, "texts": 2, "repetitions": 2,
+                             "teachers_per_group": 4, "embedding": "e"}, "rows": [], "headline": h}
+    assert "no share: the noiseless teachers score no higher than the public model" in utility.summary(result)
 
 
 def test_the_quiet_step_epsilon_is_the_smallest_on_the_grid_whose_noise_does_not_decide():
