@@ -162,14 +162,14 @@ def _records(count: int, labels=("a", "b", "c"), words: int = 3) -> list[dict]:
             for i in range(count)]
 
 
-def _prompts(spec: RunSpec, records: list[dict], seed: int = 7) -> list[list[str]]:
+def _prompts(spec: RunSpec, records: list[dict], seed: int = 7, template=RECORDS) -> list[list[str]]:
     """Every teacher's whole prompt, group by group, for ``records`` under ``spec`` with a fixed draw (no model
     is loaded: the tokenizer is the word counter of ``words_model``)."""
-    task = Task(tuple(records), RECORDS, "records", "records", "text")
+    task = Task(tuple(records), template, "records", "records", "text")
     spec = run.fit_teachers(spec, task)  # as private_run does: teachers left out are fitted to the data
     plan = run._plan_run(spec, task)
     shown = run._fit_to_window(spec, task, plan, "model", announce=False)
-    ensembles = run.run_prompts(shown, spec, plan, np.random.default_rng(seed), RECORDS)
+    ensembles = run.run_prompts(shown, spec, plan, np.random.default_rng(seed), template)
     return [[prefix + prompt for prompt in prompts] for prefix, prompts in ensembles]
 
 
@@ -263,6 +263,33 @@ def test_with_the_teachers_fitted_to_the_data_one_record_still_moves_one_teacher
     total = sum(len(group) for group in before)
     assert total == (63 if spec.labels and spec.relation == "add-remove-one" else
                      64 if spec.relation == "add-remove-one" else 18)
+
+
+@pytest.mark.parametrize("path", ["labels", "labels-public", "labels-add-remove"])
+def test_a_template_naming_the_label_still_moves_one_teacher_per_record(words_model, path):
+    """Issue 34, lever 2: with ``{label}`` in the header (``labelled-records``) each label's teachers share a prefix
+    naming their label, a public word of the task.  A record replaced, appended or removed still changes the
+    prompt of at most one teacher in one group, every other prompt byte-identical (the labels' prefixes included),
+    and a replaced record's own teacher does change."""
+    from ensembles.templates import LABELLED_RECORDS
+
+    spec = _spec(**{**PATHS[path], "template": "labelled-records"})
+    records = _records(18)
+    before = _prompts(spec, records, template=LABELLED_RECORDS)
+    for g, label in enumerate("abc"):
+        assert all(p.startswith(f'Here are examples of records labelled "{label}"') for p in before[g])
+    changed = list(records)
+    changed[7] = {**records[7], "text": f"{MARKER} z z"}
+    pairs = [(_prompts(spec, changed, template=LABELLED_RECORDS), True)]
+    if spec.relation == "add-remove-one":
+        pairs += [(_prompts(spec, [*records, {"text": f"{MARKER} z z", "label": "b"}], template=LABELLED_RECORDS),
+                   False), (_prompts(spec, records[:-1], template=LABELLED_RECORDS), False)]
+    for after, replaced in pairs:
+        moved = _changed(before, after)
+        assert len(moved) <= 1, moved
+        if replaced:
+            (g, t), = moved
+            assert "record 7 " in before[g][t] and MARKER in after[g][t]
 
 
 @pytest.mark.parametrize("labels_public", [False, True])
