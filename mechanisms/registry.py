@@ -169,6 +169,12 @@ def _case(name: str) -> Callable:
     return build
 
 
+def _clipped_logits():
+    from mechanisms import clipped_logits
+
+    return clipped_logits
+
+
 def _register_builtins() -> None:
 
     # Contract examples: budgets whose truncation L is 2 to 5, so histograms of at most six teachers reach the
@@ -225,6 +231,15 @@ def _register_builtins() -> None:
                             _m.GaussianThresholdArgMax(1.5, vocab_size=3, relation=r, threshold=5, epsilon=2.0)],
         summary="GNMax released only when the noisy top count clears a threshold, else fail (one noise draw; in "
                 "runs the threshold is a strict majority of the configured teachers)")
+    # Clipped-logit sampling over three teachers: epsilon 0.5 clips below the log-differences of the enumeration's
+    # distributions (the bound is reached); epsilon 2 at temperature 0.7 on a public top-1 widened by the band.
+    register_mechanism(
+        "clipped-logit-sampling", runs=True, needs_teachers=True,
+        build=lambda e, d, r, n: _clipped_logits().ClippedLogitSampling.for_run(e, d, r, n),
+        examples=lambda r: [_clipped_logits().ClippedLogitSampling(0.5, 3, r),
+                            _clipped_logits().ClippedLogitSampling(2.0, 3, r, temperature=0.7, top_k=1)],
+        summary="InvisibleInk: the public log-probabilities plus the teachers' clipped differences, sampled by the "
+                "exponential mechanism on the public top-k+ (reads distributions, not votes; pure, zCDP under RDP)")
     register_mechanism(
         "threshold-argmax", examples=lambda r: [_m.ThresholdArgMax(2), _m.ThresholdArgMax(4)],
         summary="TArgMax_T: the most-voted token with at least T votes (threshold privacy, not DP)")

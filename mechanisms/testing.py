@@ -17,6 +17,11 @@ pair or histogram, and otherwise returns a small report; none needs pytest.
   calls) at a fixed seed against the exact law (:func:`check_counts_match_law`).
 * :func:`check_mechanism` runs all three on one instance; :func:`check_registered_mechanism` on the small
   instances of a registered name (:func:`mechanisms.registry.contract_examples`), under each relation.
+* :func:`check_distribution_mechanism` -- the same for a mechanism over teacher *distributions*
+  (``inputs == "distributions"``: InvisibleInk's clipped-logit sampling), by exact enumeration over
+  neighbouring ensembles of small distributions (:data:`SMALL_DISTRIBUTIONS`): one teacher's distribution
+  replaced by any other, or a teacher joining or leaving, with every public distribution; the laws must respect
+  the claimed epsilon, the event's bounded range and the Renyi divergences of its zCDP parameter.
 
 A mechanism need not subclass :class:`mechanisms.base.Mechanism`: one with an ``event``, an exact
 ``output_distribution(histogram)`` and a ``run_batch`` or ``__call__`` will do (its claim is then read from
@@ -72,7 +77,10 @@ __all__ = [
     "ClaimReport",
     "PairDelta",
     "SamplerReport",
+    "SMALL_DISTRIBUTIONS",
+    "DistributionClaimReport",
     "check_counts_match_law",
+    "check_distribution_mechanism",
     "check_event_covers_claim",
     "check_mechanism",
     "check_privacy_claim",
@@ -452,6 +460,140 @@ def check_mechanism(mechanism, *, relations=None, histograms=SAMPLER_HISTOGRAMS,
     return MechanismReport(mechanism, claims, samplers)
 
 
+# -- mechanisms over distributions -------------------------------------------------------------------------
+#: The probability vectors over 3 tokens each teacher (and the public model) may hold in the enumeration:
+#: certain tokens, zeros beside mass (whose log-differences clip at the bound), even and skewed laws.
+SMALL_DISTRIBUTIONS = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0), (0.5, 0.5, 0.0), (0.0, 0.5, 0.5),
+                       (1 / 3, 1 / 3, 1 / 3), (0.7, 0.2, 0.1), (0.05, 0.05, 0.9))
+#: Renyi orders at which a zCDP claim ``D_alpha <= alpha rho`` is checked.
+RENYI_ORDERS = (1.5, 2.0, 4.0, 16.0, 64.0)
+
+
+@attr.s(frozen=True, slots=True)
+class DistributionClaimReport:
+    """What :func:`check_distribution_mechanism` found under one relation: the pairs checked, the largest
+    total variation, the largest log-ratio range (the bounded range) and the largest absolute log-ratio (the
+    pure epsilon) over the pairs."""
+
+    relation: str = attr.ib()
+    num_pairs: int = attr.ib()
+    movement: float = attr.ib()
+    worst_range: float = attr.ib()
+    worst_epsilon: float = attr.ib()
+
+
+def _ensembles(size: int, choices: int):
+    """Every multiset of ``size`` indices below ``choices`` (teachers are exchangeable in the aggregate)."""
+    import itertools
+
+    return itertools.combinations_with_replacement(range(choices), size)
+
+
+def distribution_pairs(num_teachers: int, relation: str, *, distributions=SMALL_DISTRIBUTIONS):
+    """Neighbouring ensembles (index tuples into ``distributions``) of at most ``num_teachers`` teachers:
+    replace-one: one teacher's distribution replaced by another, every size from 1 to ``num_teachers``;
+    add-remove-one: a teacher of any distribution joins an ensemble of fewer than ``num_teachers``.  Each pair
+    once; the check reads both directions."""
+    k = len(distributions)
+    for size in range(1, num_teachers + 1):
+        for ensemble in _ensembles(size, k):
+            if relation == REPLACE_ONE:
+                for member in sorted(set(ensemble)):
+                    for other in range(member + 1, k):
+                        changed = list(ensemble)
+                        changed[changed.index(member)] = other
+                        yield ensemble, tuple(sorted(changed))
+                continue
+            if size == 1:
+                yield (), ensemble
+            if size < num_teachers:
+                for other in range(k):
+                    yield ensemble, tuple(sorted((*ensemble, other)))
+
+
+def check_distribution_mechanism(mechanism, *, relations=None, distributions=SMALL_DISTRIBUTIONS,
+                                 min_movement: float = MIN_MOVEMENT, num_samples: int = NUM_SAMPLES,
+                                 seed: int = SEED, alpha: float = ALPHA) -> list:
+    """Exact enumeration for a mechanism over teacher distributions (``inputs == "distributions"``, called as
+    ``mechanism(teacher_logprobs, public_logprobs, rng)`` with an exact ``output_distribution`` of the same
+    arguments).  Under each relation (default: those it claims), for every public distribution of
+    ``distributions`` and every neighbouring pair of ensembles of at most ``mechanism.num_teachers`` (capped at
+    3) teachers (:func:`distribution_pairs`), both ways:
+
+    * both laws put mass on the same tokens, and no log-ratio exceeds the claimed epsilon in absolute value
+      (the claim is pure: ``delta`` must be 0);
+    * a bounded-range event (``event.rho``): the log-ratios span at most ``event.epsilon``, and
+      ``D_alpha(P || Q) <= alpha rho`` at each of :data:`RENYI_ORDERS`;
+    * some pair moves the law by ``min_movement`` in total variation (no vacuous pass).
+
+    Then :func:`check_event_covers_claim`, and a chi-square test of ``num_samples`` single calls against the
+    exact law on one ensemble.  Returns a :class:`DistributionClaimReport` per relation."""
+    relations = claimed_relations_of(mechanism) if relations is None else tuple(relations)
+    with np.errstate(divide="ignore"):
+        grid = np.log(np.asarray(distributions, dtype=np.float64))
+    size = min(int(mechanism.num_teachers), 3)
+    event = mechanism.event
+    rho = getattr(event, "rho", None)
+    reports = []
+    for relation in relations:
+        claim = privacy_claim_of(mechanism, relation)
+        where = f"{_name(mechanism)} under {relation}"
+        if not isinstance(claim, EpsilonDeltaClaim) or claim.delta != 0.0:
+            raise AssertionError(f"{where}: a distribution mechanism must claim pure DP, got {claim!r}")
+        pairs = list(distribution_pairs(size, relation, distributions=distributions))
+        movement = worst_range = worst_epsilon = 0.0
+        for public in grid:
+            laws: dict = {}
+
+            def law(ensemble):
+                if ensemble not in laws:
+                    teachers = grid[list(ensemble)] if ensemble else np.zeros((0, grid.shape[1]))
+                    out = mechanism.output_distribution(teachers, public)
+                    full = np.zeros(grid.shape[1])
+                    full[np.asarray(out.tokens, dtype=np.int64)] = out.probabilities
+                    laws[ensemble] = full
+                return laws[ensemble]
+
+            for first, second in pairs:
+                p, q = law(first), law(second)
+                what = f"{where}: public {np.exp(public).round(3).tolist()}, teachers {first} and {second}"
+                if not np.array_equal(p > 0, q > 0):
+                    raise AssertionError(f"{what}: the laws put mass on different tokens")
+                on = p > 0
+                ratio = np.log(p[on]) - np.log(q[on])
+                spread = float(ratio.max() - ratio.min())
+                largest = float(np.abs(ratio).max())
+                movement = max(movement, 0.5 * float(np.abs(p - q).sum()))
+                worst_range, worst_epsilon = max(worst_range, spread), max(worst_epsilon, largest)
+                if largest > claim.epsilon:
+                    raise AssertionError(f"{what}: a log-ratio of {largest!r} exceeds the claimed epsilon "
+                                         f"{claim.epsilon!r}")
+                if rho is not None:
+                    if spread > event.epsilon:
+                        raise AssertionError(f"{what}: the log-ratios span {spread!r}, more than the bounded range "
+                                             f"{event.epsilon!r} the event charges")
+                    for a, b in ((p[on], q[on]), (q[on], p[on])):
+                        for order in RENYI_ORDERS:
+                            divergence = math.log(float(np.sum(a ** order * b ** (1.0 - order)))) / (order - 1.0)
+                            if divergence > order * rho + ROUNDING:
+                                raise AssertionError(f"{what}: the Renyi divergence of order {order} is "
+                                                     f"{divergence!r}, above {order} x rho = {order * rho!r}")
+        if movement < min_movement:
+            raise AssertionError(f"{where}: no neighbouring pair moves the law by {min_movement} (largest total "
+                                 f"variation {movement!r}): the enumeration proves nothing")
+        reports.append(DistributionClaimReport(relation, len(pairs) * len(grid), movement, worst_range, worst_epsilon))
+    check_event_covers_claim(mechanism, relations=relations)
+    teachers, public = grid[[0, 3, 6][:size]], grid[5]
+    exact = mechanism.output_distribution(teachers, public).as_dict()
+    rng = np.random.default_rng(seed)
+    counts: dict = {}
+    for _ in range(num_samples):
+        value = mechanism(teachers, public, rng=rng).value
+        counts[value] = counts.get(value, 0) + 1
+    check_counts_match_law(counts, exact, alpha=alpha, what=f"{_name(mechanism)}'s sampler")
+    return reports
+
+
 def check_registered_mechanism(name: str, **options) -> dict:
     """:func:`check_mechanism` on every small instance of the registered mechanism ``name`` under each
     neighbouring relation (:func:`mechanisms.registry.contract_examples`).  A relation the mechanism refuses
@@ -471,7 +613,9 @@ def check_registered_mechanism(name: str, **options) -> dict:
         for example in examples:
             if relation not in claimed_relations_of(example):
                 raise AssertionError(f"{name!r}: {_name(example)}, built under {relation}, claims nothing under it")
-        out[relation] = [check_mechanism(example, relations=(relation,), **options) for example in examples]
+        out[relation] = [check_distribution_mechanism(example, relations=(relation,))
+                         if getattr(example, "inputs", None) == "distributions"
+                         else check_mechanism(example, relations=(relation,), **options) for example in examples]
     if not any(out.values()):
         raise AssertionError(f"mechanism {name!r} refuses every neighbouring relation")
     return out

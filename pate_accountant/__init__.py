@@ -16,6 +16,7 @@ _LAZY = {
     "UnsupportedEventError": "pate_accountant.errors",
     "BetweenThresholdsEvent": "pate_accountant.events",
     "BoundaryWrapperEvent": "pate_accountant.events",
+    "BoundedRangeEvent": "pate_accountant.events",
     "EpsilonDeltaEvent": "pate_accountant.events",
     "NoisyArgMaxEvent": "pate_accountant.events",
     "ThresholdPrivacyEvent": "pate_accountant.events",

@@ -93,6 +93,20 @@ class WeightedSamplingEvent(EpsilonDeltaEvent):
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
+class BoundedRangeEvent(EpsilonDeltaEvent):
+    """A step that is ``epsilon``-bounded-range under ``relation``: on every neighbouring pair the log-ratio of
+    the two output laws, over the outcomes, lies in an interval of width ``epsilon`` (the exponential mechanism
+    with a utility whose change on a neighbour spans at most ``epsilon``; Durfee and Rogers 2019).  That is
+    ``(epsilon, 0)``-DP, which every accountant may charge; it is also ``epsilon**2 / 8``-zCDP (Cesar and Rogers
+    2021), which the RDP accountant charges instead (docs/mechanisms/clipped_logits.md).  ``delta`` is 0."""
+
+    @property
+    def rho(self) -> float:
+        """The zCDP parameter ``epsilon**2 / 8`` the bounded range gives."""
+        return self.epsilon * self.epsilon / 8.0
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
 class BetweenThresholdsEvent(dp_accounting.DpEvent):
     """One BetweenThresholds query: ``epsilon``-DP (pure) for a count of sensitivity one, whose
     ``between`` outcome is a ``q``-target at level ``epsilon`` (charged by target-charging accountants)."""

@@ -10,6 +10,8 @@ pure steps: ``EpsilonDeltaEvent(eps, 0)`` (and        ``ZCDpEvent(rho=eps**2 / 2
 with ``delta = 0``), ``BetweenThresholdsEvent``,      Prop. 1.4), under the relation the event states.
 a ``BoundaryWrapperEvent`` around a pure inner step   Never ``LaplaceDpEvent(1 / eps)``: the Laplace RDP
                                                       curve is not an upper bound for every ``eps``-DP step
+``BoundedRangeEvent(eps)`` (the clipped-logit         ``ZCDpEvent(rho=eps**2 / 8)``: ``eps``-bounded range
+exponential mechanism)                                is ``eps**2 / 8``-zCDP (Cesar-Rogers 2021)
 approximate steps ``(eps, delta > 0)``                rejected (``UnsupportedEventError`` naming the event):
                                                       an RDP curve cannot carry a delta
 dp-accounting's native events (``GaussianDpEvent``,   passed through unchanged, if a scratch
@@ -57,6 +59,7 @@ from pate_accountant.events import (
     REPLACE_ONE,
     BetweenThresholdsEvent,
     BoundaryWrapperEvent,
+    BoundedRangeEvent,
     EpsilonDeltaEvent,
     ThresholdPrivacyEvent,
 )
@@ -85,7 +88,12 @@ def _collect(event, n: int, out: list, top) -> None:
         inner = "" if event is top else f" (in {top!r})"
         return UnsupportedEventError(f"RdpAccountant cannot account for event {event!r}{inner}: {why}")
 
-    if isinstance(event, (EpsilonDeltaEvent, BetweenThresholdsEvent, BoundaryWrapperEvent)):
+    if isinstance(event, BoundedRangeEvent):  # epsilon-bounded range: epsilon**2 / 8-zCDP, 4 times below pure
+        if event.delta > 0.0:
+            raise refuse("a bounded-range step has no delta")
+        if event.epsilon > 0.0:
+            out.append((dp_event.ZCDpEvent(rho=event.rho), n))
+    elif isinstance(event, (EpsilonDeltaEvent, BetweenThresholdsEvent, BoundaryWrapperEvent)):
         for eps, delta, m in epsilon_delta_terms(event):
             if delta > 0.0:
                 raise refuse(
