@@ -46,6 +46,7 @@ from ensembles.histograms import TAIL_VOTE, VoteHistogram
 from ensembles.keyed_votes import HISTOGRAMS, StepKey
 from ensembles.public_prior import PublicPrior, as_public_mix, as_public_support
 from mechanisms.between_thresholds import BetweenThresholds
+from mechanisms.base import reads_distributions
 from pate_accountant.accountants.base import Accountant
 from pate_accountant.accountants.individual import IndividualChargingAccountant
 from pate_accountant.errors import BudgetExhaustedError
@@ -54,6 +55,7 @@ from pate_accountant.validation import check_int, check_real
 
 __all__ = [
     "AggregationStep",
+    "DistributionAggregation",
     "GenerationResult",
     "HistogramAggregation",
     "IndividualChargingAggregation",
@@ -350,6 +352,39 @@ class IndividualChargingAggregation(AggregationStep):
             self.backend.drop_teachers(removed)
 
 
+class DistributionAggregation(AggregationStep):
+    """A mechanism over the teachers' distributions (``mechanism.inputs == "distributions"``: InvisibleInk's
+    clipped-logit sampling, :mod:`mechanisms.clipped_logits`): each charged run reads the active teachers'
+    next-token log-probabilities and the public model's (the public prompt and the released tokens) and hands
+    them to the mechanism through the accountant; no votes are drawn.  The mechanism never fails.
+
+    The teachers' distributions are read with ``backend.distributions()`` (untransformed: temperature 1, no
+    top-p; the mechanism applies its own temperature), so a backend holding its logits on a device sends the
+    ``(m, V)`` probabilities to the host once per step (docs/mechanisms/clipped_logits.md)."""
+
+    reads_distributions = True
+
+    def __init__(self, mechanism, accountant, backend, public_backend):
+        self.mechanism, self.accountant = mechanism, accountant
+        self.backend, self.public_backend = backend, public_backend
+        self._run = None
+
+    def check(self, num_teachers):
+        if num_teachers > self.mechanism.num_teachers:
+            raise ValueError(f"{num_teachers} teacher prompts, more than the {self.mechanism.num_teachers} teachers "
+                             "the mechanism is calibrated for")
+
+    def start(self):
+        self._run = self.accountant.register(self.mechanism)
+
+    def run(self, votes, active, rng, secret, prior=None):
+        with np.errstate(divide="ignore"):
+            teachers = np.log(self.backend.distributions().to_dense())
+            public = np.log(self.public_backend.distributions().to_dense()[0])
+        release = self._run(teachers, public, rng=secret.mechanism)
+        return StepOutcome(release, None if release.failed else int(release.value))
+
+
 class _IncrementalText:
     """``backend.decode(tokens)`` kept up to date as tokens are appended, at a cost that does not grow with the
     length: each new token's text is read from the decode of the last :attr:`WINDOW` tokens (how incremental
@@ -444,7 +479,9 @@ class PrivateGenerator:
         self.public_mix = as_public_mix(public_mix)
         self.public_support = as_public_support(public_support)
         self._public_prior = _check_public_prior(self.public_mix, self.public_support, backend, public_backend)
-        if isinstance(mechanism, BetweenThresholds):
+        if reads_distributions(mechanism):
+            self.scheme = self._distribution_scheme(mechanism, accountant)
+        elif isinstance(mechanism, BetweenThresholds):
             self.scheme = IndividualChargingAggregation(mechanism, accountant, backend, self.candidate,
                                                         self._public_token)
         elif isinstance(accountant, IndividualChargingAccountant):
@@ -454,6 +491,30 @@ class PrivateGenerator:
             self.scheme = HistogramAggregation(mechanism, accountant, backend.vocab_size)
 
     # -- pieces ----------------------------------------------------------------------------------------
+    def _distribution_scheme(self, mechanism, accountant) -> DistributionAggregation:
+        """The scheme of a mechanism over distributions, at the generator's temperature and with the public
+        support's top-k (``public_support``; none: the whole vocabulary); refused, naming the option, where an
+        option of the votes would be silently dropped."""
+        name = type(mechanism).__name__
+        if self.public_backend is None:
+            raise ValueError(f"{name} reads the public model's distribution: it needs a public_backend")
+        if isinstance(accountant, IndividualChargingAccountant):
+            raise ValueError(f"{name} has no individual charging (an IndividualChargingAccountant needs "
+                             "BetweenThresholds)")
+        if self.top_p is not None:
+            raise ValueError(f"top_p={self.top_p:g}: {name} samples the clipped aggregate itself (its public "
+                             "top-k+ support is --public-top-k)")
+        if self.public_mix.weight:
+            raise ValueError(f"public_mix={self.public_mix.weight:g}: {name} already centres every teacher on the public "
+                             "model")
+        support = self.public_support
+        if support is not None and support.top_k is None:
+            raise ValueError(f"public_support={support!r}: {name} takes a public top-k, not a top-p")
+        self._public_prior = False  # the mechanism reads the public distribution itself
+        self.mechanism = mechanism.with_settings(temperature=self.temperature,
+                                                 top_k=0 if support is None else support.top_k)
+        return DistributionAggregation(self.mechanism, accountant, self.backend, self.public_backend)
+
     def _public_token(self, rng, support=None) -> int:
         """A sample of the public backend's distribution (:func:`public_token`)."""
         return public_token(self.public_backend, rng, self.temperature, self.top_p, support)
@@ -526,9 +587,12 @@ class PrivateGenerator:
                 if self._public_prior and prior is None:
                     prior = self._step_prior()
                 options = {} if prior is None else {"public": prior}
-                votes = backend.votes(StepKey(run_key, len(tokens), retries), temperature=self.temperature,
-                                      top_p=self.top_p, histograms=self.histograms, **options)
-                max_count, margin = _diagnostics(votes)
+                if getattr(scheme, "reads_distributions", False):  # no votes: the scheme reads distributions
+                    votes, (max_count, margin) = None, (0, 0)
+                else:
+                    votes = backend.votes(StepKey(run_key, len(tokens), retries), temperature=self.temperature,
+                                          top_p=self.top_p, histograms=self.histograms, **options)
+                    max_count, margin = _diagnostics(votes)
                 try:
                     step = scheme.run(votes, active, rng, secret, **({} if prior is None else {"prior": prior}))
                 except BudgetExhaustedError:

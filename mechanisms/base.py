@@ -41,6 +41,7 @@ from pate_accountant.tct import wrapped_event_terms
 from pate_accountant.validation import check_int, check_real
 
 __all__ = [
+    "DISTRIBUTIONS",
     "FAIL_VALUE",
     "BatchRelease",
     "EpsilonDeltaClaim",
@@ -53,9 +54,21 @@ __all__ = [
     "claimed_relations_of",
     "gauss_legendre_unit",
     "privacy_claim_of",
+    "reads_distributions",
     "sample_batch_outcomes",
     "wrapped_claim",
 ]
+
+
+#: The ``inputs`` of a mechanism over teacher *distributions* (:mod:`mechanisms.clipped_logits`): each step it
+#: reads the active teachers' and the public model's next-token log-probabilities, not a vote histogram.
+DISTRIBUTIONS = "distributions"
+
+
+def reads_distributions(mechanism) -> bool:
+    """Whether ``mechanism`` runs on teacher distributions (``mechanism(teacher_logprobs, public_logprobs, rng)``)
+    rather than on a vote histogram."""
+    return getattr(mechanism, "inputs", None) == DISTRIBUTIONS
 
 
 @functools.lru_cache(maxsize=64)

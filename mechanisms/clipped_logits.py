@@ -46,25 +46,35 @@ from __future__ import annotations
 import attr
 import numpy as np
 
-from mechanisms.base import EpsilonDeltaClaim, OutcomeDistribution, claim_under
+from mechanisms.base import DISTRIBUTIONS, EpsilonDeltaClaim, OutcomeDistribution, claim_under
 from mechanisms.randomness import RandomBits, random_bits
 from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, BoundedRangeEvent
 from pate_accountant.release import Release
 from pate_accountant.validation import attrs_validator, check_delta, check_epsilon, check_int, check_real
 
-__all__ = ["CLIP_MARGIN", "DISTRIBUTIONS", "ClippedLogitSampling", "clip_for"]
+__all__ = ["ABSOLUTE_MARGIN", "CLIP_MARGIN", "ClippedLogitSampling", "clip_for"]
 
-#: What a distribution mechanism reads each step (the generation loop asks the backend for it): the active
-#: teachers' next-token distributions and the public model's.
-DISTRIBUTIONS = "distributions"
-#: The clip is calibrated to ``epsilon (1 - CLIP_MARGIN)``: float64 scores are off by a few units in the last
-#: place, far below this margin, so the float law's range stays within ``epsilon``.
+#: The clip is calibrated to ``epsilon (1 - CLIP_MARGIN - B^2 2^-50) - ABSOLUTE_MARGIN`` (module docstring): the
+#: float64 sum of ``B`` clipped terms is off by at most ``B^2 2^-53 C``, and the scores, their exponentials and
+#: the normalisation by a few units in the last place of scores of magnitude below about ``10^3``; the margins
+#: hold each below the stated ``epsilon``, so the float law's range stays within it.
 CLIP_MARGIN = 1e-9
+ABSOLUTE_MARGIN = 1e-11
+#: The smallest step epsilon (below it the margins above would be a visible share of it).
+MIN_EPSILON = 1e-6
+#: The most teachers (``B^2 2^-50`` stays below ``1e-6``).
+MAX_TEACHERS = 30_000
 
 
 def _relation(instance, attribute, value):
     if value not in NEIGHBOURING_RELATIONS:
         raise ValueError(f"relation must be one of {NEIGHBOURING_RELATIONS}, got {value!r}")
+
+
+def _min_epsilon(instance, attribute, value):
+    if value < MIN_EPSILON:
+        raise ValueError(f"epsilon must be at least {MIN_EPSILON:g} for clipped-logit sampling, got {value:g} "
+                         "(the float margins of the clip would be a visible share of it)")
 
 
 def _top_k(instance, attribute, value):
@@ -74,10 +84,11 @@ def _top_k(instance, attribute, value):
 
 def clip_for(epsilon: float, num_teachers: int, temperature: float, relation: str) -> float:
     """The clip ``C`` at which one step is ``epsilon``-bounded-range (module docstring):
-    ``epsilon B tau / (2 w)`` with ``w = 2`` under replace-one and ``1`` under add-remove-one, less
-    :data:`CLIP_MARGIN`."""
+    ``epsilon B tau / (2 w)`` with ``w = 2`` under replace-one and ``1`` under add-remove-one, for ``epsilon``
+    less the float margins (:data:`CLIP_MARGIN`)."""
     width = 2 if relation == REPLACE_ONE else 1
-    return epsilon * num_teachers * temperature / (2.0 * width) * (1.0 - CLIP_MARGIN)
+    effective = epsilon * (1.0 - CLIP_MARGIN - num_teachers * num_teachers * 2.0 ** -50) - ABSOLUTE_MARGIN
+    return effective * num_teachers * temperature / (2.0 * width)
 
 
 @attr.s(frozen=True, slots=True)
@@ -91,8 +102,8 @@ class ClippedLogitSampling:
     ``(m, V)`` array (``m <= num_teachers`` active teachers), ``public_logprobs`` a ``(V,)`` one.  It never
     fails."""
 
-    epsilon: float = attr.ib(converter=lambda value: check_epsilon("epsilon", value))
-    num_teachers: int = attr.ib(validator=attrs_validator(check_int, minimum=1))
+    epsilon: float = attr.ib(converter=lambda value: check_epsilon("epsilon", value), validator=_min_epsilon)
+    num_teachers: int = attr.ib(validator=attrs_validator(check_int, minimum=1, maximum=MAX_TEACHERS))
     relation: str = attr.ib(default=REPLACE_ONE, validator=_relation)
     temperature: float = attr.ib(default=1.0, converter=float,
                                  validator=attrs_validator(check_real, minimum=0.0, min_open=True))

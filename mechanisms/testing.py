@@ -51,6 +51,7 @@ from mechanisms.base import (
     ThresholdClaim,
     claimed_relations_of,
     privacy_claim_of,
+    reads_distributions,
 )
 from mechanisms.histogram import CountHistogram, HistogramBatch, as_histogram
 from mechanisms.qtarget import q_star
@@ -614,7 +615,7 @@ def check_registered_mechanism(name: str, **options) -> dict:
             if relation not in claimed_relations_of(example):
                 raise AssertionError(f"{name!r}: {_name(example)}, built under {relation}, claims nothing under it")
         out[relation] = [check_distribution_mechanism(example, relations=(relation,))
-                         if getattr(example, "inputs", None) == "distributions"
+                         if reads_distributions(example)
                          else check_mechanism(example, relations=(relation,), **options) for example in examples]
     if not any(out.values()):
         raise AssertionError(f"mechanism {name!r} refuses every neighbouring relation")

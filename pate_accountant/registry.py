@@ -43,7 +43,7 @@ _BUILTINS_LOADED = False
 #: The built-in kinds and whether runs offer them, known without importing the accountants (and dp-accounting
 #: behind them), so that the command line lists them fast; ``pate_accountant.accountants`` registers the
 #: classes, and a test keeps each class's ``kind`` and flag equal to this table.
-BUILTIN_KINDS = {"basic": True, "advanced": True, "pld": True, "target-charging": True, "rdp": False,
+BUILTIN_KINDS = {"basic": True, "advanced": True, "pld": True, "target-charging": True, "rdp": True,
                  "individual-charging": True}
 
 

@@ -64,6 +64,7 @@ from ensembles.templates import INSTRUCTIONS, PromptTemplate
 from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable, public_generate
 from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedSampling, GaussianNoisyArgMax
 from mechanisms import registry as mechanisms_registry
+from mechanisms.base import reads_distributions
 from pate_accountant import __version__, planning
 from pate_accountant import registry as accountants_registry
 from pate_accountant.checkpoints import (
@@ -919,7 +920,8 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
             generators = [PrivateGenerator(
                 backend, mech, group_acct, histograms=spec.histograms, fallback="public", public_backend=public,
                 public_prompt=public_prompts[g], max_tokens=spec.max_tokens, stop_strings=(template.stop,),
-                top_p=spec.top_p, temperature=spec.temperature, public_mix=spec.public_mix,
+                top_p=None if reads_distributions(mech) else spec.top_p, temperature=spec.temperature,
+                public_mix=spec.public_mix,
                 public_support=spec.public_top_k,
             ) for g, group_acct in enumerate(accountants)]
             bar = RunProgress(num_records, progress)

@@ -162,3 +162,81 @@ def test_the_rdp_accountant_charges_the_bounded_range_as_zcdp_and_the_others_as_
 def test_the_event_goes_through_the_ledgers_serialisation():
     event = BoundedRangeEvent(0.7, 0.0, ADD_REMOVE_ONE)
     assert event_from_data(event_to_data(event)) == event
+
+
+# -- in the generation loop ------------------------------------------------------------------------------------
+VOCAB = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat", "dog", "ran", "."]
+W = {w: i for i, w in enumerate(VOCAB)}
+CHAIN = {W["the"]: W["cat"], W["cat"]: W["sat"], W["sat"]: W["on"], W["on"]: W["the"]}
+
+
+def _chain(top):
+    def f(teacher, context):
+        p = np.full(len(VOCAB), (1 - top) / (len(VOCAB) - 1))
+        p[CHAIN.get(context[-1] if context else 0, W["the"])] = top
+        return p
+    return f
+
+
+def _flat(teacher, context):
+    return np.full(len(VOCAB), 1 / len(VOCAB))
+
+
+def _generator(epsilon=4.0, teachers=8, accountant=None, **options):
+    from ensembles.backends import ToyBackend
+    from ensembles.generation import PrivateGenerator
+
+    mechanism = registry.build_mechanism("clipped-logit-sampling", epsilon, 1e-6, REPLACE_ONE, num_teachers=teachers)
+    accountant = accountant or RdpAccountant(budget=(50.0, 1e-6))
+    options.setdefault("public_backend", ToyBackend(_flat, VOCAB))
+    return PrivateGenerator(ToyBackend(_chain(0.99), VOCAB), mechanism, accountant, max_tokens=12, seed=0,
+                            **options), accountant
+
+
+def test_a_generation_charges_one_bounded_range_step_per_token_and_follows_agreeing_teachers():
+    generator, accountant = _generator(epsilon=3.0, public_support=3)
+    assert generator.mechanism.top_k == 3 and generator.mechanism.temperature == 1.0
+    result = generator.generate([f"SECRET{i} the" for i in range(8)], mechanism_rng=np.random.default_rng(5))
+    assert len(result.token_ids) == 12 and all(step.outcome == "token" for step in result.steps)
+    native = NativeRdp()
+    native.compose(dp_event.ZCDpEvent(rho=3.0 ** 2 / 8), 12)
+    assert accountant.get_epsilon(1e-6) == pytest.approx(native.get_epsilon(1e-6), rel=1e-9)
+    # teachers who agree at 0.99 against a flat public model move the law: most tokens follow the chain
+    follows = sum(CHAIN.get(a) == b for a, b in zip((W["the"], *result.token_ids), result.token_ids))
+    assert follows >= 9
+    assert "SECRET" not in repr(result)
+
+
+def test_at_a_tiny_epsilon_the_tokens_are_the_public_models():
+    """At epsilon 1e-3 the clip is about 2e-3 nats: the law is the public one to within 0.1 % (a flat public model
+    over 10 words: the chain's words are no more frequent than the others)."""
+    generator, _ = _generator(epsilon=1e-3)
+    tokens = []
+    for seed in range(10):
+        tokens += generator.generate(["x the"] * 8, mechanism_rng=np.random.default_rng(seed)).token_ids
+    share = sum(CHAIN.get(a) == b for a, b in zip(tokens, tokens[1:])) / (len(tokens) - 1)
+    assert share < 0.3  # 0.1 expected; the chain would give about 1
+
+
+def test_the_budget_ends_the_generation_between_steps():
+    generator, accountant = _generator(accountant=BasicCompositionAccountant(budget=(10.0, 0.0)))
+    result = generator.generate(["x the"] * 8, mechanism_rng=np.random.default_rng(0))
+    assert len(result.token_ids) == 2 and result.stop_reason == "budget"  # 4 + 4 of 10: a third step would exceed it
+    assert accountant.spent()[0] == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(public_backend=None), r"reads the public model's distribution: it needs a public_backend$"),
+    (dict(top_p=0.9), r"^top_p=0.9: ClippedLogitSampling samples the clipped aggregate itself"),
+    (dict(public_mix=0.2), r"^public_mix=0.2: ClippedLogitSampling already centres"),
+])
+def test_options_of_the_votes_are_refused_in_one_line(options, match):
+    with pytest.raises(ValueError, match=match):
+        _generator(**options)
+
+
+def test_more_prompts_than_calibrated_teachers_are_refused_before_anything_is_charged():
+    generator, accountant = _generator(teachers=4)
+    with pytest.raises(ValueError, match=r"^6 teacher prompts, more than the 4 teachers"):
+        generator.generate(["x the"] * 6)
+    assert accountant.spent()[0] == 0.0

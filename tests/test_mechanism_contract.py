@@ -31,6 +31,7 @@ from mechanisms.base import (
     Mechanism,
     OutcomeDistribution,
     ThresholdClaim,
+    reads_distributions,
 )
 from mechanisms.testing import (
     MAX_TEACHERS,
@@ -142,7 +143,7 @@ def test_claim_holds_on_every_neighbouring_pair_and_the_event_covers_it(name, re
     if examples is None:  # refused at construction, naming the relation (checked in _examples)
         return
     for mechanism in examples:
-        if _reads_distributions(mechanism):  # the pairs are ensembles of distributions, and the sampler is checked
+        if reads_distributions(mechanism):  # the pairs are ensembles of distributions, and the sampler is checked
             (report,) = check_distribution_mechanism(mechanism, relations=(relation,))
         else:
             (report,) = check_privacy_claim(mechanism, relations=(relation,))
@@ -150,8 +151,6 @@ def test_claim_holds_on_every_neighbouring_pair_and_the_event_covers_it(name, re
         check_event_covers_claim(mechanism, relations=(relation,))
 
 
-def _reads_distributions(mechanism) -> bool:
-    return getattr(mechanism, "inputs", None) == "distributions"
 
 
 @pytest.mark.parametrize("name, tightest", [("gaussian-argmax", {REPLACE_ONE: 0.95, ADD_REMOVE_ONE: 0.3}),
@@ -175,7 +174,7 @@ def test_the_gaussian_claims_are_enumerated_under_both_relations_and_nearly_reac
 @pytest.mark.parametrize("name, relation", CASES)
 def test_sampler_matches_the_exact_law(name, relation):
     for index, mechanism in enumerate(_examples(name, relation) or []):
-        if _reads_distributions(mechanism):
+        if reads_distributions(mechanism):
             continue  # no histograms: check_distribution_mechanism tests its sampler (the claim test above)
         for i, hist in enumerate(SAMPLER_HISTOGRAMS):
             check_sampler_matches_law(mechanism, hist, seed=20261123 + 10 * index + i)

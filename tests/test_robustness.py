@@ -27,6 +27,7 @@ from mechanisms import (
     audit,
     registry,
 )
+from mechanisms.base import reads_distributions
 from mechanisms.geometric import MAX_ERROR_BOUND, TruncatedGeometric, k_star, truncation
 from pate_accountant import planning
 from pate_accountant.cli import main
@@ -172,7 +173,7 @@ def test_the_extremes_of_the_range_still_build_and_run(name):
         for epsilon, delta in ((MAX_STEP_EPSILON, floor), (MAX_STEP_EPSILON, 0.3), (1e-3, 1e-6)):
             mechanism = registry.build_mechanism(name, epsilon, delta, num_teachers=50)
             reads_one_count = name == "between-thresholds"  # a query on the count of a candidate token
-            if getattr(mechanism, "inputs", None) == "distributions":  # teachers' and public log-probabilities
+            if reads_distributions(mechanism):  # teachers' and public log-probabilities
                 release = mechanism(np.log(rng.dirichlet(np.ones(8), size=50)), np.log(np.full(8, 1 / 8)), rng=rng)
                 assert 0 <= release.value < 8
             else:

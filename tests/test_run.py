@@ -223,6 +223,33 @@ def test_cli_generate_json(model_dir, tmp_path, capsys):
     assert main(["audit", str(ledger), "--json"]) == 0
 
 
+def test_cli_generate_with_clipped_logit_sampling_charges_bounded_range_steps(model_dir, tmp_path, capsys):
+    """InvisibleInk's mechanism through generate: RDP charges each token epsilon^2/8-zCDP (the ledger replays
+    it), the default --top-p (a vote option) does not refuse the run, and no record text reaches the outputs."""
+    from pate_accountant.events import BoundedRangeEvent, EpsilonDeltaEvent
+    from pate_accountant.ledger import Ledger
+
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger = tmp_path / "ink.sqlite"
+    argv = _generate_argv(model_dir, data, ledger, "--json", "--public-top-k", "5")
+    for option, value in (("--mechanism", "clipped-logit-sampling"), ("--accountant", "rdp"),
+                          ("--budget-epsilon", "50"), ("--budget-delta", "1e-6"), ("--step-epsilon", "1")):
+        argv[argv.index(option) + 1] = value
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["audit"]["ok"] and len(out["records"]) == 2 and MARKER not in json.dumps(out)
+    read = Ledger.open(ledger, read_only=True)
+    try:
+        events = [row.event for row in read.rows()]
+    finally:
+        read.close()
+    charged = [e for e in events if isinstance(e, BoundedRangeEvent)]
+    assert charged and all(e.epsilon == 1.0 for e in charged)
+    assert not [e for e in events if isinstance(e, EpsilonDeltaEvent) and not isinstance(e, BoundedRangeEvent)]
+    assert MARKER.encode() not in ledger.read_bytes()
+
+
 def test_cli_generate_text(model_dir, tmp_path, capsys):
     data = tmp_path / "data.jsonl"
     _write_jsonl(data, _records(8))
@@ -318,7 +345,7 @@ def test_every_mechanism_name_builds_and_target_charging_takes_the_wrapped_ones(
 
     names = registry.run_mechanism_names()
     assert names == ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling", "boundary-dp-weighted-sampling",
-                     "between-thresholds", "gaussian-argmax", "gaussian-threshold-argmax")
+                     "between-thresholds", "gaussian-argmax", "gaussian-threshold-argmax", "clipped-logit-sampling")
     for name in names:
         mech = build_mechanism(name, 2.0, 1e-6, num_teachers=8)
         assert isinstance(mech, BoundaryWrapper) == name.startswith("boundary-")

@@ -10,13 +10,14 @@ from pate_accountant.accountants.target_charging import TargetChargingAccountant
 from pate_accountant.registry import accountant_class, register_accountant
 
 # The built-in accountants, in the one registry (pate_accountant.registry).  ``runs``: offered by
-# ``generate``/``demo`` (buildable from a budget alone; RDP and individual charging need more than that).
+# ``generate``/``demo`` (buildable from a budget alone, or from the run as individual charging is; RDP charges the
+# pure steps, the zCDP of clipped-logit sampling among them, and refuses a step with a delta before the run).
 for _cls, _runs in (
     (BasicCompositionAccountant, True),
     (AdvancedCompositionAccountant, True),
     (PldAccountant, True),
     (TargetChargingAccountant, True),
-    (RdpAccountant, False),
+    (RdpAccountant, True),
     (IndividualChargingAccountant, True),
 ):
     register_accountant(_cls, runs=_runs)
