@@ -32,7 +32,7 @@ def test_the_cli_and_the_runs_offer_exactly_the_registered_names():
     parser = build_parser()
     assert _subparser_choices(parser, "generate", "--mechanism") == mechanisms_registry.run_mechanism_names()
     assert _subparser_choices(parser, "generate", "--accountant") == accountants_registry.run_accountant_names()
-    assert accountants_registry.run_accountant_names() == ("advanced", "basic", "individual-charging", "pld",
+    assert accountants_registry.run_accountant_names() == ("advanced", "basic", "individual-charging", "pld", "rdp",
                                                            "target-charging")
 
 

@@ -21,8 +21,10 @@ of every run (``held-out``) and gives the rest to the runs (``private``).  The r
   with Hot votes and with Cold votes on the same teachers, at the smallest step epsilon of the grid whose noise
   does not decide its releases (:func:`quiet_step_epsilon`: a rule of the teachers and the vocabulary alone, never
   tuned to a corpus); and Hot PATE's BetweenThresholds query on the public model's candidate token, charged by
-  PLD at the largest step epsilon whose budget pays for every token of the records (:func:`fitted_step_epsilon`).
-  Their public model is shown the same public examples as the floor's.
+  PLD at the largest step epsilon whose budget pays for every token of the records (:func:`fitted_step_epsilon`);
+  and the peer InvisibleInk's clipped-logit sampling over the public top-50+ (docs/mechanisms/clipped_logits.md),
+  charged by RDP as zCDP, fitted the same way.  Their public model is shown the same public examples as the
+  floor's.
 
 Each row is run ``repetitions`` times (fresh generation; the same held-out set) and reports each metric's mean and
 spread.  A row whose run leaves fewer than ``texts`` scorable records is reported as not scorable, with what it
@@ -59,7 +61,7 @@ DESCRIPTION = (
     "with and without public examples (epsilon = 0) and each private configuration at each budget epsilon, Hot and Cold PATE on the same teachers; "
     "print the gain of the best private row over the public model (docs/utility.md).")
 SIZES = {"full": {"texts": 200, "repetitions": 3, "budget_epsilons": "1,3,10"},
-         "quick": {"texts": 24, "repetitions": 2, "budget_epsilons": "3,10"}}
+         "quick": {"texts": 24, "repetitions": 2, "budget_epsilons": "3,10", "teachers_per_group": 16}}
 FULL_RUNTIME = "several hours on 2 CPU cores; sized for a GPU"
 UNSEEDED_ON_USER_DATA = True
 
@@ -74,6 +76,8 @@ CONFIGURATIONS = {
                                                 "public_top_k": 50, "histograms": "independent"},
     "Hot PATE, BetweenThresholds on the public candidate, PLD": {"mechanism": "between-thresholds",
                                                                  "accountant": "pld", "histograms": "coordinated"},
+    "InvisibleInk, clipped-logit sampling, top-50+, RDP": {"mechanism": "clipped-logit-sampling",
+                                                            "accountant": "rdp", "public_top_k": 50},
 }
 #: What a row of ``--configurations FILE`` may set (``generate``'s options as RunSpec fields); the data, the
 #: budget, the ledger, the public examples, the records and the seed are the experiment's own.
@@ -83,7 +87,7 @@ CONFIGURABLE = ("mechanism", "accountant", "step_epsilon", "step_delta", "relati
 QUIET_MECHANISMS = ("gaussian-argmax", "gaussian-threshold-argmax")
 #: Mechanisms whose step epsilon a row may leave out: the largest at which the budget pays for every token of the
 #: records is computed (:func:`fitted_step_epsilon`).
-FITTED_MECHANISMS = ("between-thresholds",)
+FITTED_MECHANISMS = ("between-thresholds", "clipped-logit-sampling")
 #: The step delta of every private row (below any budget delta the experiment takes).
 STEP_DELTA_SHARE = 0.1
 #: The records a run is asked for beyond the texts scored (a share): some come out empty (the public model's
@@ -115,7 +119,8 @@ def add_arguments(p) -> None:
     add_option(p, "--repetitions", metavar="R", type=int, default=None,
                help="runs of every row (default 3; --quick 2)")
     add_option(p, "--teachers", metavar="N", type=int, default=None,
-               help="teachers of the runs (default: generate's, one per private record up to 64)")
+               help="teachers of the runs (default: generate's, one per private record up to 64; --quick at most 16 "
+                    "a group)")
     add_option(p, "--max-tokens", metavar="T", type=int, default=24, help="tokens per record at most (default 24)")
     add_option(p, "--configurations", metavar="FILE", default=None,
                help="the private rows: a TOML file of tables, each a row's name holding generate's options as keys "
@@ -386,6 +391,11 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         probe = RunSpec(**base, budget_epsilon=1.0, budget_delta=delta)
         task = task_from_records(probe, private)
         n = fit_teachers(probe, task).teachers // (1 if labels is None else len(labels))
+        cap = size.get("teachers_per_group")
+        if teachers is None and cap is not None and n > cap:  # the quick size's ensembles: cost grows with them
+            base["teachers"] = cap * (1 if labels is None else len(labels))
+            probe = RunSpec(**base, budget_epsilon=1.0, budget_delta=delta)
+            n = fit_teachers(probe, task).teachers // (1 if labels is None else len(labels))
         vocab = tb.token_window(_resolve_model(probe, announce=progress)[0])[2]
     except (SpecError, RunInputError) as exc:
         raise ValueError(str(exc)) from None
