@@ -66,6 +66,7 @@ from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedS
 from mechanisms import registry as mechanisms_registry
 from mechanisms.base import reads_distributions
 from pate_accountant import __version__, planning
+from pate_accountant.tct import largest_fitting
 from pate_accountant import registry as accountants_registry
 from pate_accountant.checkpoints import (
     CheckpointError,
@@ -933,11 +934,16 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                 bar.step(outcome)
                 stop.check()  # a Ctrl-C: stop here, after this step's charge
 
+            # the charged runs one record may take at most (one per token position: the fallback is public), in the
+            # counts of each group's accountant (a plain one counts a labelled step twice itself; a view scales)
+            record_steps = [spec.max_tokens * (plan.touches if a is acct else 1) for a in accountants]
             try:
                 turns = collections.deque(range(groups))  # groups whose budget is not spent, taken in turn
                 made = [0] * groups
                 while len(out_records) < num_records and turns:
                     g = turns.popleft()
+                    if not spec.cut_records and not _pays_for_records(accountants[g], mech.event, record_steps[g]):
+                        continue  # its budget may not pay for a whole record: the group ends between records
                     bar.record_starts()
                     shared_prefix, prompts = ensembles[g]
                     result = generators[g].generate(prompts, shared_prefix=shared_prefix, rng=rng,
@@ -979,6 +985,10 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                 another_step = bool(acct.can_afford(mech.event, plan.touches))  # a step of a labelled run counts twice
             except (PateAccountantError, *STORAGE_ERRORS):
                 another_step = False
+            try:  # the whole records the groups' budgets still pay for, every step charged
+                records_afforded = sum(_records_afforded(a, mech.event, k) for a, k in zip(accountants, record_steps))
+            except (PateAccountantError, *STORAGE_ERRORS):
+                records_afforded = None
             try:
                 heads, run_rows, verdict = _ledger_state(ledger, run_id)
             except STORAGE_ERRORS as exc:  # the connection to a database ledger is gone: read it afresh
@@ -1013,7 +1023,8 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                                               "keep_partial": bool(spec.keep_partial)},
         "spent": {"epsilon": spent[0], "delta": spent[1]},
         "spent_before": {"epsilon": spent_before[0], "delta": spent_before[1]},
-        "remaining": {**acct.remaining_budget().as_dict(), "another_step": another_step},
+        "remaining": {**acct.remaining_budget().as_dict(), "another_step": another_step,
+                      "records_afforded": records_afforded},
         "budget": {"epsilon": budget[0], "delta": budget[1]},
         "within_budget": bool(spent[0] <= budget[0] * (1 + 1e-9) and spent[1] <= budget[1] * (1 + 1e-9)),
         # every charged run of this run, those of a record a Ctrl-C or a ledger failure dropped included
@@ -1035,6 +1046,25 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
         "parameters": metadata,
         "spec": metadata["spec"],
     }
+
+
+#: The most whole records :func:`_records_afforded` counts for one group.
+MAX_RECORDS_AFFORDED = 100_000
+
+
+def _pays_for_records(accountant, event, steps: int, records: int = 1) -> bool:
+    """Whether ``accountant`` pays for ``records`` whole records of ``steps`` charged runs each of ``event``, every
+    run charged at its worst (a q-target a hit)."""
+    return bool(accountant.can_afford(event, steps * records))
+
+
+def _records_afforded(accountant, event, steps: int) -> int:
+    """How many whole records of ``steps`` charged runs ``accountant``'s budget still pays for (at most
+    :data:`MAX_RECORDS_AFFORDED`)."""
+    if not _pays_for_records(accountant, event, steps):
+        return 0
+    return largest_fitting(lambda k: k <= MAX_RECORDS_AFFORDED and _pays_for_records(accountant, event, steps, k),
+                           start=1)
 
 
 @attr.s(frozen=True, auto_attribs=True)

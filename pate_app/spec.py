@@ -8,7 +8,7 @@ local paths, which are reduced to their file names) is what the ledger's run met
 The TOML file has one table per part of the run (every key optional, the defaults are ``generate``'s)::
 
     [data]        path, text_field, label_field, labels, labels_public, dataset, long_records, public_examples
-    [task]        template, records, per_label, max_tokens, temperature, top_p
+    [task]        template, records, per_label, max_tokens, temperature, top_p, cut_records
     [model]       path, teachers, records_per_teacher, groups, threads, workers, ray_address, ray_timeout
     [mechanism]   name, step_epsilon, step_delta, relation, public_mix, public_top_k, public_only, histograms
     [accountant]  name
@@ -63,7 +63,7 @@ SECTIONS = {
              "labels_public": "labels_public", "dataset": "dataset", "long_records": "long_records",
              "public_examples": "public_examples"},
     "task": {"template": "template", "records": "records", "per_label": "per_label", "max_tokens": "max_tokens",
-             "temperature": "temperature", "top_p": "top_p"},
+             "temperature": "temperature", "top_p": "top_p", "cut_records": "cut_records"},
     "model": {"path": "model", "teachers": "teachers", "records_per_teacher": "records_per_teacher",
               "groups": "groups", "threads": "threads", "workers": "workers", "ray_address": "ray_address",
               "ray_timeout": "ray_timeout"},
@@ -184,6 +184,10 @@ class RunSpec:
     max_tokens: int = attr.ib(default=_D["max_tokens"], validator=_check("int", minimum=1))
     temperature: float = attr.ib(default=_D["temperature"], validator=_check("real", minimum=0.0, min_open=True))
     top_p: float | None = attr.ib(default=_D["top_p"], validator=_check("real", minimum=0.0, maximum=1.0, min_open=True))
+    #: Let a record start when its group's budget may not pay for all of its steps (``--cut-records``); by default
+    #: a record starts only when the worst case of its ``max_tokens`` steps is affordable, so that the budget
+    #: ends between records, never inside one (docs/generation.md, "Whole records").
+    cut_records: bool = attr.ib(default=False, validator=_check("bool"))
     # model
     model: str = attr.ib(default="embedded", validator=_check("text"))
     #: ``None``: fitted to the data (:func:`pate_app.privacy_unit.default_teachers`).

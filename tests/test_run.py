@@ -530,7 +530,7 @@ def test_one_data_set_one_ledger_on_an_installation(model_dir, tmp_path, capsys)
         out[at : at + 4] = budget
         return out
 
-    assert main(argv(first, "--json")) == 0
+    assert main(argv(first, "--json", "--cut-records")) == 0  # a record the budget cuts: one step is charged
     spent = json.loads(capsys.readouterr().out)["spent"]["epsilon"]
     assert spent == pytest.approx(8.0)  # one step of epsilon 8 fits a budget of 10
     assert main(argv(second, "--json")) == 2
@@ -600,7 +600,8 @@ def test_gaussian_aggregators_run_and_are_charged_by_pld(model_dir, tmp_path, me
 
 def test_spent_budget_refused_before_the_run(model_dir, tmp_path):
     ledger = tmp_path / "small.sqlite"
-    first = _run(model_dir, ledger, epsilon=24.0, num_records=2, max_tokens=6)  # three steps of epsilon 8
+    first = _run(model_dir, ledger, epsilon=24.0, num_records=2, max_tokens=6,
+                 cut_records=True)  # three steps of epsilon 8: the record is cut
     assert first["records"][-1]["stop_reason"] == "budget" and first["spent"]["epsilon"] == pytest.approx(24.0)
     before = _ledger_content(ledger)
     with pytest.raises(RunInputError, match="cannot pay for another step"):
@@ -657,7 +658,8 @@ def test_two_processes_racing_on_one_new_ledger_with_different_budgets(model_dir
     ledger = tmp_path / "raced.sqlite"
 
     def start(budget):
-        argv = [sys.executable, "-m", "pate_accountant", *_generate_argv(model_dir, data, ledger, "--json")]
+        argv = [sys.executable, "-m", "pate_accountant", *_generate_argv(model_dir, data, ledger, "--json",
+                                                                         "--cut-records")]
         argv[argv.index("--budget-epsilon") + 1] = budget
         env = dict(os.environ, HF_HUB_OFFLINE="1")
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -941,7 +943,7 @@ def test_groups_each_spend_the_budget_and_the_run_costs_the_costliest(model_dir,
     for epsilon 24), in turn; the ledger holds each group's own charges, and the data set's spend is one
     group's, not the sum."""
     ledger = tmp_path / "groups.sqlite"
-    result = _run(model_dir, ledger, epsilon=24.0, num_records=4, max_tokens=6, groups=2)
+    result = _run(model_dir, ledger, epsilon=24.0, num_records=4, max_tokens=6, groups=2, cut_records=True)
     assert result["audit"]["ok"] and result["spent"]["epsilon"] == pytest.approx(24.0)
     assert [r["group"] for r in result["records"]] == [0, 1]
     assert [r["stop_reason"] for r in result["records"]] == ["budget", "budget"]
@@ -951,8 +953,12 @@ def test_groups_each_spend_the_budget_and_the_run_costs_the_costliest(model_dir,
         assert [row.group for row in opened.rows()] == [0, 0, 0, 1, 1, 1]
         assert opened.verify().ok
     single = _run(model_dir, tmp_path / "single.sqlite", epsilon=24.0, num_records=4, max_tokens=6,
-                  ledger_home=tmp_path / "another-installation")
+                  ledger_home=tmp_path / "another-installation", cut_records=True)
     assert single["charged_runs"] == 3  # without groups the same budget pays for one group's steps only
+    whole = _run(model_dir, tmp_path / "whole.sqlite", epsilon=24.0, num_records=4, max_tokens=6, groups=2,
+                 ledger_home=tmp_path / "a-third-installation")
+    # by default no group starts a record its 3 affordable steps may not finish (6 tokens at most)
+    assert whole["charged_runs"] == 0 and whole["records"] == [] and whole["remaining"]["records_afforded"] == 0
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -1101,7 +1107,7 @@ def test_out_file_keeps_finished_records_and_marks_a_budget_cut(model_dir, tmp_p
     _write_jsonl(data, _records(8))
     out, ledger = tmp_path / "synthetic.jsonl", tmp_path / "out.sqlite"
     argv = _generate_argv(model_dir, data, ledger, "--out", str(out), "--records", "3", "--max-tokens", "6",
-                          "--budget-epsilon", "72")  # nine steps of epsilon 8: the second record is cut
+                          "--budget-epsilon", "72", "--cut-records")  # nine steps of epsilon 8: the second is cut
     assert main(argv) == 0
     text = capsys.readouterr().out
     lines = [json.loads(line) for line in out.read_text().splitlines()]
@@ -1115,10 +1121,36 @@ def test_out_file_keeps_finished_records_and_marks_a_budget_cut(model_dir, tmp_p
     assert "already exists" in capsys.readouterr().err and _ledger_content(ledger) == before
     partial = tmp_path / "partial.csv"
     argv = _generate_argv(model_dir, data, tmp_path / "p.sqlite", "--out", str(partial), "--keep-partial",
-                          "--records", "3", "--max-tokens", "6", "--budget-epsilon", "72", "--json")
+                          "--records", "3", "--max-tokens", "6", "--budget-epsilon", "72", "--json", "--cut-records")
     argv[argv.index("--ledger") + 1] = str(ledger)  # one data set, one ledger: its budget is spent now
     assert main(argv) == 2
     assert "cannot pay for another step" in capsys.readouterr().err and not partial.exists()
+
+
+def test_a_record_starts_only_when_its_budget_pays_for_all_of_it(model_dir, tmp_path, capsys):
+    """Issue 34, lever 6: by default the budget ends between records.  Nine steps of epsilon 8 and records of at
+    most 6 steps: the first record is made, the second is not started (its worst case, 6 more steps, is not paid
+    for), nothing is cut, and the run says how many whole records the rest of the budget pays for."""
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger = tmp_path / "whole.sqlite"
+    argv = _generate_argv(model_dir, data, ledger, "--records", "3", "--max-tokens", "6", "--budget-epsilon", "72",
+                          "--json")
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["summary"]["cut_by_budget"] == 0 and out["summary"]["complete"] == 1
+    assert all(r["complete"] for r in out["records"]) and out["charged_runs"] <= 6
+    left = 72 - out["spent"]["epsilon"]
+    assert out["remaining"]["records_afforded"] == int(left // 48 + 1e-9) == 0
+    other = tmp_path / "other.jsonl"  # another data set: the first one's budget is its ledger's
+    _write_jsonl(other, [dict(r, instruction=r["instruction"] + " again") for r in _records(8)])
+    argv = _generate_argv(model_dir, other, tmp_path / "more.sqlite", "--records", "1", "--max-tokens", "6",
+                          "--budget-epsilon", "400", "--no-progress")
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    spent = float(text.split("spent       : epsilon ")[1].split(",")[0])
+    afforded = int((400 - spent) // 48 + 1e-9)
+    assert afforded >= 6 and f"pays for {afforded} more whole records (every step charged)" in text
 
 
 def test_ctrl_c_stops_at_a_step_boundary_and_keeps_the_finished_records(model_dir, tmp_path, capsys, monkeypatch):
@@ -1275,7 +1307,8 @@ def test_generate_and_audit_tell_one_remaining_budget(model_dir, tmp_path, capsy
                           "--step-epsilon", "20", "--step-delta", "1e-6", "--budget-epsilon", "400",
                           "--budget-delta", "1e-5", "--public-top-k", "4", "--no-progress")
     assert main(argv) == 0
-    generated = [line for line in capsys.readouterr().out.splitlines() if line.startswith("remaining   :")]
+    generated = [line.split("; pays for ")[0] for line in capsys.readouterr().out.splitlines()
+                 if line.startswith("remaining   :")]  # generate adds the whole records the rest pays for
     assert main(["audit", str(ledger)]) == 0
     audited = [line for line in capsys.readouterr().out.splitlines() if line.startswith("remaining   :")]
     assert generated == audited and "at delta 1e-05" in audited[0] and "none:" not in audited[0]

@@ -316,3 +316,36 @@ def test_snapshot_and_restore(model, tokenizer):
         np.testing.assert_allclose(backend.distributions().to_dense(), after_one, atol=1e-12, rtol=0)
     with pytest.raises(TypeError, match="snapshot"):
         backend.restore({"batches": []})
+
+
+def test_a_second_begin_on_the_same_prompts_starts_from_the_kept_prefill(model, tokenizer, monkeypatch):
+    """begin() on prompts it prefilled before (after steps and a dropped teacher) runs no prefill and gives what a
+    fresh prefill gives; another prompt set is prefilled; prefill_cache_bytes=0 keeps nothing, and a budget below
+    one prompt set's state keeps nothing either."""
+    backend = _backend(model, tokenizer)
+    fresh = _backend(model, tokenizer, prefill_cache_bytes=0)
+    calls = []
+    original = type(backend)._prefill
+    monkeypatch.setattr(type(backend), "_prefill", lambda self, *a: calls.append(self) or original(self, *a))
+    backend.begin(PROMPTS, shared_prefix=PREFIX)
+    backend.append(17)
+    backend.drop_teachers([0])
+    backend.append(42)
+    backend.begin(PROMPTS, shared_prefix=PREFIX)
+    assert calls == [backend]  # one prefill for two begins
+    fresh.begin(PROMPTS, shared_prefix=PREFIX)
+    np.testing.assert_array_equal(backend.active_teachers(), np.arange(len(PROMPTS)))
+    np.testing.assert_allclose(backend.distributions().to_dense(), fresh.distributions().to_dense(), atol=1e-12, rtol=0)
+    backend.append(17)
+    fresh.append(17)
+    np.testing.assert_allclose(backend.distributions().to_dense(), fresh.distributions().to_dense(), atol=1e-12, rtol=0)
+    backend.begin(PROMPTS[:2], shared_prefix=PREFIX)
+    assert calls.count(backend) == 2
+    fresh.begin(PROMPTS, shared_prefix=PREFIX)
+    assert calls.count(fresh) == 2  # nothing kept
+    small = _backend(model, tokenizer, prefill_cache_bytes=1000)
+    small.begin(PROMPTS, shared_prefix=PREFIX)
+    small.begin(PROMPTS, shared_prefix=PREFIX)
+    assert calls.count(small) == 2 and not small._prefills
+    with pytest.raises(ValueError, match=r"^prefill_cache_bytes must be an integer >= 0, got -1$"):
+        _backend(model, tokenizer, prefill_cache_bytes=-1)

@@ -1426,6 +1426,9 @@ def _not_compared(planner: BestPlanner, entries: list[dict]) -> list[dict]:
                        "its plain inner is compared instead")
             elif (name, "pld") not in compared:
                 why = "plan best has no law of this mechanism on the agreement model"
+            elif accountant == "rdp":
+                why = ("its steps carry a delta, which an RDP curve cannot: generate refuses the pair (rdp takes the "
+                       "pure steps)")
             else:
                 why = "not compared"
             out.append({"mechanism": name, "accountant": accountant, "why": why})

@@ -126,6 +126,10 @@ def add_run_options(p) -> None:
     p.add_argument("--normalise", action="store_true",
                    help="write each record's text as the utility benchmark scores it: Unicode NFC, whitespace "
                         "collapsed, a pair of quotes wrapping the whole text removed (docs/utility.md)")
+    p.add_argument("--cut-records", action="store_true",
+                   help="let a record start even when its group's budget may not pay for all of its --max-tokens "
+                        "steps (default: a record starts only when the worst case is paid for, so the budget ends "
+                        "between records; docs/generation.md)")
     p.add_argument("--keep-partial", action="store_true",
                    help="also write a record the budget cut short (marked complete: false)")
     p.add_argument("--config", metavar="FILE", default=None,
@@ -213,6 +217,8 @@ def run_and_report(args, spec, *, command: str) -> int:
           f"{before['epsilon']:.6g} was spent before it)")
     r = result["remaining"]  # the one computation generate, audit and ledger list share (Remaining)
     step = "" if r["spent"] or r["another_step"] else "; not enough for another step of this mechanism"
+    if not r["spent"] and r.get("records_afforded") is not None:
+        step += f"; pays for {plural(r['records_afforded'], 'more whole record')} (every step charged)"
     print(f"remaining   : {r['text']}{step}")
     if led["rows"] is None:  # a database ledger that could not be reached again after a failed charge
         print(f"ledger      : {led['path']} (run {led['run']}; could not be read after the run stopped)")
