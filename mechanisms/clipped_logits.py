@@ -30,8 +30,8 @@ divergences by exact enumeration over neighbouring pairs of small ensembles
 (:func:`mechanisms.testing.check_distribution_mechanism`).
 
 Floating point: the law is computed in float64 (log-sum-exp) and drawn exactly from those floats
-(:meth:`~mechanisms.base.OutcomeDistribution.sample`).  The clip is calibrated to
-``epsilon (1 - CLIP_MARGIN)`` so that the rounding of the scores (a few units in the last place) stays inside
+(:meth:`~mechanisms.base.OutcomeDistribution.sample`).  The clip is calibrated to ``epsilon`` less the float
+margins (:data:`CLIP_MARGIN`, :data:`ABSOLUTE_MARGIN`) so that the rounding of the sum and the scores stays inside
 the stated ``epsilon``; the enumeration checks the float law with no tolerance.
 
 Log-probabilities: this project's backends give probabilities, so ``z`` is the log-probability at

@@ -31,6 +31,7 @@ its event, :func:`mechanisms.base.privacy_claim_of`).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Callable, NamedTuple
@@ -485,8 +486,6 @@ class DistributionClaimReport:
 
 def _ensembles(size: int, choices: int):
     """Every multiset of ``size`` indices below ``choices`` (teachers are exchangeable in the aggregate)."""
-    import itertools
-
     return itertools.combinations_with_replacement(range(choices), size)
 
 

@@ -165,17 +165,8 @@ def test_the_event_goes_through_the_ledgers_serialisation():
 
 
 # -- in the generation loop ------------------------------------------------------------------------------------
-VOCAB = ["<unk>", "<eos>", "the", "cat", "sat", "on", "mat", "dog", "ran", "."]
-W = {w: i for i, w in enumerate(VOCAB)}
-CHAIN = {W["the"]: W["cat"], W["cat"]: W["sat"], W["sat"]: W["on"], W["on"]: W["the"]}
-
-
-def _chain(top):
-    def f(teacher, context):
-        p = np.full(len(VOCAB), (1 - top) / (len(VOCAB) - 1))
-        p[CHAIN.get(context[-1] if context else 0, W["the"])] = top
-        return p
-    return f
+# the word-chain teachers of the generation tests: the -> cat -> sat -> on -> the ...
+from test_generation import CHAIN, VOCAB, W, agreeing  # noqa: E402
 
 
 def _flat(teacher, context):
@@ -189,7 +180,7 @@ def _generator(epsilon=4.0, teachers=8, accountant=None, **options):
     mechanism = registry.build_mechanism("clipped-logit-sampling", epsilon, 1e-6, REPLACE_ONE, num_teachers=teachers)
     accountant = accountant or RdpAccountant(budget=(50.0, 1e-6))
     options.setdefault("public_backend", ToyBackend(_flat, VOCAB))
-    return PrivateGenerator(ToyBackend(_chain(0.99), VOCAB), mechanism, accountant, max_tokens=12, seed=0,
+    return PrivateGenerator(ToyBackend(agreeing(0.99), VOCAB), mechanism, accountant, max_tokens=12, seed=0,
                             **options), accountant
 
 

@@ -245,9 +245,22 @@ def test_cli_generate_with_clipped_logit_sampling_charges_bounded_range_steps(mo
     finally:
         read.close()
     charged = [e for e in events if isinstance(e, BoundedRangeEvent)]
-    assert charged and all(e.epsilon == 1.0 for e in charged)
+    # record level: a record changed, added or removed changes one teacher's distribution, so every step is
+    # calibrated for one teacher replaced (the wider clip's half), whatever --relation the run states
+    assert charged and all(e.epsilon == 1.0 and e.relation == "replace-one" for e in charged)
     assert not [e for e in events if isinstance(e, EpsilonDeltaEvent) and not isinstance(e, BoundedRangeEvent)]
     assert MARKER.encode() not in ledger.read_bytes()
+    other = tmp_path / "other.jsonl"
+    _write_jsonl(other, [dict(r, instruction=r["instruction"] + " added") for r in _records(8)])
+    argv[argv.index("--data") + 1], argv[argv.index("--ledger") + 1] = str(other), str(tmp_path / "ink-add.sqlite")
+    assert main([*argv, "--relation", "add-remove-one", "--records-per-teacher", "2"]) == 0
+    capsys.readouterr()
+    read = Ledger.open(tmp_path / "ink-add.sqlite", read_only=True)
+    try:
+        relations = {row.event.relation for row in read.rows() if isinstance(row.event, BoundedRangeEvent)}
+    finally:
+        read.close()
+    assert relations == {"replace-one"}
 
 
 def test_cli_generate_text(model_dir, tmp_path, capsys):
