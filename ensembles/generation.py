@@ -354,7 +354,8 @@ class IndividualChargingAggregation(AggregationStep):
 
 class DistributionAggregation(AggregationStep):
     """A mechanism over the teachers' distributions (``mechanism.inputs == "distributions"``: InvisibleInk's
-    clipped-logit sampling, :mod:`mechanisms.clipped_logits`): each charged run reads the active teachers'
+    clipped-logit sampling, :mod:`mechanisms.clipped_logits`; Tang et al.'s Gaussian on averaged distributions,
+    :mod:`mechanisms.averaged_distributions`): each charged run reads the active teachers'
     next-token log-probabilities and the public model's (the public prompt and the released tokens) and hands
     them to the mechanism through the accountant; no votes are drawn.  The mechanism never fails.
 
@@ -502,11 +503,11 @@ class PrivateGenerator:
             raise ValueError(f"{name} has no individual charging (an IndividualChargingAccountant needs "
                              "BetweenThresholds)")
         if self.top_p is not None:
-            raise ValueError(f"top_p={self.top_p:g}: {name} samples the clipped aggregate itself (its public "
-                             "top-k+ support is --public-top-k)")
+            raise ValueError(f"top_p={self.top_p:g}: {name} draws from its own aggregate of the distributions (its "
+                             "public support is --public-top-k)")
         if self.public_mix.weight:
-            raise ValueError(f"public_mix={self.public_mix.weight:g}: {name} already centres every teacher on the public "
-                             "model")
+            raise ValueError(f"public_mix={self.public_mix.weight:g}: {name} reads the public model's distribution "
+                             "itself")
         support = self.public_support
         if support is not None and support.top_k is None:
             raise ValueError(f"public_support={support!r}: {name} takes a public top-k, not a top-p")

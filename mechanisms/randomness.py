@@ -43,6 +43,9 @@ nothing is rounded to a float64 grid.  A float such as ``epsilon = 0.1`` is read
 * :meth:`RandomBits.discrete_laplace` ``(gamma)``, ``P[Z = z] = (1 - r) / (1 + r) r^|z|`` with
   ``r = e^-gamma``: a geometric magnitude ``G`` and a fair sign; the pair (negative sign, 0) is rejected
   and redrawn, which leaves every integer with weight ``r^|z| / 2``.
+* :meth:`RandomBits.discrete_gaussian` ``(sigma_squared)``, ``P[Y = y] ~ e^{-y^2 / (2 sigma^2)}`` on all the
+  integers: a discrete Laplace draw kept with a rational-exponent ``Bernoulli(e^-gamma)`` (the rejection
+  sampler of Canonne, Kamath and Steinke, Algorithm 1); the method's docstring shows the kept law.
 * :meth:`RandomBits.truncated_geometric` ``(gamma, k)``, the law ``TG`` on ``{-k, ..., k}`` with
   ``P[X = x] ~ r^|x|``: this is the discrete Laplace law conditioned on ``|Z| <= k``.  It is sampled
   without rejecting large values: the magnitude is ``G mod (k + 1)``, whose law is exactly
@@ -278,6 +281,21 @@ class RandomBits(abc.ABC):
                     return -magnitude
             else:
                 return magnitude
+
+    def discrete_gaussian(self, sigma_squared) -> int:
+        """``Y`` with ``P[Y = y] ~ e^{-y^2 / (2 sigma^2)}`` on all the integers (untruncated) for a rational
+        ``sigma_squared > 0``: Canonne, Kamath and Steinke's rejection sampler (2020, Algorithm 1).  With
+        ``t = floor(sigma) + 1``, a discrete Laplace ``Y`` (``P ~ e^{-|y| / t}``) is kept with probability
+        ``exp(-(|y| - sigma^2 / t)^2 / (2 sigma^2))``; the kept law is ``~ e^{-|y|/t - (|y| - sigma^2/t)^2 /
+        (2 sigma^2)} = e^{-y^2 / (2 sigma^2) - sigma^2 / (2 t^2)}``, the discrete Gaussian.  Every draw is a
+        rational Bernoulli, so the law is exact."""
+        s2 = _fraction("sigma_squared", sigma_squared, positive=True)
+        t = math.isqrt(s2.numerator // s2.denominator) + 1  # floor(sigma) + 1: floor(sqrt(x)) = isqrt(floor(x))
+        rate, shift, scale = Fraction(1, t), s2 / t, 2 * s2
+        while True:
+            y = self.discrete_laplace(rate)
+            if self.bernoulli_exp((abs(y) - shift) ** 2 / scale):
+                return y
 
     def truncated_geometric(self, gamma, k: int) -> int:
         """``X`` on ``{-k, ..., k}`` with ``P[X = x] ~ e^{-gamma |x|}`` (the law ``TG(gamma, k)``)."""

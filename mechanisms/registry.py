@@ -175,6 +175,12 @@ def _clipped_logits():
     return clipped_logits
 
 
+def _averaged_distributions():
+    from mechanisms import averaged_distributions
+
+    return averaged_distributions
+
+
 def _register_builtins() -> None:
 
     # Contract examples: budgets whose truncation L is 2 to 5, so histograms of at most six teachers reach the
@@ -240,6 +246,17 @@ def _register_builtins() -> None:
                             _clipped_logits().ClippedLogitSampling(2.0, 3, r, temperature=0.7, top_k=1)],
         summary="InvisibleInk: the public log-probabilities plus the teachers' clipped differences, sampled by the "
                 "exponential mechanism on the public top-k+ (reads distributions, not votes; pure, zCDP under RDP)")
+    # Tang et al.'s Gaussian over three teachers rounded to 2 or 3 units: sigma 5.6 and 6.1 units, so that three
+    # teachers move the law; the second on a public top-2 at temperature 0.7.
+    register_mechanism(
+        "gaussian-averaged-distributions", runs=True, needs_teachers=True,
+        build=lambda e, d, r, n: _averaged_distributions().GaussianAveragedDistributions.for_run(e, d, r, n),
+        examples=lambda r: [
+            _averaged_distributions().GaussianAveragedDistributions(2.0, 1e-3, 3, r, resolution=2),
+            _averaged_distributions().GaussianAveragedDistributions(3.0, 0.01, 3, r, temperature=0.7, top_k=2,
+                                                                    resolution=3)],
+        summary="Tang et al.: the teachers' distributions on the public top-k, rounded and summed, exact discrete "
+                "Gaussian noise, the argmax (reads distributions, not votes; zCDP under RDP)")
     register_mechanism(
         "threshold-argmax", examples=lambda r: [_m.ThresholdArgMax(2), _m.ThresholdArgMax(4)],
         summary="TArgMax_T: the most-voted token with at least T votes (threshold privacy, not DP)")

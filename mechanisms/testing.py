@@ -520,10 +520,12 @@ def check_distribution_mechanism(mechanism, *, relations=None, distributions=SMA
     ``distributions`` and every neighbouring pair of ensembles of at most ``mechanism.num_teachers`` (capped at
     3) teachers (:func:`distribution_pairs`), both ways:
 
-    * both laws put mass on the same tokens, and no log-ratio exceeds the claimed epsilon in absolute value
-      (the claim is pure: ``delta`` must be 0);
-    * a bounded-range event (``event.rho``): the log-ratios span at most ``event.epsilon``, and
-      ``D_alpha(P || Q) <= alpha rho`` at each of :data:`RENYI_ORDERS`;
+    * both laws put mass on the same tokens;
+    * a pure claim (``delta == 0``): no log-ratio exceeds the claimed epsilon in absolute value, and for a
+      bounded-range event (``event.rho``) the log-ratios span at most ``event.epsilon``;
+    * an approximate claim (``delta > 0``, a zCDP event with ``event.rho``): the hockey-stick divergence
+      ``sum_v max(0, P[v] - e^epsilon Q[v])`` is at most ``delta``;
+    * an event with ``rho``: ``D_alpha(P || Q) <= alpha rho`` at each of :data:`RENYI_ORDERS`;
     * some pair moves the law by ``min_movement`` in total variation (no vacuous pass).
 
     Then :func:`check_event_covers_claim`, and a chi-square test of ``num_samples`` single calls against the
@@ -538,8 +540,10 @@ def check_distribution_mechanism(mechanism, *, relations=None, distributions=SMA
     for relation in relations:
         claim = privacy_claim_of(mechanism, relation)
         where = f"{_name(mechanism)} under {relation}"
-        if not isinstance(claim, EpsilonDeltaClaim) or claim.delta != 0.0:
-            raise AssertionError(f"{where}: a distribution mechanism must claim pure DP, got {claim!r}")
+        if not isinstance(claim, EpsilonDeltaClaim) or (claim.delta != 0.0 and rho is None):
+            raise AssertionError(f"{where}: a distribution mechanism must claim pure DP or be zCDP with an "
+                                 f"(epsilon, delta), got {claim!r} and an event without rho")
+        pure = claim.delta == 0.0
         pairs = list(distribution_pairs(size, relation, distributions=distributions))
         movement = worst_range = worst_epsilon = 0.0
         for public in grid:
@@ -565,11 +569,17 @@ def check_distribution_mechanism(mechanism, *, relations=None, distributions=SMA
                 largest = float(np.abs(ratio).max())
                 movement = max(movement, 0.5 * float(np.abs(p - q).sum()))
                 worst_range, worst_epsilon = max(worst_range, spread), max(worst_epsilon, largest)
-                if largest > claim.epsilon:
+                if pure and largest > claim.epsilon:
                     raise AssertionError(f"{what}: a log-ratio of {largest!r} exceeds the claimed epsilon "
                                          f"{claim.epsilon!r}")
+                if not pure:
+                    for a, b in ((p, q), (q, p)):
+                        stick = float(np.maximum(a - math.exp(claim.epsilon) * b, 0.0).sum())
+                        if stick > claim.delta + ROUNDING:
+                            raise AssertionError(f"{what}: the hockey-stick divergence at epsilon {claim.epsilon!r} "
+                                                 f"is {stick!r}, above the claimed delta {claim.delta!r}")
                 if rho is not None:
-                    if spread > event.epsilon:
+                    if pure and spread > event.epsilon:
                         raise AssertionError(f"{what}: the log-ratios span {spread!r}, more than the bounded range "
                                              f"{event.epsilon!r} the event charges")
                     for a, b in ((p[on], q[on]), (q[on], p[on])):

@@ -17,6 +17,7 @@ _LAZY = {
     "BetweenThresholdsEvent": "pate_accountant.events",
     "BoundaryWrapperEvent": "pate_accountant.events",
     "BoundedRangeEvent": "pate_accountant.events",
+    "DiscreteGaussianSumEvent": "pate_accountant.events",
     "EpsilonDeltaEvent": "pate_accountant.events",
     "NoisyArgMaxEvent": "pate_accountant.events",
     "ThresholdPrivacyEvent": "pate_accountant.events",

@@ -7,6 +7,9 @@ never teacher prompts, records or vote counts.
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import attr
 import dp_accounting
 
@@ -104,6 +107,40 @@ class BoundedRangeEvent(EpsilonDeltaEvent):
     def rho(self) -> float:
         """The zCDP parameter ``epsilon**2 / 8`` the bounded range gives."""
         return self.epsilon * self.epsilon / 8.0
+
+
+def zcdp_epsilon(rho: float, delta: float) -> float:
+    """The epsilon at ``delta`` that ``rho``-zCDP gives: ``rho + 2 sqrt(rho log(1 / delta))`` (Bun and Steinke
+    2016, Proposition 1.3)."""
+    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+
+
+def zcdp_rho(epsilon: float, delta: float) -> float:
+    """The largest ``rho`` whose :func:`zcdp_epsilon` at ``delta`` is ``epsilon``:
+    ``(sqrt(log(1 / delta) + epsilon) - sqrt(log(1 / delta)))**2``."""
+    log = math.log(1.0 / delta)
+    return (math.sqrt(log + epsilon) - math.sqrt(log)) ** 2
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class DiscreteGaussianSumEvent(EpsilonDeltaEvent):
+    """A step that releases (a function of) an integer vector plus independent *untruncated* discrete Gaussian
+    noise ``N_Z(0, sigma^2)`` on each coordinate, where one neighbour moves the vector by at most
+    ``sqrt(sensitivity_squared)`` in L2 norm under ``relation``: ``rho = sensitivity_squared / (2 sigma^2)``-zCDP
+    (Canonne, Kamath and Steinke 2020, Theorem 14: the Renyi divergence of integer shifts is that of the
+    continuous Gaussian), which the RDP accountant charges.  Every other accountant charges the stated
+    ``(epsilon, delta)``, which must follow from ``rho`` (:func:`zcdp_epsilon`; checked by every accountant).
+    Tang et al.'s Gaussian on averaged distributions (docs/mechanisms/averaged_distributions.md)."""
+
+    sigma_squared: float = attr.ib(default=1.0, converter=float, validator=_positive_real)
+    sensitivity_squared: float = attr.ib(default=1.0, converter=float, validator=_positive_real)
+
+    @property
+    def rho(self) -> float:
+        """``sensitivity_squared / (2 sigma_squared)``, computed exactly from the two floats and rounded up."""
+        exact = Fraction(self.sensitivity_squared) / (2 * Fraction(self.sigma_squared))
+        value = float(exact)
+        return value if Fraction(value) >= exact else math.nextafter(value, math.inf)
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)

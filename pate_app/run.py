@@ -62,7 +62,14 @@ from ensembles.data import (
 )
 from ensembles.templates import INSTRUCTIONS, PromptTemplate
 from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable, public_generate
-from mechanisms import BetweenThresholds, BoundaryWrapper, DPArgMax, DPWeightedSampling, GaussianNoisyArgMax
+from mechanisms import (
+    BetweenThresholds,
+    BoundaryWrapper,
+    DPArgMax,
+    DPWeightedSampling,
+    GaussianAveragedDistributions,
+    GaussianNoisyArgMax,
+)
 from mechanisms import registry as mechanisms_registry
 from mechanisms.base import reads_distributions
 from pate_accountant import __version__, planning
@@ -250,7 +257,7 @@ def noise_release(mechanism, num_teachers: int, vocab_size: int, support: int | 
     ``support`` tokens (a public top-k) or the model's ``vocab_size`` (``None``: a mechanism that releases only
     voted tokens, or the public model's)."""
     inner = _inner(mechanism)
-    if not isinstance(inner, GaussianNoisyArgMax):
+    if not isinstance(inner, (GaussianNoisyArgMax, GaussianAveragedDistributions)):
         return None
     size = int(support) if support is not None else int(vocab_size)
     return inner.noise_release_probability(int(num_teachers), max(2, size))

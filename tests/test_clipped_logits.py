@@ -218,8 +218,8 @@ def test_the_budget_ends_the_generation_between_steps():
 
 @pytest.mark.parametrize("options, match", [
     (dict(public_backend=None), r"reads the public model's distribution: it needs a public_backend$"),
-    (dict(top_p=0.9), r"^top_p=0.9: ClippedLogitSampling samples the clipped aggregate itself"),
-    (dict(public_mix=0.2), r"^public_mix=0.2: ClippedLogitSampling already centres"),
+    (dict(top_p=0.9), r"^top_p=0.9: ClippedLogitSampling draws from its own aggregate"),
+    (dict(public_mix=0.2), r"^public_mix=0.2: ClippedLogitSampling reads the public model's distribution itself$"),
 ])
 def test_options_of_the_votes_are_refused_in_one_line(options, match):
     with pytest.raises(ValueError, match=match):

@@ -220,6 +220,32 @@ def test_discrete_laplace_construction_is_exact(epsilon):
         assert law[z] / (1 - restart) == (1 - q) / (1 + q) * q ** abs(z)
 
 
+@pytest.mark.parametrize("s2", [Fraction(1, 3), Fraction(9, 4), Fraction(50), Fraction(10**6 + 1, 7)])
+def test_discrete_gaussian_rejection_keeps_the_gaussian_law(s2):
+    """The discrete Gaussian sampler's kept law (a discrete Laplace of rate 1/t times the acceptance
+    exp(-(|y| - s2/t)^2 / (2 s2))) is exp(-y^2 / (2 s2)) times a constant, in exact arithmetic: the exponents
+    differ by -s2 / (2 t^2) for every y.  The sampler itself draws only from those two exact laws."""
+    t = math.isqrt(s2.numerator // s2.denominator) + 1
+    assert (t - 1) ** 2 <= s2 < t**2  # t = floor(sigma) + 1
+    for y in range(-40, 41):
+        kept = -Fraction(abs(y), t) - (abs(y) - s2 / t) ** 2 / (2 * s2)
+        assert kept + Fraction(y * y) / (2 * s2) == -s2 / (2 * t * t)
+    # a draw goes through discrete_laplace(1/t) and bernoulli_exp of exactly that exponent
+    calls = []
+
+    class Recording(GeneratorRandomBits):
+        def discrete_laplace(self, gamma):
+            calls.append(("laplace", gamma))
+            return super().discrete_laplace(gamma)
+
+        def bernoulli_exp(self, gamma):
+            calls.append(("accept", gamma))
+            return super().bernoulli_exp(gamma)
+
+    y = Recording(np.random.default_rng(5)).discrete_gaussian(s2)
+    assert calls[0] == ("laplace", Fraction(1, t)) and calls[-1] == ("accept", (abs(y) - s2 / t) ** 2 / (2 * s2))
+
+
 def test_categorical_is_exact():
     weights = [0.25, Fraction(1, 3), 0, 2.0**-10, 7]  # small common denominator: every value of below
     law, unfinished, _ = enumerate_law(lambda prefix: RatioBranching(prefix, 4), lambda s: s.categorical(weights))
@@ -376,6 +402,15 @@ def test_scalar_samplers_chi_square():
     pmf = (1 - r) / (1 + r) * r ** np.abs(edges)
     tail = r**7 / (1 + r)
     check_law(observed, np.concatenate([[tail], pmf, [tail]]))
+    # discrete Gaussian, untruncated (sigma^2 = 2.25 and 6.5: t = 2 and 3)
+    for s2 in (2.25, Fraction(13, 2)):
+        draws = np.array([source.discrete_gaussian(s2) for _ in range(n)])
+        edges = np.arange(-7, 8)
+        weights = np.exp(-np.arange(-60, 61) ** 2 / (2 * float(s2)))
+        pmf = weights / weights.sum()
+        tail = pmf[: 60 - 7].sum()
+        observed = [(draws < -7).sum()] + [(draws == z).sum() for z in edges] + [(draws > 7).sum()]
+        check_law(observed, np.concatenate([[tail], pmf[60 - 7: 60 + 8], [tail]]))
     # TG
     draws = np.array([source.truncated_geometric(0.6, 5) for _ in range(n)])
     check_law(np.bincount(draws + 5, minlength=11), tg_probabilities(0.6, 5))

@@ -61,8 +61,10 @@ from pate_accountant.events import (
     BetweenThresholdsEvent,
     BoundaryWrapperEvent,
     DiscreteGaussianArgMaxEvent,
+    DiscreteGaussianSumEvent,
     EpsilonDeltaEvent,
     ThresholdPrivacyEvent,
+    zcdp_epsilon,
 )
 from pate_accountant.validation import check_int, check_real
 
@@ -164,6 +166,22 @@ def _check_gaussian_claim(event) -> None:
         )
 
 
+def _check_zcdp_claim(event) -> None:
+    """A hand-built :class:`DiscreteGaussianSumEvent` may state no more privacy than its ``rho`` gives (the
+    accountants other than RDP charge the stated ``(epsilon, delta)``)."""
+    _real(event, "sigma_squared", minimum=0.0, min_open=True)
+    _real(event, "sensitivity_squared", minimum=0.0, min_open=True)
+    if event.delta <= 0.0:
+        raise ValueError(f"{type(event).__name__} states delta {event.delta!r}: zCDP gives no pure epsilon, so its "
+                         "(epsilon, delta) needs delta > 0")
+    least = zcdp_epsilon(event.rho, event.delta)
+    if event.epsilon < least * (1.0 - 1e-12):
+        raise ValueError(
+            f"{type(event).__name__} states (epsilon {event.epsilon!r}, delta {event.delta!r}), but its rho "
+            f"{event.rho!r} gives epsilon {least:.6g} at that delta under {event.relation}: it claims more privacy "
+            "than its mechanism has")
+
+
 def _check(event, depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise ValueError(f"events nest more than {_MAX_DEPTH} levels deep")
@@ -176,6 +194,8 @@ def _check(event, depth: int) -> None:
         _check_stated(event)
         if isinstance(event, DiscreteGaussianArgMaxEvent):
             _check_gaussian_claim(event)
+        elif isinstance(event, DiscreteGaussianSumEvent):
+            _check_zcdp_claim(event)
     elif isinstance(event, BetweenThresholdsEvent):
         _real(event, "epsilon", minimum=0.0, min_open=True)
         _real(event, "q", minimum=0.0, maximum=1.0, min_open=True, max_open=True)

@@ -12,6 +12,10 @@ a ``BoundaryWrapperEvent`` around a pure inner step   Never ``LaplaceDpEvent(1 /
                                                       curve is not an upper bound for every ``eps``-DP step
 ``BoundedRangeEvent(eps)`` (the clipped-logit         ``ZCDpEvent(rho=eps**2 / 8)``: ``eps``-bounded range
 exponential mechanism)                                is ``eps**2 / 8``-zCDP (Cesar-Rogers 2021)
+``DiscreteGaussianSumEvent`` (Tang et al.'s Gaussian  ``ZCDpEvent(rho=event.rho)``: untruncated discrete
+on averaged distributions)                            Gaussian noise, ``sensitivity^2 / (2 sigma^2)``-zCDP
+                                                      (Canonne-Kamath-Steinke 2020, Thm. 14); its stated
+                                                      ``(eps, delta)`` is not used
 approximate steps ``(eps, delta > 0)``                rejected (``UnsupportedEventError`` naming the event):
                                                       an RDP curve cannot carry a delta
 dp-accounting's native events (``GaussianDpEvent``,   passed through unchanged, if a scratch
@@ -60,6 +64,7 @@ from pate_accountant.events import (
     BetweenThresholdsEvent,
     BoundaryWrapperEvent,
     BoundedRangeEvent,
+    DiscreteGaussianSumEvent,
     EpsilonDeltaEvent,
     ThresholdPrivacyEvent,
 )
@@ -93,6 +98,8 @@ def _collect(event, n: int, out: list, top) -> None:
             raise refuse("a bounded-range step has no delta")
         if event.epsilon > 0.0:
             out.append((dp_event.ZCDpEvent(rho=event.rho), n))
+    elif isinstance(event, DiscreteGaussianSumEvent):  # untruncated discrete Gaussian noise: its rho exactly
+        out.append((dp_event.ZCDpEvent(rho=event.rho), n))
     elif isinstance(event, (EpsilonDeltaEvent, BetweenThresholdsEvent, BoundaryWrapperEvent)):
         for eps, delta, m in epsilon_delta_terms(event):
             if delta > 0.0:
