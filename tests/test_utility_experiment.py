@@ -143,7 +143,13 @@ def test_a_whole_utility_run_on_a_tiny_model(model_dir, tmp_path):
         for rep in row["repetitions"]:
             assert rep["scores"] is not None or rep.get("scorable_texts", 0) < 10 or "refused" in rep
     assert result["parameters"]["held_out"] == 24 and result["parameters"]["vocab_size"] == 128  # 12 of each 36
+    # the public model alone is asked for half as many records again (its bare prompt leaves some empty), the
+    # teachers for a tenth more (each of their records costs an ensemble's forwards): 15 and 11, 8 and 6 a label
+    assert [rep["records"] for row in result["rows"][1:3] for rep in row["repetitions"]] == [16] * 4
+    assert [rep["records"] for rep in result["rows"][3]["repetitions"]] == [12, 12]
     assert result["headline"] is None or result["headline"]["metric"] == "mauve"
+    floor = result["rows"][2]  # the public model with the public examples: the expected length of every fitted row
+    assert result["parameters"]["expected_tokens"] == utility.expected_tokens(floor, 5)
     assert MARKER not in json.dumps(result)
     text = utility.summary(result)
     assert "ceiling: real records" in text and "epsilon = 0: the public model alone, bare prompt" in text
@@ -151,6 +157,23 @@ def test_a_whole_utility_run_on_a_tiny_model(model_dir, tmp_path):
     (path,) = utility.plot(result, tmp_path / "out")
     assert path.stat().st_size > 10_000
 
+
+
+def test_the_expected_record_length_comes_from_the_public_models_records():
+    """The fitted rows pay for every record at the public model's length (its longest run's mean, a quarter longer,
+    rounded up) and for the last at its worst case: what the whole-records rule of generate needs to start them."""
+    floor = {"repetitions": [{"tokens_per_record": 10.2}, {"tokens_per_record": 11.0}, {"tokens_per_record": None}]}
+    assert utility.expected_tokens(floor, 24) == 14  # ceil(11.0 * 1.25)
+    assert utility.expected_tokens(floor, 12) == 12  # never above the records' cap
+    assert utility.expected_tokens({"repetitions": [{"refused": "x", "scores": None}]}, 24) == 24  # no record made
+    assert utility.expected_tokens(None, 24) == 24
+    assert utility.steps_needed(15, 14, 24) == 14 * 14 + 24
+    assert utility.steps_needed(1, 14, 24) == 24 and utility.steps_needed(0, 14, 24) == 24
+    # fitted to fewer steps, the step epsilon is larger (or equal, on the grid): the budget is spent, not left
+    short = utility.fitted_step_epsilon("between-thresholds", "pld", 16, 1e-7, (3.0, 1e-6),
+                                        utility.steps_needed(15, 14, 24))
+    worst = utility.fitted_step_epsilon("between-thresholds", "pld", 16, 1e-7, (3.0, 1e-6), 15 * 24)
+    assert short is not None and worst is not None and short > worst
 
 
 def test_the_steps_table_of_docs_utility_is_the_tools():

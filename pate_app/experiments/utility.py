@@ -61,7 +61,7 @@ DESCRIPTION = (
     "with and without public examples (epsilon = 0) and each private configuration at each budget epsilon, Hot and Cold PATE on the same teachers; "
     "print the gain of the best private row over the public model (docs/utility.md).")
 SIZES = {"full": {"texts": 200, "repetitions": 3, "budget_epsilons": "1,3,10"},
-         "quick": {"texts": 24, "repetitions": 2, "budget_epsilons": "3,10", "teachers_per_group": 16}}
+         "quick": {"texts": 20, "repetitions": 2, "budget_epsilons": "3,10", "teachers_per_group": 16}}
 FULL_RUNTIME = "several hours on 2 CPU cores; sized for a GPU"
 UNSEEDED_ON_USER_DATA = True
 
@@ -84,15 +84,23 @@ CONFIGURATIONS = {
 CONFIGURABLE = ("mechanism", "accountant", "step_epsilon", "step_delta", "relation", "public_mix", "public_top_k",
                 "histograms", "records_per_teacher", "teachers", "groups", "template", "temperature", "top_p")
 #: Mechanisms whose step epsilon a row may leave out: the quietest one is computed (:func:`quiet_step_epsilon`).
-QUIET_MECHANISMS = ("gaussian-argmax", "gaussian-threshold-argmax")
+#: A mechanism in both lists runs at the fitted step epsilon, or at the quietest when the fitted one is below it.
+QUIET_MECHANISMS = ("gaussian-argmax", "gaussian-threshold-argmax", "gaussian-averaged-distributions")
 #: Mechanisms whose step epsilon a row may leave out: the largest at which the budget pays for every token of the
 #: records is computed (:func:`fitted_step_epsilon`).
-FITTED_MECHANISMS = ("between-thresholds", "clipped-logit-sampling")
+FITTED_MECHANISMS = ("between-thresholds", "clipped-logit-sampling", "gaussian-averaged-distributions")
 #: The step delta of every private row (below any budget delta the experiment takes).
 STEP_DELTA_SHARE = 0.1
-#: The records a run is asked for beyond the texts scored (a share): some come out empty (the public model's
-#: bare prompt gave 2 or 3 empty records of 24 on the bundled sample), and a row needs ``texts`` scorable ones.
-RECORD_MARGIN = 0.25
+#: The records a run of teachers is asked for beyond the texts scored (a share): a row needs ``texts`` scorable
+#: ones. No teachers' run has left a record empty on the corpora of docs/utility.md, and every record of theirs
+#: costs an ensemble's forward passes a token.
+RECORD_MARGIN = 0.1
+#: The same for the public model alone: its bare prompt left 2-7 of 30 records empty (bundled sample, fortunes, man
+#: pages), and its records cost one forward pass a token.
+PUBLIC_RECORD_MARGIN = 0.5
+#: The share by which the public model's mean record length is lengthened in the expected length of a record
+#: (:func:`expected_tokens`): the teachers' records may run longer than the public model's.
+LENGTH_MARGIN = 0.25
 #: Public examples drawn from the corpus (of each label) when ``--public-examples`` is not given.
 PUBLIC_EXAMPLES = 4
 #: k of the k-NN precision and recall.
@@ -115,7 +123,7 @@ def add_arguments(p) -> None:
                help="the budgets epsilon of the private rows (default 1,3,10; --quick 3,10)")
     add_option(p, "--budget-delta", metavar="D", type=float, default=1e-6, help="the budgets' delta (default 1e-6)")
     add_option(p, "--texts", metavar="N", type=int, default=None,
-               help="texts scored in every row (default 200, or as many as the held-out records; --quick 24)")
+               help="texts scored in every row (default 200, or as many as the held-out records; --quick 20)")
     add_option(p, "--repetitions", metavar="R", type=int, default=None,
                help="runs of every row (default 3; --quick 2)")
     add_option(p, "--teachers", metavar="N", type=int, default=None,
@@ -193,7 +201,7 @@ def load_configurations(path) -> dict:
         if options.get("mechanism", "dp-argmax") not in QUIET_MECHANISMS + FITTED_MECHANISMS and \
                 "step_epsilon" not in options:
             raise ValueError(f"{where}: [{name}] sets no step_epsilon; it is computed only for "
-                             f"{', '.join(QUIET_MECHANISMS + FITTED_MECHANISMS)}")
+                             f"{', '.join(dict.fromkeys(QUIET_MECHANISMS + FITTED_MECHANISMS))}")
         rows[str(name)] = dict(options)
     return rows
 
@@ -227,6 +235,26 @@ def fitted_step_epsilon(mechanism: str, accountant: str, num_teachers: int, step
         mid = (low + high) // 2
         low, high = (mid, high) if pays(_STEP_GRID[mid]) else (low, mid)
     return _STEP_GRID[low]
+
+
+def expected_tokens(floor: dict | None, max_tokens: int) -> int:
+    """The tokens a record of a run is expected to take, from public data alone: the mean length of the records
+    the public model writes with the public examples (``floor``, that row of the experiment; the same template),
+    lengthened by :data:`LENGTH_MARGIN` and rounded up, at most ``max_tokens``; ``max_tokens`` when that row made
+    no record."""
+    lengths = [rep["tokens_per_record"] for rep in (floor or {}).get("repetitions", [])
+               if rep.get("tokens_per_record") is not None]
+    if not lengths:
+        return int(max_tokens)
+    return min(int(max_tokens), max(1, math.ceil(max(lengths) * (1 + LENGTH_MARGIN))))
+
+
+def steps_needed(records: int, expected: int, max_tokens: int) -> int:
+    """The charged steps a group's budget must pay for so that all its ``records`` start under ``generate``'s
+    whole-records rule (a record starts only when the budget pays for ``max_tokens`` more steps) when each
+    record takes ``expected`` tokens: every record but the last at its expected length, the last at its worst
+    case."""
+    return max(0, int(records) - 1) * int(expected) + int(max_tokens)
 
 
 def _labels_and_records(data: str, text_field: str, label_field: str | None, option: str = "--data"):
@@ -329,11 +357,16 @@ def _summarise(row: dict) -> dict:
     return row
 
 
+def asked_records(texts: int, public_only: bool = False) -> int:
+    """The records a run is asked for to score ``texts`` of them: some may come out empty."""
+    return math.ceil(texts * (1 + (PUBLIC_RECORD_MARGIN if public_only else RECORD_MARGIN)))
+
+
 def _generate(base: dict, options: dict, private: list, labels, texts: int, folder: Path, seed):
     """One run through RunSpec and synthesize, as a user would: its records and cost (nothing of its text)."""
     from pate_app.spec import RunSpec, synthesize
 
-    asked = math.ceil(texts * (1 + RECORD_MARGIN))  # some records come out empty: ask for more than are scored
+    asked = asked_records(texts, bool(options.get("public_only")))
     per_label = None if labels is None else math.ceil(asked / len(labels))
     spec = RunSpec(**{**base, **options}, per_label=per_label, records=asked if labels is None else 1,
                    ledger=str(folder / "run.sqlite"), seed=seed)
@@ -444,12 +477,12 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
             handle.writelines(json.dumps(example) + "\n" for example in examples)
         public = {"public_examples": shown}
         runs = [("epsilon = 0: the public model alone, bare prompt", "floor", 0.0, {"public_only": True},
-                 {"budget_epsilon": 1.0, "budget_delta": delta}),
+                 {"budget_epsilon": 1.0, "budget_delta": delta}, None),
                 (f"epsilon = 0: the public model with {len(examples)} public examples", "floor", 0.0,
-                 {"public_only": True, **public}, {"budget_epsilon": 1.0, "budget_delta": delta}),
+                 {"public_only": True, **public}, {"budget_epsilon": 1.0, "budget_delta": delta}, None),
                 ("epsilon = infinity: the same teachers without noise", "noiseless", math.inf,
                  {"mechanism": "gaussian-argmax", "accountant": "basic", "step_epsilon": 50.0, "step_delta": 1e-7},
-                 {"budget_epsilon": 1e9, "budget_delta": 0.5})]
+                 {"budget_epsilon": 1e9, "budget_delta": 0.5}, None)]
         for name, options in configurations.items():
             step = {"step_delta": options.get("step_delta", step_delta)}
             groups = len(labels) if labels is not None else options.get("groups", 1)
@@ -459,16 +492,21 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
                                            options.get("public_top_k"))  # the quietest, for the row's own teachers
                 step["step_epsilon"] = quiet if quiet is not None else 50.0
             for epsilon in budgets:
-                fitted = {}
+                fit = None  # fitted when the row runs: to the expected record length of the floor's records
                 if "step_epsilon" not in options and options["mechanism"] in FITTED_MECHANISMS:
-                    need = math.ceil(math.ceil(texts * (1 + RECORD_MARGIN)) / groups) * int(max_tokens)
-                    e = fitted_step_epsilon(options["mechanism"], options["accountant"], per_group,
-                                            step["step_delta"], (epsilon, delta), need,
-                                            touches=1 if labels is None else 2)
-                    fitted = {"step_epsilon": e if e is not None else _STEP_GRID[0]}  # no record paid: the least
-                runs.append((f"{name}, epsilon {epsilon:g}", "private", epsilon,
-                             {**options, **step, **fitted, **public}, {"budget_epsilon": epsilon, "budget_delta": delta}))
-        for label, kind, epsilon, options, budget in runs:
+                    fit = (options["mechanism"], options["accountant"], per_group, step["step_delta"], (epsilon, delta),
+                           math.ceil(asked_records(texts) / groups), step.get("step_epsilon", 0.0))
+                runs.append((f"{name}, epsilon {epsilon:g}", "private", epsilon, {**options, **step, **public},
+                             {"budget_epsilon": epsilon, "budget_delta": delta}, fit))
+        expected = int(max_tokens)
+        for label, kind, epsilon, options, budget, fit in runs:
+            if fit is not None:
+                mechanism, accountant, per_group, step_delta_row, budget_pair, records_a_group, quietest = fit
+                e = fitted_step_epsilon(mechanism, accountant, per_group, step_delta_row, budget_pair,
+                                        steps_needed(records_a_group, expected, max_tokens),
+                                        touches=1 if labels is None else 2)
+                # none paid: the least; never below the quietest (the run would refuse its noise)
+                options = {**options, "step_epsilon": max(e if e is not None else _STEP_GRID[0], quietest)}
             row = {"row": label, "kind": kind, "epsilon": None if math.isinf(epsilon) else epsilon,
                    "configuration": {k: (len(examples) if k == "public_examples" else v) for k, v in options.items()},
                    "repetitions": []}
@@ -479,6 +517,8 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
                 scored_run(row, r, lambda: _generate({**base, **budget}, options, private, labels, texts, where,
                                                      None if run_seed is None else run_seed * 1000 + r))
             rows.append(_summarise(row))
+            if kind == "floor" and options.get("public_examples"):  # the public model's records: public lengths
+                expected = expected_tokens(row, max_tokens)
     result = {
         "experiment": NAME,
         "parameters": {"data": "bundled" if data == "bundled" else Path(data).name, "records": len(records),
@@ -487,7 +527,8 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
                        "public_examples_from": "drawn" if public_examples is None else Path(public_examples).name,
                        "repetitions": repetitions, "epsilons": budgets, "delta": delta, "teachers_per_group": n,
                        "step_delta": step_delta, "vocab_size": vocab, "embedding": embed.name, "knn_k": KNN_K,
-                       "max_tokens": max_tokens, "configurations": list(configurations),
+                       "max_tokens": max_tokens, "expected_tokens": expected,
+                       "configurations": list(configurations),
                        "seeded": run_seed is not None, "quick": bool(quick)},
         "rows": rows,
     }
