@@ -47,6 +47,7 @@ from ensembles.keyed_votes import HISTOGRAMS, StepKey
 from ensembles.public_prior import PublicPrior, as_public_mix, as_public_support
 from mechanisms.between_thresholds import BetweenThresholds
 from mechanisms.base import reads_distributions
+from mechanisms.public_agreement import Episode
 from pate_accountant.accountants.base import Accountant
 from pate_accountant.accountants.individual import IndividualChargingAccountant
 from pate_accountant.errors import BudgetExhaustedError
@@ -368,7 +369,7 @@ class DistributionAggregation(AggregationStep):
     def __init__(self, mechanism, accountant, backend, public_backend):
         self.mechanism, self.accountant = mechanism, accountant
         self.backend, self.public_backend = backend, public_backend
-        self._run = None
+        self._run, self._episode = None, {}
 
     def check(self, num_teachers):
         if num_teachers > self.mechanism.num_teachers:
@@ -377,13 +378,18 @@ class DistributionAggregation(AggregationStep):
 
     def start(self):
         self._run = self.accountant.register(self.mechanism)
+        # an episodic mechanism (a sparse vector test) keeps its secret state for one record: a new record opens
+        # a new episode
+        self._episode = {"episode": Episode()} if getattr(self.mechanism, "episodic", False) else {}
 
     def run(self, votes, active, rng, secret, prior=None):
         with np.errstate(divide="ignore"):
             teachers = np.log(self.backend.distributions().to_dense())
             public = np.log(self.public_backend.distributions().to_dense()[0])
-        release = self._run(teachers, public, rng=secret.mechanism)
-        return StepOutcome(release, None if release.failed else int(release.value))
+        release = self._run(teachers, public, rng=secret.mechanism, **self._episode)
+        if release.outcome != "token":  # a sparse vector test's below: nothing released (the public token follows)
+            return StepOutcome(release, None)
+        return StepOutcome(release, int(release.value))
 
 
 class _IncrementalText:
@@ -511,6 +517,9 @@ class PrivateGenerator:
         support = self.public_support
         if support is not None and support.top_k is None:
             raise ValueError(f"public_support={support!r}: {name} takes a public top-k, not a top-p")
+        if getattr(mechanism, "episodic", False) and self.fallback != "public":
+            raise ValueError(f"fallback={self.fallback!r}: {name} answers 'below' where the teachers agree with the "
+                             "public model, and the public model's token follows: it needs fallback='public'")
         self._public_prior = False  # the mechanism reads the public distribution itself
         self.mechanism = mechanism.with_settings(temperature=self.temperature,
                                                  top_k=0 if support is None else support.top_k)

@@ -89,13 +89,18 @@ def quantise(probabilities: np.ndarray, resolution: int) -> np.ndarray:
     p = np.where(totals > 0, p / np.where(totals > 0, totals, 1.0), 1.0 / p.shape[1])
     scaled = p * resolution
     base = np.floor(scaled).astype(np.int64)
+    remainder = scaled - base
     missing = resolution - base.sum(axis=1)  # in [0, K] (the floors lose less than one unit each)
     every, rest = np.divmod(missing, p.shape[1])
     base += every[:, None]
-    order = np.argsort(-(scaled - np.floor(scaled)), axis=1, kind="stable")  # largest remainder first
-    ranks = np.empty_like(order)
-    np.put_along_axis(ranks, order, np.arange(p.shape[1])[None, :].repeat(p.shape[0], axis=0), axis=1)
-    return base + (ranks < rest[:, None]).astype(np.int64)
+    for row in np.flatnonzero(rest):  # the rest largest remainders, ties to the lower index
+        k = int(rest[row])
+        cut = np.partition(remainder[row], -k)[-k]  # the k-th largest remainder
+        above = np.flatnonzero(remainder[row] > cut)
+        tied = np.flatnonzero(remainder[row] == cut)[: k - above.size]
+        base[row, above] += 1
+        base[row, tied] += 1
+    return base
 
 
 @attr.s(frozen=True, slots=True)

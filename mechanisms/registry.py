@@ -181,6 +181,12 @@ def _averaged_distributions():
     return averaged_distributions
 
 
+def _public_agreement():
+    from mechanisms import public_agreement
+
+    return public_agreement
+
+
 def _register_builtins() -> None:
 
     # Contract examples: budgets whose truncation L is 2 to 5, so histograms of at most six teachers reach the
@@ -257,6 +263,17 @@ def _register_builtins() -> None:
                                                                     resolution=3)],
         summary="Tang et al.: the teachers' distributions on the public top-k, rounded and summed, exact discrete "
                 "Gaussian noise, the argmax (reads distributions, not votes; zCDP under RDP)")
+    # Amin et al.'s public agreement over three teachers rounded to one unit (Delta 2): the test's noise a few units
+    # against queries of up to 6, so that the enumeration's query sequences move the transcripts.
+    register_mechanism(
+        "svt-public-agreement", runs=True, needs_teachers=True,
+        build=lambda e, d, r, n: _public_agreement().SparseVectorPublicAgreement.for_run(e, d, r, n),
+        examples=lambda r: [
+            _public_agreement().SparseVectorPublicAgreement(2.0, 3, r, resolution=1),
+            _public_agreement().SparseVectorPublicAgreement(4.0, 3, r, temperature=0.7, top_k=1, threshold=0.3,
+                                                            svt_share=0.75, resolution=2)],
+        summary="Amin et al.: a sparse vector test of the teachers' distance from the public model; the public "
+                "token where they agree, else a clipped-logit draw (reads distributions; charged an episode)")
     register_mechanism(
         "threshold-argmax", examples=lambda r: [_m.ThresholdArgMax(2), _m.ThresholdArgMax(4)],
         summary="TArgMax_T: the most-voted token with at least T votes (threshold privacy, not DP)")

@@ -81,8 +81,10 @@ __all__ = [
     "SamplerReport",
     "SMALL_DISTRIBUTIONS",
     "DistributionClaimReport",
+    "EpisodeClaimReport",
     "check_counts_match_law",
     "check_distribution_mechanism",
+    "check_episodic_mechanism",
     "check_event_covers_claim",
     "check_mechanism",
     "check_privacy_claim",
@@ -604,6 +606,96 @@ def check_distribution_mechanism(mechanism, *, relations=None, distributions=SMA
     return reports
 
 
+@attr.s(frozen=True, slots=True)
+class EpisodeClaimReport:
+    """What :func:`check_episodic_mechanism` found under one relation: the neighbouring ensembles and query
+    sequences checked, the largest query change (at most the sensitivity) and the largest absolute log-ratio of
+    a transcript's probability (at most the test's epsilon)."""
+
+    relation: str = attr.ib()
+    num_ensemble_pairs: int = attr.ib()
+    num_sequence_pairs: int = attr.ib()
+    worst_query_change: int = attr.ib()
+    worst_epsilon: float = attr.ib()
+
+
+def check_episodic_mechanism(mechanism, *, relations=None, length: int = 3,
+                             distributions=SMALL_DISTRIBUTIONS, num_samples: int = NUM_SAMPLES, seed: int = SEED,
+                             alpha: float = ALPHA) -> list:
+    """Exact enumeration for a sparse vector test over distributions (``mechanism.episodic``: an episode of
+    AboveThreshold, then a private draw; :mod:`mechanisms.public_agreement`).  Under each relation:
+
+    * the query moves by at most ``mechanism.sensitivity`` over every neighbouring pair of ensembles of at most 3
+      teachers of ``distributions`` (:func:`distribution_pairs`), every public law;
+    * the transcript (``below`` ``k`` times then ``above``, or ``below`` throughout) of one episode over every pair
+      of query sequences of ``length`` integers within ``2 Delta`` of the threshold, each query of one moved by at
+      most ``Delta`` from the other's: no log-ratio of a transcript's exact probability
+      (:func:`mechanisms.public_agreement.transcript_law`) exceeds the test's epsilon;
+    * the draw passes :func:`check_distribution_mechanism`; the event covers the claim
+      (:func:`check_event_covers_claim`); single-step episodes answer ``below`` as often as the law says
+      (chi-square of ``num_samples`` calls).
+
+    Returns an :class:`EpisodeClaimReport` per relation."""
+    from mechanisms.public_agreement import transcript_law
+
+    relations = claimed_relations_of(mechanism) if relations is None else tuple(relations)
+    with np.errstate(divide="ignore"):
+        grid = np.log(np.asarray(distributions, dtype=np.float64))
+    size = min(int(mechanism.num_teachers), 3)
+    delta_q = int(mechanism.sensitivity)
+    threshold = int(mechanism.threshold_units)
+    gamma_threshold, gamma_query = mechanism.gammas
+    low, width = threshold - 2 * delta_q, 4 * delta_q + 1  # the queries: within 2 Delta of the threshold
+    laws = np.empty((width,) * length + (length + 1,))
+    for index in itertools.product(range(width), repeat=length):
+        laws[index] = np.log(transcript_law([low + i for i in index], threshold, gamma_threshold, gamma_query))
+    reports = []
+    for relation in relations:
+        where = f"{_name(mechanism)} under {relation}"
+        pairs = list(distribution_pairs(size, relation, distributions=distributions))
+        worst_change = 0
+        for public in grid:
+            queries: dict = {}
+
+            def query(ensemble):
+                if ensemble not in queries:
+                    teachers = grid[list(ensemble)] if ensemble else np.zeros((0, grid.shape[1]))
+                    queries[ensemble] = mechanism.query(teachers, public)
+                return queries[ensemble]
+
+            for first, second in pairs:
+                change = abs(query(first) - query(second))
+                if change > delta_q:
+                    raise AssertionError(f"{where}: public {np.exp(public).round(3).tolist()}, teachers {first} and "
+                                         f"{second}: the query moves by {change}, more than its sensitivity {delta_q}")
+                worst_change = max(worst_change, change)
+        worst, count = 0.0, 0
+        for shift in itertools.product(range(-delta_q, delta_q + 1), repeat=length):  # q' = q + shift, both in range
+            here = tuple(slice(max(0, -d), width - max(0, d)) for d in shift)
+            there = tuple(slice(max(0, d), width - max(0, -d)) for d in shift)
+            ratios = np.abs(laws[here] - laws[there]).max(axis=-1)
+            count += ratios.size
+            if ratios.max() > mechanism.svt_epsilon + 1e-9:
+                at = np.unravel_index(int(ratios.argmax()), ratios.shape)
+                q = tuple(low + sl.start + i for sl, i in zip(here, at))
+                other = tuple(a + d for a, d in zip(q, shift))
+                raise AssertionError(f"{where}: queries {q} and {other}: a transcript's log-ratio is "
+                                     f"{float(ratios.max())!r}, above the test's epsilon {mechanism.svt_epsilon!r}")
+            worst = max(worst, float(ratios.max()))
+        reports.append(EpisodeClaimReport(relation, len(pairs) * len(grid), count, worst_change, worst))
+    check_distribution_mechanism(mechanism.draw, relations=relations, num_samples=min(num_samples, 2_000))
+    check_event_covers_claim(mechanism, relations=relations)
+    teachers, public = grid[[0, 3, 6][:size]], grid[5]
+    q = mechanism.query(teachers, public)
+    law = transcript_law([q], threshold, gamma_threshold, gamma_query)
+    rng = np.random.default_rng(seed)
+    below = sum(mechanism(teachers, public, rng=rng).outcome == "below" for _ in range(num_samples))
+    check_counts_match_law({"above": num_samples - below, "below": below},
+                           {"above": float(law[0]), "below": float(law[1])}, alpha=alpha,
+                           what=f"{_name(mechanism)}'s sparse vector test")
+    return reports
+
+
 def check_registered_mechanism(name: str, **options) -> dict:
     """:func:`check_mechanism` on every small instance of the registered mechanism ``name`` under each
     neighbouring relation (:func:`mechanisms.registry.contract_examples`).  A relation the mechanism refuses
@@ -623,7 +715,9 @@ def check_registered_mechanism(name: str, **options) -> dict:
         for example in examples:
             if relation not in claimed_relations_of(example):
                 raise AssertionError(f"{name!r}: {_name(example)}, built under {relation}, claims nothing under it")
-        out[relation] = [check_distribution_mechanism(example, relations=(relation,))
+        out[relation] = [check_episodic_mechanism(example, relations=(relation,))
+                         if getattr(example, "episodic", False)
+                         else check_distribution_mechanism(example, relations=(relation,))
                          if reads_distributions(example)
                          else check_mechanism(example, relations=(relation,), **options) for example in examples]
     if not any(out.values()):

@@ -20,6 +20,7 @@ _LAZY = {
     "DiscreteGaussianSumEvent": "pate_accountant.events",
     "EpsilonDeltaEvent": "pate_accountant.events",
     "NoisyArgMaxEvent": "pate_accountant.events",
+    "SparseVectorEpisodeEvent": "pate_accountant.events",
     "ThresholdPrivacyEvent": "pate_accountant.events",
     "WeightedSamplingEvent": "pate_accountant.events",
     "Release": "pate_accountant.release",

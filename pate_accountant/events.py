@@ -109,6 +109,24 @@ class BoundedRangeEvent(EpsilonDeltaEvent):
         return self.epsilon * self.epsilon / 8.0
 
 
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class SparseVectorEpisodeEvent(EpsilonDeltaEvent):
+    """One episode of a sparse vector test with a private draw at its end (Amin et al.'s public agreement,
+    docs/mechanisms/public_agreement.md): an AboveThreshold run that is ``svt_epsilon``-DP for every number of
+    ``below`` answers it gives, then at most one ``draw_epsilon``-bounded-range draw.  Charged once, when the
+    episode starts: ``epsilon >= svt_epsilon + draw_epsilon`` pure for every accountant, and
+    ``rho = svt_epsilon**2 / 2 + draw_epsilon**2 / 8`` (pure DP is ``eps^2/2``-zCDP, Bun-Steinke 2016, Prop. 1.4;
+    bounded range ``eps^2/8``, Cesar-Rogers 2021) for the RDP accountant.  ``delta`` is 0."""
+
+    svt_epsilon: float = attr.ib(default=0.0, converter=float, validator=attrs_validator(check_real, minimum=0.0))
+    draw_epsilon: float = attr.ib(default=0.0, converter=float, validator=attrs_validator(check_real, minimum=0.0))
+
+    @property
+    def rho(self) -> float:
+        """``svt_epsilon**2 / 2 + draw_epsilon**2 / 8``."""
+        return self.svt_epsilon * self.svt_epsilon / 2.0 + self.draw_epsilon * self.draw_epsilon / 8.0
+
+
 def zcdp_epsilon(rho: float, delta: float) -> float:
     """The epsilon at ``delta`` that ``rho``-zCDP gives: ``rho + 2 sqrt(rho log(1 / delta))`` (Bun and Steinke
     2016, Proposition 1.3)."""

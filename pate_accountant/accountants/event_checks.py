@@ -63,6 +63,7 @@ from pate_accountant.events import (
     DiscreteGaussianArgMaxEvent,
     DiscreteGaussianSumEvent,
     EpsilonDeltaEvent,
+    SparseVectorEpisodeEvent,
     ThresholdPrivacyEvent,
     zcdp_epsilon,
 )
@@ -182,6 +183,18 @@ def _check_zcdp_claim(event) -> None:
             "than its mechanism has")
 
 
+def _check_episode_claim(event) -> None:
+    """A :class:`SparseVectorEpisodeEvent` is pure and states the sum of its two parts (its ``rho``, which the RDP
+    accountant charges, is read from the parts)."""
+    _real(event, "svt_epsilon", minimum=0.0)
+    _real(event, "draw_epsilon", minimum=0.0)
+    parts = event.svt_epsilon + event.draw_epsilon
+    if event.delta != 0.0 or abs(event.epsilon - parts) > 1e-12 * max(1.0, parts):
+        raise ValueError(
+            f"{type(event).__name__} states (epsilon {event.epsilon!r}, delta {event.delta!r}), but its sparse vector "
+            f"test and draw are {event.svt_epsilon!r} + {event.draw_epsilon!r} pure: its epsilon must be their sum")
+
+
 def _check(event, depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise ValueError(f"events nest more than {_MAX_DEPTH} levels deep")
@@ -196,6 +209,8 @@ def _check(event, depth: int) -> None:
             _check_gaussian_claim(event)
         elif isinstance(event, DiscreteGaussianSumEvent):
             _check_zcdp_claim(event)
+        elif isinstance(event, SparseVectorEpisodeEvent):
+            _check_episode_claim(event)
     elif isinstance(event, BetweenThresholdsEvent):
         _real(event, "epsilon", minimum=0.0, min_open=True)
         _real(event, "q", minimum=0.0, maximum=1.0, min_open=True, max_open=True)

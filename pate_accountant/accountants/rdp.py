@@ -12,6 +12,8 @@ a ``BoundaryWrapperEvent`` around a pure inner step   Never ``LaplaceDpEvent(1 /
                                                       curve is not an upper bound for every ``eps``-DP step
 ``BoundedRangeEvent(eps)`` (the clipped-logit         ``ZCDpEvent(rho=eps**2 / 8)``: ``eps``-bounded range
 exponential mechanism)                                is ``eps**2 / 8``-zCDP (Cesar-Rogers 2021)
+``SparseVectorEpisodeEvent(eps, svt, draw)`` (Amin   ``ZCDpEvent(rho=svt**2 / 2 + draw**2 / 8)``: a pure
+et al.'s public agreement: one episode)               AboveThreshold run and a bounded-range draw
 ``DiscreteGaussianSumEvent`` (Tang et al.'s Gaussian  ``ZCDpEvent(rho=event.rho)``: untruncated discrete
 on averaged distributions)                            Gaussian noise, ``sensitivity^2 / (2 sigma^2)``-zCDP
                                                       (Canonne-Kamath-Steinke 2020, Thm. 14); its stated
@@ -65,6 +67,7 @@ from pate_accountant.events import (
     BoundaryWrapperEvent,
     BoundedRangeEvent,
     DiscreteGaussianSumEvent,
+    SparseVectorEpisodeEvent,
     EpsilonDeltaEvent,
     ThresholdPrivacyEvent,
 )
@@ -93,7 +96,7 @@ def _collect(event, n: int, out: list, top) -> None:
         inner = "" if event is top else f" (in {top!r})"
         return UnsupportedEventError(f"RdpAccountant cannot account for event {event!r}{inner}: {why}")
 
-    if isinstance(event, BoundedRangeEvent):  # epsilon-bounded range: epsilon**2 / 8-zCDP, 4 times below pure
+    if isinstance(event, (BoundedRangeEvent, SparseVectorEpisodeEvent)):  # bounded range: epsilon**2 / 8-zCDP
         if event.delta > 0.0:
             raise refuse("a bounded-range step has no delta")
         if event.epsilon > 0.0:
