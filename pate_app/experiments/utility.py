@@ -88,7 +88,8 @@ CONFIGURABLE = ("mechanism", "accountant", "step_epsilon", "step_delta", "relati
 QUIET_MECHANISMS = ("gaussian-argmax", "gaussian-threshold-argmax", "gaussian-averaged-distributions")
 #: Mechanisms whose step epsilon a row may leave out: the largest at which the budget pays for every token of the
 #: records is computed (:func:`fitted_step_epsilon`).
-FITTED_MECHANISMS = ("between-thresholds", "clipped-logit-sampling", "gaussian-averaged-distributions")
+FITTED_MECHANISMS = ("between-thresholds", "clipped-logit-sampling", "gaussian-averaged-distributions",
+                     "svt-public-agreement")
 #: The step delta of every private row (below any budget delta the experiment takes).
 STEP_DELTA_SHARE = 0.1
 #: The records a run of teachers is asked for beyond the texts scored (a share): a row needs ``texts`` scorable
