@@ -45,6 +45,7 @@ import attr
 import numpy as np
 
 from mechanisms.base import DISTRIBUTIONS, EpsilonDeltaClaim, OutcomeDistribution, claim_under
+from mechanisms.gaussian import count_groups, noise_check_histogram
 from mechanisms.randomness import RandomBits, random_bits
 from pate_accountant.events import (
     NEIGHBOURING_RELATIONS,
@@ -248,8 +249,6 @@ class GaussianAveragedDistributions:
         wins (the rule GNMax's plain argmax is judged by, docs/generation.md, "Noise that decides").  Computed with
         each teacher's mass as one unit and the noise ``N_Z(0, (sigma / Q)^2)`` (the step's law with ``Q = 1``):
         the same signal-to-noise ratio, without the rounding to ``Q`` units.  Data-independent."""
-        from mechanisms.gaussian import count_groups, noise_check_histogram
-
         n, size = check_int("num_teachers", num_teachers, minimum=1), check_int("vocab_size", vocab_size, minimum=2)
         counts = noise_check_histogram(n, size, True)
         scale = self.sigma

@@ -57,7 +57,7 @@ from mechanisms.clipped_logits import MIN_EPSILON, ClippedLogitSampling
 from mechanisms.randomness import RandomBits, random_bits
 from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, SparseVectorEpisodeEvent
 from pate_accountant.release import BELOW, Release
-from pate_accountant.validation import attrs_validator, check_epsilon, check_int, check_real
+from pate_accountant.validation import attrs_validator, check_delta, check_epsilon, check_int, check_real
 
 __all__ = ["RESOLUTION", "THRESHOLD", "Episode", "SparseVectorPublicAgreement", "discrete_laplace_cdf",
            "transcript_law"]
@@ -208,8 +208,6 @@ class SparseVectorPublicAgreement:
     def for_run(cls, epsilon: float, delta: float, relation: str, num_teachers: int) -> SparseVectorPublicAgreement:
         """What ``generate --mechanism svt-public-agreement`` builds from a step ``(epsilon, delta)``: ``epsilon``
         an episode (pure; ``delta`` is only checked); the generator sets the temperature and the support."""
-        from pate_accountant.validation import check_delta
-
         check_delta("delta", delta)
         return cls(epsilon, num_teachers, relation)
 

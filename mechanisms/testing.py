@@ -56,6 +56,7 @@ from mechanisms.base import (
 )
 from mechanisms.histogram import CountHistogram, HistogramBatch, as_histogram
 from mechanisms.qtarget import q_star
+from mechanisms.public_agreement import transcript_law
 from mechanisms.registry import contract_examples
 from pate_accountant.accountants import BasicCompositionAccountant
 from pate_accountant.errors import UnsupportedEventError
@@ -636,8 +637,6 @@ def check_episodic_mechanism(mechanism, *, relations=None, length: int = 3,
       (chi-square of ``num_samples`` calls).
 
     Returns an :class:`EpisodeClaimReport` per relation."""
-    from mechanisms.public_agreement import transcript_law
-
     relations = claimed_relations_of(mechanism) if relations is None else tuple(relations)
     with np.errstate(divide="ignore"):
         grid = np.log(np.asarray(distributions, dtype=np.float64))

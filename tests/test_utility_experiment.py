@@ -219,11 +219,15 @@ def test_the_configurations_example_of_docs_utility_loads(tmp_path):
     from pathlib import Path
 
     page = (Path(__file__).resolve().parent.parent / "docs" / "utility.md").read_text(encoding="utf-8")
-    (block,) = re.findall(r"```toml\n(.*?)```", page, re.S)
+    first, *measured = re.findall(r"```toml\n(.*?)```", page, re.S)  # the example, then the measured runs' files
     path = tmp_path / "rows.toml"
-    path.write_text(block, encoding="utf-8")
+    path.write_text(first, encoding="utf-8")
     rows = utility.load_configurations(path)
     assert list(rows)[0] in utility.CONFIGURATIONS and rows[list(rows)[1]]["template"] == "labelled-records"
+    assert len(measured) >= 2
+    for block in measured:  # every file a measurement quotes loads as it was run
+        path.write_text(block, encoding="utf-8")
+        assert utility.load_configurations(path)
 
 
 def test_an_unscorable_private_row_says_how_many_steps_its_records_would_need():
