@@ -358,7 +358,8 @@ def test_every_mechanism_name_builds_and_target_charging_takes_the_wrapped_ones(
 
     names = registry.run_mechanism_names()
     assert names == ("dp-argmax", "boundary-dp-argmax", "dp-weighted-sampling", "boundary-dp-weighted-sampling",
-                     "between-thresholds", "gaussian-argmax", "gaussian-threshold-argmax", "clipped-logit-sampling")
+                     "between-thresholds", "gaussian-argmax", "gaussian-threshold-argmax", "clipped-logit-sampling",
+                     "gaussian-averaged-distributions", "svt-public-agreement")
     for name in names:
         mech = build_mechanism(name, 2.0, 1e-6, num_teachers=8)
         assert isinstance(mech, BoundaryWrapper) == name.startswith("boundary-")
