@@ -288,6 +288,19 @@ def check_noise_floor(mechanism, num_teachers: int, vocab_size: int, support: in
         f"(at most {NOISE_RELEASE_LIMIT:.0%} is accepted), a token the noise chose, charged as private{nearest}")
 
 
+def zcdp_charge_warning(mechanism, accountant: str) -> str | None:
+    """What a user should hear when ``accountant`` charges a mechanism whose step is zCDP (its event has ``rho``:
+    clipped-logit sampling, Tang et al.'s Gaussian, Amin et al.'s episodes) as the ``(epsilon, delta)`` it also
+    states: correct, but composed far worse than its ``rho`` under RDP.  ``None`` under RDP or for other mechanisms."""
+    event = getattr(_inner(mechanism), "event", None)
+    rho = getattr(event, "rho", None)
+    if rho is None or accountant == "rdp":
+        return None
+    return (f"{type(_inner(mechanism)).__name__} is {rho:.3g}-zCDP a step; the {accountant} accountant charges it as "
+            f"(epsilon {event.epsilon:g}, delta {event.delta:g}) a step, which composes far worse: --accountant rdp "
+            "charges its zCDP")
+
+
 def _percent(p: float) -> str:
     """``89%``; ``5.2%`` below 10 %, so that a refused value never reads as the limit itself."""
     return f"{p:.0%}" if p >= 0.1 else f"{p:.1%}"
@@ -909,6 +922,9 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                 "spec": spec.shareable(),
             }
 
+            looser = zcdp_charge_warning(mech, spec.accountant)
+            if looser is not None:
+                print(f"pate-accountant: warning: {looser}", file=sys.stderr, flush=True)
             if seed is not None:
                 print("pate-accountant: warning: this run is seeded, so it has no privacy against anyone who knows "
                       "the seed (they can re-run both neighbouring data sets and compare); the seed is not recorded. "

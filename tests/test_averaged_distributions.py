@@ -258,3 +258,16 @@ def test_generate_refuses_a_step_whose_noise_decides_the_releases():
                                             r"decides the releases of 16 teachers: .* another token wins with "
                                             r"probability 94%"):
         check_noise_floor(GaussianAveragedDistributions(0.5, 1e-7, 16), 16, 49152, 50)
+
+
+def test_a_zcdp_mechanism_under_another_accountant_gets_a_warning_naming_rdp():
+    from pate_app.run import zcdp_charge_warning
+
+    mechanism = GaussianAveragedDistributions(1.0, 1e-7, 16)
+    line = zcdp_charge_warning(mechanism, "pld")
+    assert line.startswith("GaussianAveragedDistributions is 0.015-zCDP a step; the pld accountant") and "--accountant rdp" in line
+    assert "(epsilon 1, delta 1e-07) a step" in line
+    assert zcdp_charge_warning(mechanism, "rdp") is None
+    assert zcdp_charge_warning(registry.build_mechanism("clipped-logit-sampling", 0.5, 1e-7, num_teachers=4),
+                               "basic").startswith("ClippedLogitSampling is 0.0312-zCDP a step; the basic accountant")
+    assert zcdp_charge_warning(registry.build_mechanism("gaussian-argmax", 1.0, 1e-6), "pld") is None
