@@ -44,11 +44,19 @@ from fractions import Fraction
 import attr
 import numpy as np
 
-from mechanisms.base import DISTRIBUTIONS, EpsilonDeltaClaim, OutcomeDistribution, claim_under
+from mechanisms.base import (
+    DISTRIBUTIONS,
+    EpsilonDeltaClaim,
+    OutcomeDistribution,
+    check_distribution_inputs,
+    claim_under,
+    distribution_settings,
+    relation_field,
+    top_k_field,
+)
 from mechanisms.gaussian import count_groups, noise_check_histogram
 from mechanisms.randomness import RandomBits, random_bits
 from pate_accountant.events import (
-    NEIGHBOURING_RELATIONS,
     REPLACE_ONE,
     DiscreteGaussianSumEvent,
     zcdp_rho,
@@ -68,16 +76,6 @@ EPSILON_MARGIN = 1e-9
 MAX_TEACHERS = 1_000_000
 #: Noise values beyond this many ``sigma`` are left out of the exact law (their mass is below ``e^-800``).
 LAW_SIGMAS = 40
-
-
-def _relation(instance, attribute, value):
-    if value not in NEIGHBOURING_RELATIONS:
-        raise ValueError(f"relation must be one of {NEIGHBOURING_RELATIONS}, got {value!r}")
-
-
-def _top_k(instance, attribute, value):
-    if value is not None:
-        check_int("top_k", value, minimum=1)
 
 
 def quantise(probabilities: np.ndarray, resolution: int) -> np.ndarray:
@@ -117,10 +115,10 @@ class GaussianAveragedDistributions:
     epsilon: float = attr.ib(converter=lambda value: check_epsilon("epsilon", value))
     delta: float = attr.ib(converter=lambda value: check_delta("delta", value))  # > 0: zCDP gives no pure epsilon
     num_teachers: int = attr.ib(validator=attrs_validator(check_int, minimum=1, maximum=MAX_TEACHERS))
-    relation: str = attr.ib(default=REPLACE_ONE, validator=_relation)
+    relation: str = attr.ib(default=REPLACE_ONE, validator=relation_field)
     temperature: float = attr.ib(default=1.0, converter=float,
                                  validator=attrs_validator(check_real, minimum=0.0, min_open=True))
-    top_k: int | None = attr.ib(default=None, validator=_top_k)
+    top_k: int | None = attr.ib(default=None, validator=top_k_field)
     resolution: int = attr.ib(default=RESOLUTION, validator=attrs_validator(check_int, minimum=1, maximum=2**20))
 
     #: What the generation loop hands the mechanism each step.
@@ -161,30 +159,11 @@ class GaussianAveragedDistributions:
     def with_settings(self, *, temperature: float | None = None,
                       top_k: int | None = None) -> GaussianAveragedDistributions:
         """The same privacy at another temperature or public support (``top_k=0``: the whole vocabulary)."""
-        changes = {}
-        if temperature is not None:
-            changes["temperature"] = temperature
-        if top_k is not None:
-            changes["top_k"] = None if top_k == 0 else top_k
-        return attr.evolve(self, **changes)
+        return distribution_settings(self, temperature=temperature, top_k=top_k)
 
     # -- the aggregate ---------------------------------------------------------------------------------
     def _inputs(self, teacher_logprobs, public_logprobs) -> tuple[np.ndarray, np.ndarray]:
-        public = np.asarray(public_logprobs, dtype=np.float64)
-        teachers = np.asarray(teacher_logprobs, dtype=np.float64)
-        if public.ndim != 1 or public.size == 0:
-            raise ValueError(f"public_logprobs must be a non-empty 1-d vector, got shape {public.shape}")
-        if teachers.ndim != 2 or teachers.shape[1] != public.size:
-            raise ValueError(f"teacher_logprobs must have shape (m, {public.size}), got {teachers.shape}")
-        if teachers.shape[0] > self.num_teachers:
-            raise ValueError(f"teacher_logprobs holds {teachers.shape[0]} teachers, more than the configured "
-                             f"num_teachers={self.num_teachers}")
-        for name, values in (("teacher_logprobs", teachers), ("public_logprobs", public)):
-            if np.isnan(values).any() or (values == np.inf).any():
-                raise ValueError(f"{name} must hold log-probabilities (finite or -inf)")
-        if not np.isfinite(public).any():
-            raise ValueError("public_logprobs gives every token probability zero")
-        return teachers, public
+        return check_distribution_inputs(teacher_logprobs, public_logprobs, self.num_teachers)
 
     def support(self, public_logprobs) -> np.ndarray:
         """The sorted token ids of the public support: the public model's ``top_k`` (ties to the lower id) among

@@ -51,10 +51,14 @@ __all__ = [
     "ThresholdClaim",
     "claim_from_event",
     "claim_under",
+    "check_distribution_inputs",
     "claimed_relations_of",
+    "distribution_settings",
     "gauss_legendre_unit",
     "privacy_claim_of",
     "reads_distributions",
+    "relation_field",
+    "top_k_field",
     "sample_batch_outcomes",
     "wrapped_claim",
 ]
@@ -69,6 +73,50 @@ def reads_distributions(mechanism) -> bool:
     """Whether ``mechanism`` runs on teacher distributions (``mechanism(teacher_logprobs, public_logprobs, rng)``)
     rather than on a vote histogram."""
     return getattr(mechanism, "inputs", None) == DISTRIBUTIONS
+
+
+def relation_field(instance, attribute, value) -> None:
+    """The attrs validator of a mechanism's ``relation`` over distributions: one of the neighbouring relations."""
+    if value not in NEIGHBOURING_RELATIONS:
+        raise ValueError(f"relation must be one of {NEIGHBOURING_RELATIONS}, got {value!r}")
+
+
+def top_k_field(instance, attribute, value) -> None:
+    """The attrs validator of a public support's ``top_k``: ``None`` (the whole vocabulary) or at least 1."""
+    if value is not None:
+        check_int("top_k", value, minimum=1)
+
+
+def distribution_settings(mechanism, *, temperature=None, top_k=None):
+    """``mechanism`` (an attrs mechanism over distributions) at another ``temperature`` or public support
+    (``top_k=0``: the whole vocabulary); ``None`` keeps the setting.  The settings leave the privacy unchanged."""
+    changes = {}
+    if temperature is not None:
+        changes["temperature"] = temperature
+    if top_k is not None:
+        changes["top_k"] = None if top_k == 0 else top_k
+    return attr.evolve(mechanism, **changes)
+
+
+def check_distribution_inputs(teacher_logprobs, public_logprobs, num_teachers: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(teachers, public)`` as float64 arrays of shapes ``(m, V)`` and ``(V,)``, ``m <= num_teachers``;
+    log-probabilities (finite or ``-inf``), the public ones not all ``-inf``; a one-line ``ValueError`` naming the
+    argument otherwise."""
+    public = np.asarray(public_logprobs, dtype=np.float64)
+    teachers = np.asarray(teacher_logprobs, dtype=np.float64)
+    if public.ndim != 1 or public.size == 0:
+        raise ValueError(f"public_logprobs must be a non-empty 1-d vector, got shape {public.shape}")
+    if teachers.ndim != 2 or teachers.shape[1] != public.size:
+        raise ValueError(f"teacher_logprobs must have shape (m, {public.size}), got {teachers.shape}")
+    if teachers.shape[0] > num_teachers:
+        raise ValueError(f"teacher_logprobs holds {teachers.shape[0]} teachers, more than the configured "
+                         f"num_teachers={num_teachers}")
+    for name, values in (("teacher_logprobs", teachers), ("public_logprobs", public)):
+        if np.isnan(values).any() or (values == np.inf).any():
+            raise ValueError(f"{name} must hold log-probabilities (finite or -inf)")
+    if not np.isfinite(public).any():
+        raise ValueError("public_logprobs gives every token probability zero")
+    return teachers, public
 
 
 @functools.lru_cache(maxsize=64)

@@ -46,9 +46,18 @@ from __future__ import annotations
 import attr
 import numpy as np
 
-from mechanisms.base import DISTRIBUTIONS, EpsilonDeltaClaim, OutcomeDistribution, claim_under
+from mechanisms.base import (
+    DISTRIBUTIONS,
+    EpsilonDeltaClaim,
+    OutcomeDistribution,
+    check_distribution_inputs,
+    claim_under,
+    distribution_settings,
+    relation_field,
+    top_k_field,
+)
 from mechanisms.randomness import RandomBits, random_bits
-from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, BoundedRangeEvent
+from pate_accountant.events import REPLACE_ONE, BoundedRangeEvent
 from pate_accountant.release import Release
 from pate_accountant.validation import attrs_validator, check_delta, check_epsilon, check_int, check_real
 
@@ -66,20 +75,10 @@ MIN_EPSILON = 1e-6
 MAX_TEACHERS = 30_000
 
 
-def _relation(instance, attribute, value):
-    if value not in NEIGHBOURING_RELATIONS:
-        raise ValueError(f"relation must be one of {NEIGHBOURING_RELATIONS}, got {value!r}")
-
-
 def _min_epsilon(instance, attribute, value):
     if value < MIN_EPSILON:
         raise ValueError(f"epsilon must be at least {MIN_EPSILON:g} for clipped-logit sampling, got {value:g} "
                          "(the float margins of the clip would be a visible share of it)")
-
-
-def _top_k(instance, attribute, value):
-    if value is not None:
-        check_int("top_k", value, minimum=1)
 
 
 def clip_for(epsilon: float, num_teachers: int, temperature: float, relation: str) -> float:
@@ -104,10 +103,10 @@ class ClippedLogitSampling:
 
     epsilon: float = attr.ib(converter=lambda value: check_epsilon("epsilon", value), validator=_min_epsilon)
     num_teachers: int = attr.ib(validator=attrs_validator(check_int, minimum=1, maximum=MAX_TEACHERS))
-    relation: str = attr.ib(default=REPLACE_ONE, validator=_relation)
+    relation: str = attr.ib(default=REPLACE_ONE, validator=relation_field)
     temperature: float = attr.ib(default=1.0, converter=float,
                                  validator=attrs_validator(check_real, minimum=0.0, min_open=True))
-    top_k: int | None = attr.ib(default=None, validator=_top_k)
+    top_k: int | None = attr.ib(default=None, validator=top_k_field)
 
     #: What the generation loop hands the mechanism each step.
     inputs = DISTRIBUTIONS
@@ -140,30 +139,11 @@ class ClippedLogitSampling:
 
     def with_settings(self, *, temperature: float | None = None, top_k: int | None = None) -> ClippedLogitSampling:
         """The same privacy at another temperature or public support (``top_k=0``: the whole vocabulary)."""
-        changes = {}
-        if temperature is not None:
-            changes["temperature"] = temperature
-        if top_k is not None:
-            changes["top_k"] = None if top_k == 0 else top_k
-        return attr.evolve(self, **changes)
+        return distribution_settings(self, temperature=temperature, top_k=top_k)
 
     # -- the law ---------------------------------------------------------------------------------------
     def _inputs(self, teacher_logprobs, public_logprobs) -> tuple[np.ndarray, np.ndarray]:
-        public = np.asarray(public_logprobs, dtype=np.float64)
-        teachers = np.asarray(teacher_logprobs, dtype=np.float64)
-        if public.ndim != 1 or public.size == 0:
-            raise ValueError(f"public_logprobs must be a non-empty 1-d vector, got shape {public.shape}")
-        if teachers.ndim != 2 or teachers.shape[1] != public.size:
-            raise ValueError(f"teacher_logprobs must have shape (m, {public.size}), got {teachers.shape}")
-        if teachers.shape[0] > self.num_teachers:
-            raise ValueError(f"teacher_logprobs holds {teachers.shape[0]} teachers, more than the configured "
-                             f"num_teachers={self.num_teachers}")
-        for name, values in (("teacher_logprobs", teachers), ("public_logprobs", public)):
-            if np.isnan(values).any() or (values == np.inf).any():
-                raise ValueError(f"{name} must hold log-probabilities (finite or -inf)")
-        if not np.isfinite(public).any():
-            raise ValueError("public_logprobs gives every token probability zero")
-        return teachers, public
+        return check_distribution_inputs(teacher_logprobs, public_logprobs, self.num_teachers)
 
     def support(self, public_logprobs) -> np.ndarray:
         """The sorted token ids of the public support ``S`` (module docstring): a function of the public

@@ -52,10 +52,18 @@ import numpy as np
 from dp_accounting import dp_event
 
 from mechanisms.averaged_distributions import quantise
-from mechanisms.base import DISTRIBUTIONS, EpsilonDeltaClaim, claim_under
-from mechanisms.clipped_logits import MIN_EPSILON, ClippedLogitSampling
+from mechanisms.base import (
+    DISTRIBUTIONS,
+    EpsilonDeltaClaim,
+    check_distribution_inputs,
+    claim_under,
+    distribution_settings,
+    relation_field,
+    top_k_field,
+)
+from mechanisms.clipped_logits import MAX_TEACHERS, MIN_EPSILON, ClippedLogitSampling
 from mechanisms.randomness import RandomBits, random_bits
-from pate_accountant.events import NEIGHBOURING_RELATIONS, REPLACE_ONE, SparseVectorEpisodeEvent
+from pate_accountant.events import REPLACE_ONE, SparseVectorEpisodeEvent
 from pate_accountant.release import BELOW, Release
 from pate_accountant.validation import attrs_validator, check_delta, check_epsilon, check_int, check_real
 
@@ -67,16 +75,6 @@ RESOLUTION = 256
 #: The default ``theta``: Amin et al.'s threshold on the L1 distance between the teachers' mean and the public
 #: distribution (their reported setting; the distance lies in ``[0, 2]``).
 THRESHOLD = 0.7
-
-
-def _relation(instance, attribute, value):
-    if value not in NEIGHBOURING_RELATIONS:
-        raise ValueError(f"relation must be one of {NEIGHBOURING_RELATIONS}, got {value!r}")
-
-
-def _top_k(instance, attribute, value):
-    if value is not None:
-        check_int("top_k", value, minimum=1)
 
 
 def _share(instance, attribute, value):
@@ -139,11 +137,11 @@ class SparseVectorPublicAgreement:
     an episode of its own."""
 
     epsilon: float = attr.ib(converter=lambda value: check_epsilon("epsilon", value))
-    num_teachers: int = attr.ib(validator=attrs_validator(check_int, minimum=1, maximum=30_000))
-    relation: str = attr.ib(default=REPLACE_ONE, validator=_relation)
+    num_teachers: int = attr.ib(validator=attrs_validator(check_int, minimum=1, maximum=MAX_TEACHERS))
+    relation: str = attr.ib(default=REPLACE_ONE, validator=relation_field)
     temperature: float = attr.ib(default=1.0, converter=float,
                                  validator=attrs_validator(check_real, minimum=0.0, min_open=True))
-    top_k: int | None = attr.ib(default=None, validator=_top_k)
+    top_k: int | None = attr.ib(default=None, validator=top_k_field)
     threshold: float = attr.ib(default=THRESHOLD, converter=float,
                                validator=attrs_validator(check_real, minimum=0.0, maximum=2.0))
     svt_share: float = attr.ib(default=0.5, converter=float, validator=_share)
@@ -214,17 +212,12 @@ class SparseVectorPublicAgreement:
     def with_settings(self, *, temperature: float | None = None,
                       top_k: int | None = None) -> SparseVectorPublicAgreement:
         """The same privacy at another temperature or support of the draw (``top_k=0``: the whole vocabulary)."""
-        changes = {}
-        if temperature is not None:
-            changes["temperature"] = temperature
-        if top_k is not None:
-            changes["top_k"] = None if top_k == 0 else top_k
-        return attr.evolve(self, **changes)
+        return distribution_settings(self, temperature=temperature, top_k=top_k)
 
     # -- the query -------------------------------------------------------------------------------------
     def query(self, teacher_logprobs, public_logprobs) -> int:
         """``q``: the rounded L1 distance of the teachers from the public model, in units (module docstring)."""
-        teachers, public = self.draw._inputs(teacher_logprobs, public_logprobs)
+        teachers, public = check_distribution_inputs(teacher_logprobs, public_logprobs, self.num_teachers)
         rows = np.vstack([public[None, :], teachers])
         top = rows.max(axis=1, keepdims=True)
         weights = np.exp(rows - np.where(np.isfinite(top), top, 0.0))
