@@ -263,6 +263,36 @@ def test_cli_generate_with_clipped_logit_sampling_charges_bounded_range_steps(mo
     assert relations == {"replace-one"}
 
 
+@pytest.mark.parametrize("mechanism, charged", [("gaussian-averaged-distributions", "DiscreteGaussianSumEvent"),
+                                                 ("svt-public-agreement", "SparseVectorEpisodeEvent")])
+def test_cli_generate_with_the_peers_charges_one_teacher_replaced_at_record_level(model_dir, tmp_path, capsys,
+                                                                                  mechanism, charged):
+    """Tang et al.'s and Amin et al.'s mechanisms through generate under --relation add-remove-one with two records
+    a teacher: a record added or removed changes one teacher's distribution, so every charged step is calibrated
+    for one teacher replaced; the ledger replays (audit), and no record text reaches the outputs."""
+    from pate_accountant import events
+    from pate_accountant.ledger import Ledger
+
+    data = tmp_path / "data.jsonl"
+    _write_jsonl(data, _records(8))
+    ledger = tmp_path / "peer.sqlite"
+    argv = _generate_argv(model_dir, data, ledger, "--json", "--public-top-k", "5", "--relation", "add-remove-one",
+                          "--records-per-teacher", "2")
+    for option, value in (("--mechanism", mechanism), ("--accountant", "rdp")):
+        argv[argv.index(option) + 1] = value
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["audit"]["ok"] and MARKER not in json.dumps(out)
+    read = Ledger.open(ledger, read_only=True)
+    try:
+        rows = [row.event for row in read.rows()]
+    finally:
+        read.close()
+    steps = [e for e in rows if isinstance(e, getattr(events, charged))]
+    assert steps and {e.relation for e in steps} == {"replace-one"}
+    assert MARKER.encode() not in ledger.read_bytes()
+
+
 def test_cli_generate_text(model_dir, tmp_path, capsys):
     data = tmp_path / "data.jsonl"
     _write_jsonl(data, _records(8))
