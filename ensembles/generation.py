@@ -66,6 +66,7 @@ __all__ = [
     "check_between_thresholds_reachable",
     "individual_charging_draws",
     "public_generate",
+    "public_generate_many",
     "public_token",
     "stop_position",
 ]
@@ -657,8 +658,12 @@ def public_token(public_backend, rng, temperature: float, top_p, support=None) -
     """A sample of ``public_backend``'s next-token distribution (at ``temperature`` and ``top_p``); with
     ``support`` (sorted token ids), of that distribution restricted to the support (uniform over the support when
     the top-p cut leaves none of it)."""
-    dists = public_backend.distributions().for_sampling(temperature, top_p)
-    ids, probs = dists.row(0)
+    return _draw(public_backend.distributions().for_sampling(temperature, top_p), 0, rng, support)
+
+
+def _draw(dists, row: int, rng, support=None) -> int:
+    """A sample of row ``row`` of ``dists`` (:func:`public_token`'s rule)."""
+    ids, probs = dists.row(row)
     if support is not None:
         inside = np.isin(ids, support)
         if not (inside.any() and probs[inside].sum() > 0):
@@ -685,8 +690,22 @@ def public_generate(public_backend, prompt: str, *, shared_prefix: str = "", max
     ``max_tokens``).  The epsilon = 0 floor a private run is judged against (docs/generation.md, "The public model
     alone").  No step is a charged run, so the result lists none (its ``token_ids`` are the draws, the end of text
     aside)."""
+    return public_generate_many(public_backend, prompt, 1, shared_prefix=shared_prefix, max_tokens=max_tokens,
+                                stop_strings=stop_strings, temperature=temperature, top_p=top_p, rng=rng,
+                                on_token=on_token)[0]
+
+
+def public_generate_many(public_backend, prompt: str, count: int, *, shared_prefix: str = "", max_tokens: int = 32,
+                         stop_strings=(), temperature: float = 1.0, top_p=None, rng=None,
+                         on_token=None) -> list[GenerationResult]:
+    """``count`` independent responses of the public model alone to one prompt, each as :func:`public_generate`
+    writes it (the same law, token by token).  A backend with ``append_each`` (:class:`~ensembles.backends.
+    transformers_backend.TransformersBackend`) writes them side by side: the prompt is run once and copied, and
+    each step is one forward of the responses not yet ended; any other backend writes them one after another.
+    ``on_token(token)`` is called for every drawn token."""
     if not isinstance(public_backend, NextTokenBackend):
         raise TypeError(f"public_backend must implement NextTokenBackend, got {type(public_backend).__name__}")
+    count = check_int("count", count, minimum=1)
     max_tokens = check_int("max_tokens", max_tokens, minimum=1)
     temperature = check_real("temperature", temperature, minimum=0.0, min_open=True)
     top_p = None if top_p is None else check_real("top_p", top_p, minimum=0.0, maximum=1.0, min_open=True)
@@ -695,26 +714,60 @@ def public_generate(public_backend, prompt: str, *, shared_prefix: str = "", max
         raise ValueError("stop strings must be non-empty")
     _check_untransformed("public_backend", public_backend, temperature, top_p)
     rng = np.random.default_rng() if rng is None else rng
-    public_backend.begin([prompt or ""], shared_prefix=shared_prefix or None)
-    tokens, stop_reason, text = [], "max_tokens", ""
-    decoded = _IncrementalText(public_backend)
-    while len(tokens) < max_tokens:
-        token = public_token(public_backend, rng, temperature, top_p)
-        if public_backend.eos_token_id is not None and token == public_backend.eos_token_id:
-            stop_reason = "eos"
-            break
-        tokens.append(token)
-        public_backend.append(token)
-        if on_token is not None:
-            on_token(token)
-        new_from = decoded.extend(tokens)
-        if stop_strings and stop_position(stop_strings, decoded.text, new_from) is not None:
-            text = public_backend.decode(tokens)
-            hit = stop_position(stop_strings, text)
-            if hit is not None:
-                text, stop_reason = text[:hit], "stop_string"
-                break
-            decoded.text = text
-    if stop_reason != "stop_string":
-        text = public_backend.decode(tokens)
-    return GenerationResult(text, tuple(tokens), (), (0.0, 0.0), stop_reason, 0)
+    side_by_side = count > 1 and hasattr(public_backend, "append_each")
+    if count == 1 or side_by_side:
+        return _public_rows(public_backend, prompt, count, shared_prefix, max_tokens, stop_strings, temperature,
+                            top_p, rng, on_token)
+    return [_public_rows(public_backend, prompt, 1, shared_prefix, max_tokens, stop_strings, temperature, top_p, rng,
+                         on_token)[0] for _ in range(count)]
+
+
+def _public_rows(backend, prompt, count, shared_prefix, max_tokens, stop_strings, temperature, top_p, rng,
+                 on_token) -> list[GenerationResult]:
+    """The loop of :func:`public_generate_many`: rows (teachers of the backend) that end are dropped."""
+    if count == 1:
+        backend.begin([prompt or ""], shared_prefix=shared_prefix or None)
+    else:  # the prompt's tokens as one shared prefix: run once, copied to every row (the tokens one row would see)
+        backend.begin([[]] * count, shared_prefix=backend.encode(shared_prefix or "") + backend.encode(prompt or ""))
+    tokens = [[] for _ in range(count)]
+    decoded = [_IncrementalText(backend) for _ in range(count)]
+    results: list = [None] * count
+    while True:
+        active = [int(i) for i in backend.active_teachers()]
+        dists = backend.distributions().for_sampling(temperature, top_p)
+        drawn, ended = [], []
+        for row, i in enumerate(active):
+            token = _draw(dists, row, rng)
+            drawn.append(token)
+            if backend.eos_token_id is not None and token == backend.eos_token_id:
+                results[i] = _public_result(backend, tokens[i], "eos")
+                ended.append(i)
+                continue
+            tokens[i].append(token)
+            if on_token is not None:
+                on_token(token)
+            new_from = decoded[i].extend(tokens[i])
+            if stop_strings and stop_position(stop_strings, decoded[i].text, new_from) is not None:
+                text = backend.decode(tokens[i])
+                hit = stop_position(stop_strings, text)
+                if hit is not None:
+                    results[i] = GenerationResult(text[:hit], tuple(tokens[i]), (), (0.0, 0.0), "stop_string", 0)
+                    ended.append(i)
+                    continue
+                decoded[i].text = text
+            if len(tokens[i]) >= max_tokens:
+                results[i] = _public_result(backend, tokens[i], "max_tokens")
+                ended.append(i)
+        if len(ended) == len(active):
+            return results
+        going = [(i, t) for i, t in zip(active, drawn) if i not in ended]
+        if ended:
+            backend.drop_teachers(ended)
+        if count == 1:
+            backend.append(going[0][1])
+        else:
+            backend.append_each([t for _, t in going])
+
+
+def _public_result(backend, tokens: list, stop_reason: str) -> GenerationResult:
+    return GenerationResult(backend.decode(tokens), tuple(tokens), (), (0.0, 0.0), stop_reason, 0)

@@ -61,7 +61,7 @@ from ensembles.data import (
     teacher_prompts,
 )
 from ensembles.templates import INSTRUCTIONS, PromptTemplate
-from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable, public_generate
+from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable, public_generate_many
 from mechanisms import (
     BetweenThresholds,
     BoundaryWrapper,
@@ -1166,12 +1166,16 @@ def _check_task(spec, task) -> tuple:
     return labels, places
 
 
+#: The records of one label the public model alone writes side by side (:func:`public_only_run`).
+PUBLIC_ROWS = 32
+
+
 def public_only_run(spec, task, *, progress: bool = False, command: str = "generate") -> dict:
     """The public model alone (``spec.public_only``; docs/generation.md, "The public model alone"): each record is
     written by the model from the template's shared prefix, the public examples (``--public-examples``, the label's
     own with labels) and the open slot, which hold no private record (:func:`public_prompt_list`;
-    :func:`~ensembles.generation.public_generate`, the draw a private run's public fallback makes), with no
-    teacher, mechanism or ledger, so nothing is charged and no record reaches the model.  The records are read only
+    :func:`~ensembles.generation.public_generate_many`, the draw a private run's public fallback makes; up
+    to :data:`PUBLIC_ROWS` records of a label side by side), with no teacher, mechanism or ledger, so nothing is charged and no record reaches the model.  The records are read only
     to check the task as a private run does (the labels, the template); with labels, the records are asked for per
     label in turn and carry their label (the public model knows which label it writes for only from a template
     that names it, ``{label}``, and from the label's public examples).  The result has the shape of :func:`private_run`'s, with ``"public_only":
@@ -1205,25 +1209,31 @@ def public_only_run(spec, task, *, progress: bool = False, command: str = "gener
         bar = RunProgress(num_records, progress)
         rng = np.random.default_rng(spec.seed)
         turns = [None] if labels is None else labels
+        order = [turns[k % len(turns)] for k in range(num_records)]  # the labels in turn, as a private run asks
         try:
-            while len(out_records) < num_records:
-                turn = len(out_records) % len(turns)
-                label = turns[turn]
-                bar.record_starts()
-                header = template.header if label is None else template.for_label(label).header
-                result = public_generate(public, prompts[turn], shared_prefix=header, rng=rng,
-                                         max_tokens=spec.max_tokens, stop_strings=(template.stop,),
-                                         temperature=spec.temperature, top_p=spec.top_p,
-                                         on_token=lambda _: bar.step("fallback", charged=False))
-                drawn = len(result.token_ids) + (result.stop_reason == "eos")  # the end of text included
-                out_records.append({"text": _record_text(spec, result.text),
-                                    **({"label": label} if label is not None else {}),
-                                    "stop_reason": result.stop_reason, "complete": True, "num_tokens": drawn,
-                                    "charged_runs": 0, "outcomes": {"fallback": drawn}, "private_tokens": 0,
-                                    "fallback_tokens": drawn})
-                bar.record_ends()
-                if writer is not None:
-                    writer.write(out_records[-1])
+            for first in range(0, num_records, PUBLIC_ROWS * len(turns)):  # PUBLIC_ROWS records a label at once
+                part = order[first:first + PUBLIC_ROWS * len(turns)]
+                written = {}
+                for turn, label in enumerate(turns):
+                    if label not in part:
+                        continue
+                    bar.record_starts()
+                    header = template.header if label is None else template.for_label(label).header
+                    written[label] = iter(public_generate_many(
+                        public, prompts[turn], part.count(label), shared_prefix=header, rng=rng,
+                        max_tokens=spec.max_tokens, stop_strings=(template.stop,), temperature=spec.temperature,
+                        top_p=spec.top_p, on_token=lambda _: bar.step("fallback", charged=False)))
+                for label in part:
+                    result = next(written[label])
+                    drawn = len(result.token_ids) + (result.stop_reason == "eos")  # the end of text included
+                    out_records.append({"text": _record_text(spec, result.text),
+                                        **({"label": label} if label is not None else {}),
+                                        "stop_reason": result.stop_reason, "complete": True, "num_tokens": drawn,
+                                        "charged_runs": 0, "outcomes": {"fallback": drawn}, "private_tokens": 0,
+                                        "fallback_tokens": drawn})
+                    bar.record_ends()
+                    if writer is not None:
+                        writer.write(out_records[-1])
                 stop.check()
         except _Interrupted:
             interrupted = True

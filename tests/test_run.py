@@ -1478,13 +1478,13 @@ def test_public_only_shows_each_label_its_own_public_examples(model_dir, tmp_pat
     """``--public-only --public-examples``: with labels, the public model writing a label's record is shown that
     label's public examples and no other's; no private record reaches it."""
     prompts: list = []
-    original = run_module.public_generate
+    original = run_module.public_generate_many
 
-    def recording(backend, prompt, **kwargs):
-        prompts.append(prompt)
-        return original(backend, prompt, **kwargs)
+    def recording(backend, prompt, count, **kwargs):
+        prompts.extend([prompt] * count)
+        return original(backend, prompt, count, **kwargs)
 
-    monkeypatch.setattr(run_module, "public_generate", recording)
+    monkeypatch.setattr(run_module, "public_generate_many", recording)
     examples = tmp_path / "public.jsonl"
     _write_jsonl(examples, [{"instruction": f"{PUBLIC_WORD} about {label} {i}", "label": label}
                             for label in ("a", "b", "c") for i in range(2)])
@@ -1493,7 +1493,8 @@ def test_public_only_shows_each_label_its_own_public_examples(model_dir, tmp_pat
                   num_records=4, max_tokens=4, public_examples=str(examples))
     assert [r["label"] for r in result["records"]] == ["a", "b", "a", "b"]
     assert result["parameters"]["public_examples"] == 4  # label c is not the run's
-    for prompt, label in zip(prompts, "abab"):
+    assert len(prompts) == 4  # two records of each label, written side by side
+    for prompt, label in zip(prompts, "aabb"):
         other = "b" if label == "a" else "a"
         assert f"about {label} 0" in prompt and f"about {label} 1" in prompt and f"about {other}" not in prompt
         assert "about c" not in prompt and MARKER not in prompt and prompt.endswith("Instruction:")
@@ -1586,10 +1587,10 @@ def test_a_template_naming_the_label_shows_each_label_its_own_to_teachers_and_pu
         _run(model_dir, ledger, template=str(template))
     assert not ledger.exists()
     calls: list = []
-    original_public = run_module.public_generate
-    monkeypatch.setattr(run_module, "public_generate",
-                        lambda backend, prompt, **kw: calls.append(kw["shared_prefix"]) or original_public(
-                            backend, prompt, **kw))
+    original_public = run_module.public_generate_many
+    monkeypatch.setattr(run_module, "public_generate_many",
+                        lambda backend, prompt, count, **kw: calls.append(kw["shared_prefix"]) or original_public(
+                            backend, prompt, count, **kw))
     _run(model_dir, None, records=records, labels=("oranges", "bicycles"), label_field="label", public_only=True,
          num_records=2, max_tokens=3, template=str(template))
     assert calls == ["Write one new instruction about oranges.\n\n", "Write one new instruction about bicycles.\n\n"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import unittest.mock
 
 import numpy as np
 import pytest
@@ -169,6 +170,67 @@ def test_one_token_prefix_and_empty_prompt(model, tokenizer):
         np.stack([_reference(model, [11, 12, 13, 7]), _reference(model, [11, 12, 13, 3, 7])]),
         atol=1e-4, rtol=0,
     )
+
+
+def test_append_each_continues_every_row_on_its_own(model, tokenizer):
+    """``append_each``: a token of its own for each active row (after tokens appended to all, and after a row is
+    dropped); every row's distribution stays that of a full forward over its own context."""
+    backend = _backend(model, tokenizer)  # batch_size 2: three rows in two batches
+    backend.begin([[], [], [4]], shared_prefix=[9, 10, 11])
+    contexts = {0: [9, 10, 11], 1: [9, 10, 11], 2: [9, 10, 11, 4]}
+    backend.append(7)  # pending on every row, flushed first
+    for c in contexts.values():
+        c.append(7)
+    for tokens in ([3, 5, 8], [12, 13, 14]):
+        backend.append_each(tokens)
+        for i, t in zip(backend.active_teachers(), tokens):
+            contexts[int(i)].append(t)
+        np.testing.assert_allclose(backend.distributions().to_dense(),
+                                   np.stack([_reference(model, contexts[i]) for i in range(3)]), atol=1e-4, rtol=0)
+    backend.drop_teachers([1])
+    backend.append_each([20, 21])
+    contexts[0].append(20)
+    contexts[2].append(21)
+    np.testing.assert_allclose(backend.distributions().to_dense(),
+                               np.stack([_reference(model, contexts[i]) for i in (0, 2)]), atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="one integer token id per active teacher"):
+        backend.append_each([1, 2, 3])
+    with pytest.raises(ValueError, match="token ids must lie in"):
+        backend.append_each([1, 999])
+
+
+def test_public_generate_many_draws_each_row_as_one_record_alone(model, tokenizer):
+    """The public model's records side by side (``public_generate_many``) are drawn from the law of one record
+    alone: each step's distribution of a row is that of the model over the prompt and the row's own tokens, so
+    each record, replayed alone with its own draws forced, is made the same; rows end on their own (the end of
+    text, a stop string, ``max_tokens``)."""
+    from ensembles import generation
+
+    backend = _backend(model, tokenizer)
+    seen = []  # (context, distribution row) of every draw
+    real_draw = generation._draw
+
+    def recording(dists, row, rng, support=None):
+        seen.append((row, dists.row(row)))
+        return real_draw(dists, row, rng, support)
+
+    prompt = "the quick brown"
+    with unittest.mock.patch.object(generation, "_draw", recording):
+        results = generation.public_generate_many(backend, prompt, 5, shared_prefix=PREFIX, max_tokens=6,
+                                                  rng=np.random.default_rng(3))
+    assert len(results) == 5 and all(1 <= len(r.token_ids) <= 6 for r in results)
+    assert {r.stop_reason for r in results} <= {"eos", "max_tokens"}
+    base = tokenizer.encode(PREFIX, add_special_tokens=False) + tokenizer.encode(prompt, add_special_tokens=False)
+    for result in results:  # each row's own draws, one by one, from the reference model over its own context
+        for t in range(len(result.token_ids)):
+            expected = _reference(model, base + list(result.token_ids[:t]))
+            assert any(np.allclose(probs, expected[ids], atol=1e-4) and expected[ids].sum() > 1 - 1e-6
+                       for _, (ids, probs) in seen)
+    # one draw for every token and every end of text, none more
+    assert len(seen) == sum(len(r.token_ids) + (r.stop_reason == "eos") for r in results)
+    alone = generation.public_generate(backend, prompt, shared_prefix=PREFIX, max_tokens=6,
+                                       rng=np.random.default_rng(3))
+    assert 1 <= len(alone.token_ids) <= 6
 
 
 def test_temperature_and_top_p(model, tokenizer):

@@ -558,6 +558,37 @@ class TransformersBackend:
             batch.lengths = batch.lengths + 1
             batch.logits = None
 
+    def append_each(self, token_ids) -> None:
+        """Append a token of its own to each active teacher's context (``token_ids`` in the order of
+        :meth:`active_teachers`): the rows then continue independently, as copies of one prompt do when the public
+        model writes several records at once (:func:`~ensembles.generation.public_generate_many`).  The model runs
+        over the new tokens at once (one forward a batch)."""
+        import torch
+
+        self._check_started()
+        ids = np.asarray(token_ids)
+        active = sum(batch.teachers.size for batch in self._batches)
+        if ids.ndim != 1 or ids.size != active or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"token_ids must be one integer token id per active teacher ({active}), got shape "
+                             f"{ids.shape} of {ids.dtype}")
+        if ids.size and (ids.min() < 0 or ids.max() >= self._vocab_size):
+            raise ValueError(f"token ids must lie in [0, {self._vocab_size})")
+        for batch in self._batches:
+            if int(batch.lengths.max()) + 1 > self.max_context:
+                i = int(batch.teachers[int(np.argmax(batch.lengths))])
+                raise ValueError(f"teacher {i}'s context would exceed the context window of {self.max_context} tokens")
+        self._vote_cache.clear()
+        start = 0
+        for batch in self._batches:
+            self._flush(batch)
+            b = batch.teachers.size
+            step = torch.as_tensor(ids[start:start + b], dtype=torch.long, device=self.device)[:, None]
+            batch.mask = torch.cat([batch.mask, torch.ones((b, 1), dtype=torch.long, device=self.device)], dim=1)
+            batch.logits, batch.cache = self._forward(step, batch.mask, batch.next_pos[:, None], batch.cache)
+            batch.next_pos = batch.next_pos + 1
+            batch.lengths = batch.lengths + 1
+            start += b
+
     def drop_teachers(self, indices) -> None:
         """Remove teachers (original indices) from later steps, freeing their cache rows."""
         import torch

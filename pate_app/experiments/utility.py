@@ -43,6 +43,7 @@ import json
 import math
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -515,8 +516,10 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
                 say(f"{label}: run {r + 1} of {repetitions}")
                 where = Path(folder) / f"{len(rows)}-{r}"
                 where.mkdir()
+                started = time.monotonic()
                 scored_run(row, r, lambda: _generate({**base, **budget}, options, private, labels, texts, where,
                                                      None if run_seed is None else run_seed * 1000 + r))
+                say(f"{label}: run {r + 1} of {repetitions} took {time.monotonic() - started:.0f} s")
             rows.append(_summarise(row))
             if kind == "floor" and options.get("public_examples"):  # the public model's records: public lengths
                 expected = expected_tokens(row, max_tokens)
