@@ -172,6 +172,60 @@ def test_one_token_prefix_and_empty_prompt(model, tokenizer):
     )
 
 
+def test_length_chunks_is_the_cheapest_split_of_the_sorted_rows():
+    """``length_chunks``: every split of the rows sorted by length into contiguous runs, enumerated, costs at
+    least what the chosen one costs (padded tokens plus the overhead a forward); every row in exactly one chunk."""
+    import itertools
+
+    from ensembles.backends.transformers_backend import length_chunks
+
+    def cost(chunks, lengths, overhead):
+        return sum(overhead + len(c) * max(lengths[i] for i in c) for c in chunks)
+
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        lengths = [int(x) for x in rng.integers(1, 60, size=int(rng.integers(1, 8)))]
+        overhead = float(rng.choice([0.0, 5.0, 64.0]))
+        chunks = length_chunks(lengths, overhead)
+        assert sorted(i for c in chunks for i in c) == list(range(len(lengths)))
+        order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+        best = min(cost([order[a:b] for a, b in zip((0,) + cuts, cuts + (len(order),))], lengths, overhead)
+                   for k in range(len(order)) for cuts in itertools.combinations(range(1, len(order)), k))
+        assert cost(chunks, lengths, overhead) == pytest.approx(best)
+    assert length_chunks([10, 10, 10], 64.0) == [[0, 1, 2]]
+    assert length_chunks([5, 100], 0.0) == [[0], [1]]
+
+
+@pytest.mark.parametrize("prefix", [PREFIX, None])
+def test_a_prefill_in_chunks_of_similar_length_matches_full_forward(model, tokenizer, prefix, monkeypatch):
+    """Rows prefilled in chunks of similar length and joined into one left-padded cache (each distinct length its
+    own chunk here) give every row the distributions of a full forward over its own context, at the prefill and at
+    the steps after, and the chunked backend agrees with one that runs each batch at once."""
+    from ensembles.backends import transformers_backend as tb
+
+    whole = _backend(model, tokenizer, batch_size=4, prefill_cache_bytes=0)
+    monkeypatch.setattr(tb, "PREFILL_CHUNK_OVERHEAD", 1e9)  # one chunk a batch
+    whole.begin(PROMPTS, shared_prefix=prefix)
+    monkeypatch.setattr(tb, "PREFILL_CHUNK_OVERHEAD", 0.0)  # a chunk for each length
+    backend = _backend(model, tokenizer, batch_size=4, prefill_cache_bytes=0)
+    backend.begin(PROMPTS, shared_prefix=prefix)
+    assert len(tb.length_chunks([len(tokenizer.encode(p)) for p in PROMPTS[:4]], 0.0)) > 1
+    base = tokenizer.encode(prefix, add_special_tokens=False) if prefix else []
+    contexts = {i: base + tokenizer.encode(p, add_special_tokens=False) for i, p in enumerate(PROMPTS)}
+    for step, token in enumerate([17, 42, 5]):
+        expected = np.stack([_reference(model, contexts[int(i)]) for i in backend.active_teachers()])
+        np.testing.assert_allclose(backend.distributions().to_dense(), expected, atol=1e-4, rtol=0)
+        np.testing.assert_allclose(whole.distributions().to_dense(), expected, atol=1e-4, rtol=0)
+        for b in (backend, whole):
+            b.append(token)
+        for c in contexts.values():
+            c.append(token)
+        if step == 0:
+            for b in (backend, whole):
+                b.drop_teachers([2])
+            contexts.pop(2)
+
+
 def test_append_each_continues_every_row_on_its_own(model, tokenizer):
     """``append_each``: a token of its own for each active row (after tokens appended to all, and after a row is
     dropped); every row's distribution stays that of a full forward over its own context."""

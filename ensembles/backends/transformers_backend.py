@@ -22,6 +22,7 @@ import collections
 import copy
 import hashlib
 import importlib.util
+import math
 import os
 import shutil
 from collections.abc import Sequence
@@ -33,8 +34,8 @@ from ensembles.backends.device_votes import device_votes
 from ensembles.backends.hf_cache import forward_with_cache
 from ensembles.distributions import TeacherDistributions, top_p_keep
 
-__all__ = ["TransformersBackend", "convert_gguf", "converted_gguf_path", "default_cache_dir", "resolve_model_path",
-           "smollm2_path", "token_window"]
+__all__ = ["TransformersBackend", "convert_gguf", "converted_gguf_path", "default_cache_dir", "length_chunks",
+           "resolve_model_path", "smollm2_path", "token_window"]
 
 #: Default number of teachers per forward pass.
 DEFAULT_BATCH_SIZE = 32
@@ -186,6 +187,68 @@ def _state_bytes(batches) -> int:
             stack.extend(getattr(item, "__dict__", {}).values())
             stack.extend(getattr(item, name) for name in getattr(type(item), "__slots__", ()) if hasattr(item, name))
     return total
+
+
+#: The cost of one more forward in a prefill, in tokens of padding it saves (:func:`length_chunks`): on a CPU
+#: a forward reads every weight once, about the time of a few dozen tokens of a prefill.
+PREFILL_CHUNK_OVERHEAD = 64
+
+
+def length_chunks(lengths, overhead: float) -> list[list[int]]:
+    """Rows grouped for a prefill: contiguous runs of the rows sorted by length, chosen to minimise the padded
+    tokens plus ``overhead`` tokens a forward (dynamic programming over the sorted lengths; exact).  The
+    indices of each chunk, by length, ties in row order."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    sizes = [lengths[i] for i in order]
+    n = len(sizes)
+    best, cut = [0.0] + [math.inf] * n, [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j):
+            cost = best[i] + overhead + (j - i) * sizes[j - 1]
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    chunks, j = [], n
+    while j > 0:
+        chunks.append(order[cut[j]:j])
+        j = cut[j]
+    return chunks[::-1]
+
+
+def _join_caches(caches, masks, chunks, h: int, config):
+    """One cache and mask for a batch prefilled in ``chunks`` (rows in the batch's order): each chunk's keys and
+    values after the shared ``h`` prefix positions are left-padded with zeros to the longest chunk, the padding
+    masked out, as one left-padded forward would have it (the positions of real tokens are those the chunk ran
+    at).  ``None`` for caches whose layers are not plain dynamic layers (sliding windows keep a bounded tail)."""
+    import torch
+    from transformers import DynamicCache
+
+    layers = [getattr(cache, "layers", None) for cache in caches]
+    if any(ls is None or any(type(layer).__name__ != "DynamicLayer" for layer in ls) for ls in layers):
+        return None
+    rows = sum(len(chunk) for chunk in chunks)
+    width = max(mask.shape[1] for mask in masks)
+    device = masks[0].device
+    mask = torch.zeros((rows, width), dtype=masks[0].dtype, device=device)
+    joined = DynamicCache(config=config)
+    for index in range(len(layers[0])):
+        keys, values = layers[0][index].keys, layers[0][index].values
+        shape = (rows, keys.shape[1], width, keys.shape[3])
+        new_keys = torch.zeros(shape, dtype=keys.dtype, device=keys.device)
+        new_values = torch.zeros(shape, dtype=values.dtype, device=values.device)
+        for chunk, ls, part_mask in zip(chunks, layers, masks):
+            at = torch.as_tensor(chunk, device=keys.device)
+            own = part_mask.shape[1] - h
+            new_keys[at, :, :h] = ls[index].keys[:, :, :h]
+            new_values[at, :, :h] = ls[index].values[:, :, :h]
+            new_keys[at, :, width - own:] = ls[index].keys[:, :, h:]
+            new_values[at, :, width - own:] = ls[index].values[:, :, h:]
+        joined.update(new_keys, new_values, index)
+    for chunk, part_mask in zip(chunks, masks):
+        at = torch.as_tensor(chunk, device=device)
+        own = part_mask.shape[1] - h
+        mask[at, :h] = part_mask[:, :h]
+        mask[at, width - own:] = part_mask[:, h:]
+    return joined, mask
 
 
 class _Batch:
@@ -388,6 +451,12 @@ class TransformersBackend:
         return out.logits[:, -1, :], cache
 
     def _prefill(self, prefix: list[int], suffixes: list[list[int]], teachers: np.ndarray) -> list[_Batch]:
+        """The batches of ``teachers`` (``batch_size`` each) with their caches after ``prefix + suffixes[i]``.
+
+        The prefix is run once and copied into every row.  Within a batch, rows of similar length are run together
+        (:func:`length_chunks`) and their caches joined into the batch's one cache, left-padded to its longest row:
+        the model never runs over padding a long row forces on short ones, and the steps after still run the whole
+        batch in one forward."""
         import torch
         from transformers import DynamicCache
 
@@ -399,30 +468,51 @@ class TransformersBackend:
                 ids, torch.ones_like(ids), torch.arange(len(head), device=self.device)[None], DynamicCache(config=self.model.config)
             )
         h = len(head)
-        pad = int(self.tokenizer.pad_token_id)
         batches = []
         for start in range(0, len(teachers), self.batch_size):
             rows = teachers[start : start + self.batch_size]
             own = [carry + suffixes[i] for i in rows]
-            b, width = len(own), max(len(s) for s in own)
-            ids = torch.full((b, width), pad, dtype=torch.long)
-            smask = torch.zeros((b, width), dtype=torch.long)
-            pos = torch.zeros((b, width), dtype=torch.long)
-            for r, s in enumerate(own):
-                ids[r, width - len(s) :] = torch.tensor(s, dtype=torch.long)
-                smask[r, width - len(s) :] = 1
-                pos[r, width - len(s) :] = torch.arange(h, h + len(s))
-            mask = torch.cat([torch.ones((b, h), dtype=torch.long), smask], dim=1).to(self.device)
-            if prefix_cache is not None:
-                cache = copy.deepcopy(prefix_cache)
-                cache.batch_repeat_interleave(b)
+            chunks = length_chunks([len(s) for s in own], PREFILL_CHUNK_OVERHEAD)
+            if len(chunks) == 1:
+                logits, cache, mask = self._prefill_rows(own, prefix_cache, h)
             else:
-                cache = DynamicCache(config=self.model.config)
-            logits, cache = self._forward(ids.to(self.device), mask, pos.to(self.device), cache)
+                parts = [self._prefill_rows([own[i] for i in chunk], prefix_cache, h) for chunk in chunks]
+                joined = _join_caches([part[1] for part in parts], [part[2] for part in parts], chunks, h, self.model.config)
+                if joined is None:  # a cache this function cannot join (sliding layers): the whole batch at once
+                    logits, cache, mask = self._prefill_rows(own, prefix_cache, h)
+                else:
+                    cache, mask = joined
+                    logits = torch.empty((len(own), parts[0][0].shape[1]), dtype=parts[0][0].dtype, device=self.device)
+                    for chunk, part in zip(chunks, parts):
+                        logits[torch.as_tensor(chunk, device=self.device)] = part[0]
             lengths = np.array([h + len(s) for s in own], dtype=np.int64)
             next_pos = torch.as_tensor(lengths, device=self.device)
             batches.append(_Batch(np.asarray(rows, dtype=np.int64), cache, mask, next_pos, lengths, logits))
         return batches
+
+    def _prefill_rows(self, own: list[list[int]], prefix_cache, h: int):
+        """One forward over the rows ``own`` (left-padded to the longest) after the prefix's cache of ``h`` tokens:
+        the rows' last logits, their cache and their attention mask ``(rows, h + width)``."""
+        import torch
+        from transformers import DynamicCache
+
+        pad = int(self.tokenizer.pad_token_id)
+        b, width = len(own), max(len(s) for s in own)
+        ids = torch.full((b, width), pad, dtype=torch.long)
+        smask = torch.zeros((b, width), dtype=torch.long)
+        pos = torch.zeros((b, width), dtype=torch.long)
+        for r, s in enumerate(own):
+            ids[r, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+            smask[r, width - len(s) :] = 1
+            pos[r, width - len(s) :] = torch.arange(h, h + len(s))
+        mask = torch.cat([torch.ones((b, h), dtype=torch.long), smask], dim=1).to(self.device)
+        if prefix_cache is not None:
+            cache = copy.deepcopy(prefix_cache)
+            cache.batch_repeat_interleave(b)
+        else:
+            cache = DynamicCache(config=self.model.config)
+        logits, cache = self._forward(ids.to(self.device), mask, pos.to(self.device), cache)
+        return logits, cache, mask
 
     def _flush(self, batch: _Batch) -> None:
         if not batch.pending:
