@@ -103,6 +103,13 @@ def real_in(what: str, minimum: float, maximum: float | None = None, *, min_open
 
 
 positive_int = int_at_least(1, "a positive integer")
+
+
+def top_k_or_auto(text: str):
+    """``--public-top-k``: a positive integer, or ``auto`` (sized on the public examples)."""
+    return "auto" if text.strip().lower() == "auto" else int_at_least(1, "a positive integer or auto")(text)
+
+
 nonnegative_int = int_at_least(0, "a non-negative integer")
 positive_float = real_in("a positive number", 0.0, min_open=True)
 open_unit = real_in("a number in (0, 1)", 0.0, 1.0, min_open=True, max_open=True)

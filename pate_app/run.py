@@ -62,6 +62,7 @@ from ensembles.data import (
 )
 from ensembles.templates import INSTRUCTIONS, PromptTemplate
 from ensembles.generation import PrivateGenerator, check_between_thresholds_reachable, public_generate_many
+from ensembles.support_size import measure_top_k
 from mechanisms import (
     BetweenThresholds,
     BoundaryWrapper,
@@ -836,6 +837,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
     check_workers(spec.workers, spec.teachers, spec.ray_address, spec.ray_timeout)
     # 2. the model's path; 3. the records against its window (its tokenizer only)
     model, model_label = _resolve_model(spec, announce=progress)
+    spec, support = _size_public_support(spec, task, model, labels, announce=progress)
     shown = _fit_to_window(spec, task, plan, model, announce=progress)
     public_examples = load_public_examples(spec, task)
     public_prompts = public_prompt_list(task.template, public_examples, labels, groups, model, spec.max_tokens)
@@ -909,6 +911,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                 "long_records": spec.long_records,
                 "public_mix": spec.public_mix,
                 "public_top_k": spec.public_top_k,
+                "public_support_measured": None if support is None else support.as_dict(),
                 "public_examples": len(public_examples),
                 "records_requested": num_records,
                 "max_tokens": spec.max_tokens,
@@ -1276,6 +1279,62 @@ def public_prompt_list(template, examples, labels, groups: int, model, max_token
                                 f"with --max-tokens {max_tokens} does not fit the model's window of {window}: use "
                                 "fewer or shorter public examples")
     return prompts
+
+
+def _size_public_support(spec, task, model, labels, *, announce: bool):
+    """``spec`` with ``public_top_k = "auto"`` replaced by the size measured on its public examples
+    (:func:`measure_public_support`), and the :class:`~ensembles.support_size.SupportSize`; any other spec as it
+    is, and ``None``.  Before the noise is checked against the support and before the ledger."""
+    if spec.public_top_k != "auto":
+        return spec, None
+    size = measure_public_support(task.template, load_public_examples(spec, task), labels, model, spec.threads)
+    if announce:
+        print(f"pate-accountant: the public support: the top {size.top_k} tokens hold {size.covered:.0%} of the "
+              f"{size.positions} tokens of the public examples (a top 50: {size.covered_by_50:.0%})",
+              file=sys.stderr, flush=True)
+    return attr.evolve(spec, public_top_k=size.top_k), size
+
+
+def measure_public_support(template, examples, labels, model, threads=None):
+    """The public top-k of ``--public-top-k auto``: the smallest that holds 90 % of the tokens of the public
+    ``examples``, each continued from its label's public prompt without it
+    (:func:`~ensembles.support_size.measure_top_k` over :func:`public_support_contexts`).  Public records only, so
+    nothing is charged and the size is public.  :class:`RunInputError` for too few examples (two of each label)."""
+    groups = [examples] if labels is None else [[e for e in examples if e["label"] == label] for label in labels]
+    if any(len(group) < 2 for group in groups):
+        raise RunInputError("--public-top-k auto sizes the support on the public examples, each continued from the "
+                            "others: it needs --public-examples with at least two records"
+                            + (" of each label" if labels is not None else ""))
+    try:
+        contexts = public_support_contexts(template, examples, labels)
+    except ValueError as exc:
+        raise RunInputError(f"--public-top-k auto: {exc}") from None
+    with quiet_libraries(drop_stderr=True):
+        try:
+            backend = _public_backend(model, threads)
+        except OSError as exc:
+            raise RunInputError(f"--model: cannot load the model: {_first_line(exc)}") from None
+        return measure_top_k(backend, contexts)
+
+
+def public_support_contexts(template, examples, labels) -> list[tuple[str, str, str]]:
+    """The public examples as :func:`~ensembles.support_size.measure_top_k` measures the public support on them:
+    for each example, ``(header, prompt, continuation)``, the prompt the public model writes its label's records
+    from (:func:`public_prompt_list`) without that example, and the example as the template shows it after the open
+    slot (the text the model would have to write, the stop included).  Public records only.  A template whose
+    example does not start with its open slot has no such continuation: ``ValueError`` naming it."""
+    out = []
+    for label in [None] if labels is None else labels:
+        own = template if label is None else template.for_label(label)
+        shown = [r for r in examples if label is None or r["label"] == label]
+        for k, example in enumerate(shown):
+            text = own.format_example(example)
+            if not text.startswith(own.open_slot):
+                raise ValueError(f"template {template.name!r}: its example does not start with its open slot, so a "
+                                 "public example's continuation is not known; give the public support a size")
+            prompt = "".join(map(own.format_example, shown[:k] + shown[k + 1:])) + own.open_slot
+            out.append((own.header, prompt, text[len(own.open_slot):]))
+    return out
 
 
 def _open_out(stack: contextlib.ExitStack, out_file, spec, labels) -> RecordsOut | None:

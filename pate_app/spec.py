@@ -111,6 +111,9 @@ def _check(kind, **limits):
                 check_epsilon(_name(attribute), value)
             elif kind == "delta":
                 check_delta(_name(attribute), value)
+            elif kind == "top_k":  # a size, or "auto": sized on the public examples when the run starts
+                if value != "auto":
+                    check_int(_name(attribute), value, minimum=1)
             elif kind == "bool":
                 if not isinstance(value, bool):
                     raise ValueError(f"{_name(attribute)} must be true or false, got {value!r}")
@@ -204,7 +207,7 @@ class RunSpec:
     step_delta: float = attr.ib(default=_D["step_delta"], validator=_check("delta"))
     relation: str = attr.ib(default=_D["relation"], validator=_choice("replace-one", "add-remove-one"))
     public_mix: float = attr.ib(default=0.0, validator=_check("real", minimum=0.0, maximum=1.0))
-    public_top_k: int | None = attr.ib(default=None, validator=_check("int", minimum=1))
+    public_top_k: int | str | None = attr.ib(default=None, validator=_check("top_k"))
     #: How the teachers' votes are drawn: ``coordinated`` (Hot PATE, shared noise) or ``independent`` (Cold PATE,
     #: the paper's baseline); the mechanism and its charge do not depend on it (``--histograms``).
     histograms: str = attr.ib(default="coordinated", validator=_choice("coordinated", "independent"))

@@ -1474,6 +1474,38 @@ def test_public_examples_reach_the_public_model_and_no_private_record_does(model
     assert run["metadata"]["spec"]["data"]["public_examples"] == "public.jsonl"
 
 
+def test_public_top_k_auto_is_sized_on_the_public_examples_alone(model_dir, tmp_path, monkeypatch):
+    """``--public-top-k auto``: the support is sized on the public examples (everything the measuring model is
+    given is recorded: public words, no record's canary), before the ledger; the run then runs with the measured
+    size, and the ledger records it and the measurement (counts of public tokens).  Without enough public examples
+    it is refused in one line before any ledger exists."""
+    from pate_app.spec import RunInputError
+
+    seen: list = []
+    original = run_module._public_backend
+    monkeypatch.setattr(run_module, "_public_backend",
+                        lambda model, threads: _RecordingBackend(original(model, threads), seen))
+    examples = _public_examples(tmp_path / "public.jsonl", each=3)
+    ledger = tmp_path / "auto.sqlite"
+    result = _run(model_dir, ledger, num_records=1, max_tokens=4, public_top_k="auto", public_examples=str(examples))
+    assert result["audit"]["ok"]
+    assert any(PUBLIC_WORD in text for text in seen) and not any(MARKER in text for text in seen)
+    with Ledger.open(str(ledger), read_only=True) as opened:
+        (run,) = opened.runs
+    measured = run["metadata"]["public_support_measured"]
+    assert isinstance(measured["top_k"], int) and 1 <= measured["top_k"] <= 512
+    assert run["metadata"]["public_top_k"] == measured["top_k"] == run["metadata"]["spec"]["mechanism"]["public_top_k"]
+    assert measured["coverage"] == 0.9 and measured["covered"] >= 0.9 and measured["positions"] > 0
+    refused = tmp_path / "refused.sqlite"
+    with pytest.raises(RunInputError, match=r"--public-top-k auto .* at least two records") as caught:
+        _run(model_dir, refused, public_top_k="auto", public_examples=str(_public_examples(tmp_path / "one.jsonl",
+                                                                                             each=1)))
+    assert "\n" not in str(caught.value) and not refused.exists()
+    with pytest.raises(RunInputError, match="at least two records"):
+        _run(model_dir, refused, public_top_k="auto")
+    assert not refused.exists()
+
+
 def test_public_only_shows_each_label_its_own_public_examples(model_dir, tmp_path, monkeypatch):
     """``--public-only --public-examples``: with labels, the public model writing a label's record is shown that
     label's public examples and no other's; no private record reaches it."""

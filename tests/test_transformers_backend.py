@@ -287,6 +287,38 @@ def test_public_generate_many_draws_each_row_as_one_record_alone(model, tokenize
     assert 1 <= len(alone.token_ids) <= 6
 
 
+def test_the_public_support_measured_side_by_side_is_the_one_measured_alone(model, tokenizer):
+    """``measure_top_k`` on the transformers backend (continuations forced side by side with ``append_each``, rows
+    dropped as they end) finds the ranks a full forward over each context gives, and so the size a backend without
+    ``append_each`` finds one context at a time."""
+    from ensembles.support_size import measure_top_k, token_rank
+
+    contexts = [(PREFIX, "the dog", " jumps over the lazy dog"), (PREFIX, "privacy", " budgets compose"),
+                (PREFIX, "medicine", " in the morning of the quick brown fox"), ("a private", " teacher", " votes")]
+
+    class Alone:  # the backend without append_each
+        def __init__(self, inner):
+            self._inner = inner
+
+        def __getattr__(self, name):
+            if name == "append_each":
+                raise AttributeError(name)
+            return getattr(self._inner, name)
+
+    ranks = []
+    for prefix, prompt, continuation in contexts:
+        forced = tokenizer.encode(continuation, add_special_tokens=False)
+        base = tokenizer.encode(prefix, add_special_tokens=False) + tokenizer.encode(prompt, add_special_tokens=False)
+        for t, token in enumerate(forced):
+            probs = _reference(model, base + forced[:t])
+            ranks.append(token_rank(np.arange(probs.size), probs, token))
+    for coverage in (0.5, 0.9, 1.0):
+        side = measure_top_k(_backend(model, tokenizer), contexts, coverage=coverage)
+        alone = measure_top_k(Alone(_backend(model, tokenizer)), contexts, coverage=coverage)
+        assert side == alone and side.positions == len(ranks)
+        assert side.top_k == min(int(np.sort(ranks)[int(np.ceil(coverage * len(ranks))) - 1]) + 1, 256)
+
+
 def test_temperature_and_top_p(model, tokenizer):
     plain = _backend(model, tokenizer)
     plain.begin(PROMPTS, shared_prefix=PREFIX)

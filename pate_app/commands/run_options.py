@@ -21,6 +21,7 @@ from pate_app.options import (
     print_json,
     scale,
     step_epsilon,
+    top_k_or_auto,
     unit,
 )
 
@@ -94,9 +95,10 @@ def add_run_options(p) -> None:
                    help="each teacher votes on LAMBDA x the public model's distribution + (1 - LAMBDA) x its own: "
                         "more agreement, biased towards the public model; no privacy cost (default 0: off; "
                         "docs/generation.md, 'Public prior')")
-    p.add_argument("--public-top-k", metavar="K", type=positive_int, default=None,
+    p.add_argument("--public-top-k", metavar="K", type=top_k_or_auto, default=None,
                    help="votes outside the public model's top K tokens go to a tail that is never released: no "
-                        "privacy cost (default: off)")
+                        "privacy cost (default: off); auto: the smallest K that holds 90%% of the tokens of the "
+                        "--public-examples, each continued from the others (docs/generation.md, 'Public prior')")
     p.add_argument("--histograms", choices=("coordinated", "independent"), default="coordinated",
                    help="how the teachers vote: coordinated samples with shared noise (Hot PATE, the default) or "
                         "independent ones (Cold PATE, the paper's baseline); the charge is the same "

@@ -105,6 +105,9 @@ PUBLIC_RECORD_MARGIN = 0.5
 LENGTH_MARGIN = 0.25
 #: Public examples drawn from the corpus (of each label) when ``--public-examples`` is not given.
 PUBLIC_EXAMPLES = 4
+#: A row's ``public_top_k`` that the experiment sizes on the public examples, as ``--public-top-k auto`` does
+#: (:func:`~pate_app.run.measure_public_support`).
+AUTO_TOP_K = "auto"
 #: k of the k-NN precision and recall.
 KNN_K = 3
 #: Bootstrap resamples of the headline's share.
@@ -384,7 +387,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         max_tokens: int = 24, public_examples: str | None = None, configurations: str | None = None) -> dict:
     from ensembles.backends import transformers_backend as tb
     from pate_app import evaluation as ev
-    from pate_app.run import _STEP_GRID, RunInputError, _resolve_model, fit_teachers
+    from pate_app.run import _STEP_GRID, RunInputError, _resolve_model, fit_teachers, measure_public_support
     from pate_app.spec import RunSpec, SpecError, load_task, task_from_records
 
     size = SIZES["quick" if quick else "full"]
@@ -434,6 +437,17 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         vocab = tb.token_window(_resolve_model(probe, announce=progress)[0])[2]
     except (SpecError, RunInputError) as exc:
         raise ValueError(str(exc)) from None
+    support = None
+    if any(options.get("public_top_k") == AUTO_TOP_K for options in configurations.values()):
+        say("sizing the public support on the public examples")
+        try:  # the size --public-top-k auto measures, once for every run: the public examples are the same
+            support = measure_public_support(found.template, examples, None if labels is None else tuple(labels),
+                                             _resolve_model(probe, announce=False)[0])
+        except RunInputError as exc:
+            raise ValueError(str(exc)) from None
+        configurations = {name: {**options, "public_top_k": support.top_k}
+                          if options.get("public_top_k") == AUTO_TOP_K else options
+                          for name, options in configurations.items()}
     say(f"{len(private)} private and {len(real)} held-out records, {len(examples)} public examples; {n} teachers a "
         "group; loading the sentence model")
     embed = ev.Embedder()
@@ -532,6 +546,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
                        "repetitions": repetitions, "epsilons": budgets, "delta": delta, "teachers_per_group": n,
                        "step_delta": step_delta, "vocab_size": vocab, "embedding": embed.name, "knn_k": KNN_K,
                        "max_tokens": max_tokens, "expected_tokens": expected,
+                       "public_support": None if support is None else support.as_dict(),
                        "configurations": list(configurations),
                        "seeded": run_seed is not None, "quick": bool(quick)},
         "rows": rows,
