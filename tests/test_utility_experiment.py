@@ -144,9 +144,9 @@ def test_a_whole_utility_run_on_a_tiny_model(model_dir, tmp_path):
             assert rep["scores"] is not None or rep.get("scorable_texts", 0) < 10 or "refused" in rep
     assert result["parameters"]["held_out"] == 24 and result["parameters"]["vocab_size"] == 128  # 12 of each 36
     # the public model alone is asked for half as many records again (its bare prompt leaves some empty), the
-    # teachers for a tenth more (each of their records costs an ensemble's forwards): 15 and 11, 8 and 6 a label
-    assert [rep["records"] for row in result["rows"][1:3] for rep in row["repetitions"]] == [16] * 4
-    assert [rep["records"] for rep in result["rows"][3]["repetitions"]] == [12, 12]
+    # teachers for a tenth more (each of their records costs an ensemble's forwards): 15 and 11, the labels in turn
+    assert [rep["records"] for row in result["rows"][1:3] for rep in row["repetitions"]] == [15] * 4
+    assert [rep["records"] for rep in result["rows"][3]["repetitions"]] == [11, 11]
     assert result["headline"] is None or result["headline"]["metric"] == "mauve"
     floor = result["rows"][2]  # the public model with the public examples: the expected length of every fitted row
     assert result["parameters"]["expected_tokens"] == utility.expected_tokens(floor, 5)

@@ -371,10 +371,8 @@ def _generate(base: dict, options: dict, private: list, labels, texts: int, fold
     """One run through RunSpec and synthesize, as a user would: its records and cost (nothing of its text)."""
     from pate_app.spec import RunSpec, synthesize
 
-    asked = asked_records(texts, bool(options.get("public_only")))
-    per_label = None if labels is None else math.ceil(asked / len(labels))
-    spec = RunSpec(**{**base, **options}, per_label=per_label, records=asked if labels is None else 1,
-                   ledger=str(folder / "run.sqlite"), seed=seed)
+    asked = asked_records(texts, bool(options.get("public_only")))  # with labels: taken in turn, as generate does
+    spec = RunSpec(**{**base, **options}, records=asked, ledger=str(folder / "run.sqlite"), seed=seed)
     return synthesize(spec, records=private, ledger_home=False)
 
 
