@@ -187,6 +187,12 @@ def _public_agreement():
     return public_agreement
 
 
+def _subsampled():
+    from mechanisms import subsampled
+
+    return subsampled
+
+
 def _register_builtins() -> None:
 
     # Contract examples: budgets whose truncation L is 2 to 5, so histograms of at most six teachers reach the
@@ -274,6 +280,16 @@ def _register_builtins() -> None:
                                                             svt_share=0.75, resolution=2)],
         summary="Amin et al.: a sparse vector test of the teachers' distance from the public model; the public "
                 "token where they agree, else a clipped-logit draw (reads distributions; charged an episode)")
+    # Poisson-subsampled teachers around inner mechanisms calibrated under add-remove-one: LArgMax and GNMax at
+    # large budgets, kept at rate 1/2 and 3/10, so that six teachers move the mixture's law.
+    register_mechanism(
+        "subsampled-teachers",
+        examples=lambda r: [
+            _subsampled().SubsampledTeachers(_m.DPArgMax(2.0, 0.2, relation="add-remove-one"), 0.5, r),
+            _subsampled().SubsampledTeachers(_m.GaussianNoisyArgMax(1.0, vocab_size=3, relation="add-remove-one"),
+                                             0.3, r)],
+        summary="Poisson-subsampled teachers: each vote kept with probability q, an inner mechanism (add-remove-one) "
+                "on the kept votes; amplified (epsilon, delta)")
     register_mechanism(
         "threshold-argmax", examples=lambda r: [_m.ThresholdArgMax(2), _m.ThresholdArgMax(4)],
         summary="TArgMax_T: the most-voted token with at least T votes (threshold privacy, not DP)")

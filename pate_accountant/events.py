@@ -90,6 +90,20 @@ def histogram_shifts(relation: str) -> int:
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)
+class SubsampledTeachersEvent(EpsilonDeltaEvent):
+    """A run on Poisson-subsampled teachers (``mechanisms.subsampled``): each teacher kept with probability
+    ``rate``, an inner mechanism ``(inner_epsilon, inner_delta)``-DP under add-remove-one on the kept votes; the
+    stated ``(epsilon, delta)`` under ``relation`` is the amplified bound every accountant charges
+    (docs/mechanisms/subsampled.md)."""
+
+    rate: float = attr.ib(default=1.0, converter=float,
+                          validator=attrs_validator(check_real, minimum=0.0, maximum=1.0, min_open=True))
+    inner_epsilon: float = attr.ib(default=0.0, converter=float, validator=attrs_validator(check_real, minimum=0.0))
+    inner_delta: float = attr.ib(default=0.0, converter=float,
+                                 validator=attrs_validator(check_real, minimum=0.0, maximum=1.0, max_open=True))
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
 class WeightedSamplingEvent(EpsilonDeltaEvent):
     """Sparsity-preserving DP weighted sampling (LWS / ``DPWeightedSampling``):
     ``(epsilon, delta)``-DP in total under ``relation``."""
