@@ -16,7 +16,7 @@ from mechanisms.histogram import CountHistogram
 from mechanisms.subsampled import SubsampledTeachers, subsampled_terms
 from mechanisms.testing import check_mechanism, check_privacy_claim, check_sampler_matches_law
 from pate_accountant.accountants import BasicCompositionAccountant, PldAccountant
-from pate_accountant.events import ADD_REMOVE_ONE, REPLACE_ONE, SubsampledTeachersEvent
+from pate_accountant.events import ADD_REMOVE_ONE, REPLACE_ONE, EpsilonDeltaEvent, SubsampledTeachersEvent
 
 AR = ADD_REMOVE_ONE
 
@@ -87,3 +87,19 @@ def test_every_accountant_charges_the_amplified_terms():
     pld = PldAccountant()
     pld.compose(event, 3)
     assert pld.get_epsilon(3 * event.delta) <= 3 * event.epsilon + 1e-6  # the composed PLD never above basic
+
+
+def test_the_rdp_accountant_takes_a_pure_subsampled_step_and_refuses_an_approximate_one():
+    from pate_accountant.accountants import RdpAccountant
+    from pate_accountant.errors import UnsupportedEventError
+
+    pure = SubsampledTeachersEvent(epsilon=subsampled_terms(1.0, 0.0, 0.2, AR)[0], delta=0.0, relation=AR, rate=0.2,
+                                   inner_epsilon=1.0, inner_delta=0.0)
+    rdp = RdpAccountant()
+    rdp.compose(pure, 10)
+    plain = RdpAccountant()
+    plain.compose(EpsilonDeltaEvent(pure.epsilon, 0.0, AR), 10)
+    assert rdp.get_epsilon(1e-6) == pytest.approx(plain.get_epsilon(1e-6))  # the pure step it is, as zCDP
+    approximate = SubsampledTeachers(DPArgMax(2.0, 0.2, relation=AR), 0.25, REPLACE_ONE).event
+    with pytest.raises(UnsupportedEventError):
+        RdpAccountant().compose(approximate)
