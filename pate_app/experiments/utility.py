@@ -443,6 +443,8 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
                                              _resolve_model(probe, announce=False)[0])
         except RunInputError as exc:
             raise ValueError(str(exc)) from None
+        say(f"the public support: the top {support.top_k} tokens hold {support.covered:.0%} of the "
+            f"{support.positions} tokens of the public examples (a top 50: {support.covered_by_50:.0%})")
         configurations = {name: {**options, "public_top_k": support.top_k}
                           if options.get("public_top_k") == AUTO_TOP_K else options
                           for name, options in configurations.items()}
