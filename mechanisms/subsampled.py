@@ -129,4 +129,4 @@ class SubsampledTeachers(Mechanism):
         kept_tail = sum(source.bernoulli(self.rate) for _ in range(tail))
         sub = _kept(np.asarray(histogram.tokens, dtype=np.int64), kept, int(kept.sum()) + kept_tail,
                     histogram.vocab_size)
-        return Release(self.inner._run(sub, source).value, self.event)
+        return Release(self.inner(sub, source).value, self.event)

@@ -638,15 +638,19 @@ class TransformersBackend:
         token_id = int(token_id)
         if not 0 <= token_id < self._vocab_size:
             raise ValueError(f"token id {token_id} is outside [0, {self._vocab_size})")
-        for batch in self._batches:
-            if int(batch.lengths.max()) + 1 > self.max_context:
-                i = int(batch.teachers[int(np.argmax(batch.lengths))])
-                raise ValueError(f"teacher {i}'s context would exceed the context window of {self.max_context} tokens")
+        self._check_room()
         self._vote_cache.clear()
         for batch in self._batches:
             batch.pending.append(token_id)
             batch.lengths = batch.lengths + 1
             batch.logits = None
+
+    def _check_room(self) -> None:
+        """``ValueError`` naming a teacher whose context has no room for one more token."""
+        for batch in self._batches:
+            if int(batch.lengths.max()) + 1 > self.max_context:
+                i = int(batch.teachers[int(np.argmax(batch.lengths))])
+                raise ValueError(f"teacher {i}'s context would exceed the context window of {self.max_context} tokens")
 
     def append_each(self, token_ids) -> None:
         """Append a token of its own to each active teacher's context (``token_ids`` in the order of
@@ -663,10 +667,7 @@ class TransformersBackend:
                              f"{ids.shape} of {ids.dtype}")
         if ids.size and (ids.min() < 0 or ids.max() >= self._vocab_size):
             raise ValueError(f"token ids must lie in [0, {self._vocab_size})")
-        for batch in self._batches:
-            if int(batch.lengths.max()) + 1 > self.max_context:
-                i = int(batch.teachers[int(np.argmax(batch.lengths))])
-                raise ValueError(f"teacher {i}'s context would exceed the context window of {self.max_context} tokens")
+        self._check_room()
         self._vote_cache.clear()
         start = 0
         for batch in self._batches:
