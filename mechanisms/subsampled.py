@@ -98,7 +98,7 @@ class SubsampledTeachers(Mechanism):
         claim = privacy_claim_of(self.inner, ADD_REMOVE_ONE)
         epsilon, delta = subsampled_terms(claim.epsilon, claim.delta, self.rate, self.relation)
         return SubsampledTeachersEvent(epsilon=epsilon, delta=delta, relation=self.relation, rate=self.rate,
-                                       inner_epsilon=claim.epsilon, inner_delta=claim.delta)
+                                       inner_epsilon=claim.epsilon, inner_delta=claim.delta, inner=self.inner.event)
 
     def output_distribution(self, histogram, num_teachers: int | None = None) -> OutcomeDistribution:
         """The exact law: the mixture of the inner laws over every kept sub-histogram, each with its binomial

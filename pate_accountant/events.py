@@ -101,6 +101,18 @@ class SubsampledTeachersEvent(EpsilonDeltaEvent):
     inner_epsilon: float = attr.ib(default=0.0, converter=float, validator=attrs_validator(check_real, minimum=0.0))
     inner_delta: float = attr.ib(default=0.0, converter=float,
                                  validator=attrs_validator(check_real, minimum=0.0, maximum=1.0, max_open=True))
+    #: The inner mechanism's own event (``None``: only its ``(inner_epsilon, inner_delta)`` is known).  The PLD
+    #: accountant charges a truncated discrete Gaussian inner (GNMax) by the exact PLD of its Poisson-subsampled
+    #: noisy histogram instead of the stated bound (docs/mechanisms/subsampled.md).
+    inner: dp_accounting.DpEvent | None = attr.ib(default=None)
+
+    @inner.validator
+    def _check_inner(self, attribute, value):
+        if value is not None and not isinstance(value, dp_accounting.DpEvent):
+            raise TypeError(f"inner must be a dp_accounting.DpEvent or None, got {type(value).__name__}")
+        if getattr(value, "relation", ADD_REMOVE_ONE) != ADD_REMOVE_ONE:
+            raise ValueError(f"the inner event of subsampled teachers is stated under add-remove-one, got "
+                             f"{value.relation!r}")
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)

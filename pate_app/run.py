@@ -73,6 +73,7 @@ from mechanisms import (
 )
 from mechanisms import registry as mechanisms_registry
 from mechanisms.base import reads_distributions
+from mechanisms.subsampled import SubsampledTeachers
 from pate_accountant import __version__, planning
 from pate_accountant.tct import largest_fitting
 from pate_accountant import registry as accountants_registry
@@ -84,6 +85,7 @@ from pate_accountant.checkpoints import (
     sign_checkpoint,
 )
 from pate_accountant.errors import PateAccountantError, UnsupportedEventError
+from pate_accountant.events import ADD_REMOVE_ONE
 from pate_accountant.ledger import (
     STORAGE_ERRORS,
     Ledger,
@@ -134,10 +136,11 @@ RELATIONS = ("replace-one", "add-remove-one")
 
 
 def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "replace-one",
-                    num_teachers: int | None = None):
+                    num_teachers: int | None = None, subsample: float | None = None):
     """The per-step mechanism registered as ``name`` (:mod:`mechanisms.registry`, one a run may use) with
     per-step ``(epsilon, delta)`` under ``relation`` (and the run's ``num_teachers``, for a mechanism whose
-    threshold is set from them)."""
+    threshold is set from them).  ``subsample``: the rate ``q`` of ``--subsample-teachers``
+    (:func:`subsampled_mechanism`)."""
 
     names = mechanisms_registry.run_mechanism_names()
     if name not in names:
@@ -145,9 +148,55 @@ def build_mechanism(name: str, epsilon: float, delta: float, relation: str = "re
     if relation not in RELATIONS:
         raise RunInputError(f"relation must be one of {RELATIONS}, got {relation!r}")
     try:
+        if subsample is not None:
+            return subsampled_mechanism(name, epsilon, delta, relation, num_teachers, subsample)
         return mechanisms_registry.build_mechanism(name, epsilon, delta, relation, num_teachers=num_teachers)
     except (TypeError, ValueError) as exc:
         raise RunInputError(f"mechanism {name}: {exc}") from None
+
+
+def spec_mechanism(spec, num_teachers: int):
+    """The per-step mechanism of ``spec`` (its name, step epsilon and delta, ``--subsample-teachers``) for
+    ``num_teachers`` teachers a group, stated under the teachers' relation."""
+    return build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta, TEACHER_RELATION,
+                           num_teachers=num_teachers, subsample=spec.subsample_teachers)
+
+
+def kept_teachers(num_teachers: int | None, rate: float) -> int | None:
+    """The teachers a Poisson draw at ``rate`` keeps on average, rounded (at least one): the ``n`` a subsampled
+    step's inner mechanism is built and judged for (its threshold, its noise rule); public settings only."""
+    return None if num_teachers is None else max(1, round(float(rate) * int(num_teachers)))
+
+
+def subsampled_mechanism(name: str, epsilon: float, delta: float, relation: str, num_teachers: int | None,
+                         rate: float) -> SubsampledTeachers:
+    """``--subsample-teachers Q`` (issue 34, lever 5): the mechanism ``name`` calibrated to the per-step
+    ``(epsilon, delta)`` under add-remove-one, for the :func:`kept_teachers` a step keeps on average, run on the
+    votes of the teachers a Poisson draw at ``rate`` keeps at each step; the run is charged the amplified bound
+    under ``relation`` (:mod:`mechanisms.subsampled`, docs/mechanisms/subsampled.md).  A ``ValueError`` for a
+    mechanism it cannot wrap: one over the teachers' distributions (it reads rows, not votes), BetweenThresholds
+    (it counts teachers included at a random rate already) and a boundary wrapper (its target counts the whole
+    ensemble's hits)."""
+    if not 0.0 < float(rate) < 1.0:
+        raise ValueError(f"--subsample-teachers must be in (0, 1), got {rate!r}")
+    inner = mechanisms_registry.build_mechanism(name, epsilon, delta, ADD_REMOVE_ONE,
+                                                num_teachers=kept_teachers(num_teachers, rate))
+    if reads_distributions(inner):
+        raise ValueError("--subsample-teachers keeps teachers' votes, and this mechanism reads the teachers' "
+                         "distributions")
+    if isinstance(inner, (BetweenThresholds, BoundaryWrapper)):
+        why = ("it counts teachers included at a random rate already" if isinstance(inner, BetweenThresholds) else
+               "a boundary wrapper's target counts the whole ensemble's hits")
+        raise ValueError(f"--subsample-teachers does not wrap {type(inner).__name__}: {why}")
+    return SubsampledTeachers(inner, rate, relation)
+
+
+def voters(mechanism, num_teachers: int) -> int:
+    """The teachers whose votes one step of ``mechanism`` counts: :func:`kept_teachers` for subsampled teachers,
+    else all ``num_teachers``."""
+    if isinstance(mechanism, SubsampledTeachers):
+        return kept_teachers(num_teachers, mechanism.rate)
+    return int(num_teachers)
 
 
 def build_accountant(name: str, budget, ledger=None, *, mechanism=None, num_teachers: int | None = None):
@@ -166,8 +215,8 @@ def build_accountant(name: str, budget, ledger=None, *, mechanism=None, num_teac
 
 
 def _inner(mechanism):
-    """The mechanism a boundary wrapper wraps, or the mechanism itself."""
-    return mechanism.inner if isinstance(mechanism, BoundaryWrapper) else mechanism
+    """The mechanism a boundary wrapper or subsampled teachers wrap, or the mechanism itself."""
+    return mechanism.inner if isinstance(mechanism, (BoundaryWrapper, SubsampledTeachers)) else mechanism
 
 
 def check_inputs(records, num_teachers: int, mechanism, accountant_name: str, budget, touches: int = 1) -> None:
@@ -190,8 +239,11 @@ def check_inputs(records, num_teachers: int, mechanism, accountant_name: str, bu
         remedy = f" (it takes --mechanism {', '.join(takes)})" if takes else ""
         raise RunInputError(f"accountant {accountant_name} cannot account for this mechanism: {exc}{remedy}") from None
     if not affordable:
+        stated = mechanism.event
+        charge = (f" (a step is stated as epsilon {stated.epsilon:.4g}, delta {stated.delta:.3g})"
+                  if isinstance(getattr(stated, "delta", None), float) else "")
         raise RunInputError(f"the budget (epsilon {budget[0]:g}, delta {budget[1]:g}) cannot pay for a single "
-                            f"step of this mechanism under the {accountant_name} accountant")
+                            f"step of this mechanism under the {accountant_name} accountant{charge}")
 
 
 def mechanisms_for(accountant_name: str, mechanism, num_teachers: int) -> list[str]:
@@ -227,7 +279,7 @@ def check_reachable(mechanism, num_teachers: int) -> None:
     """
 
     inner = _inner(mechanism)
-    n = int(num_teachers)
+    n = voters(mechanism, num_teachers)
     if isinstance(inner, DPArgMax):
         bound = int(inner.error_bound)
         if n <= 2 * bound:
@@ -261,7 +313,7 @@ def noise_release(mechanism, num_teachers: int, vocab_size: int, support: int | 
     if not isinstance(inner, (GaussianNoisyArgMax, GaussianAveragedDistributions)):
         return None
     size = int(support) if support is not None else int(vocab_size)
-    return inner.noise_release_probability(int(num_teachers), max(2, size))
+    return inner.noise_release_probability(voters(mechanism, num_teachers), max(2, size))
 
 
 def check_noise_floor(mechanism, num_teachers: int, vocab_size: int, support: int | None = None,
@@ -278,7 +330,7 @@ def check_noise_floor(mechanism, num_teachers: int, vocab_size: int, support: in
         return
     inner = _inner(mechanism)
     where = f"the public top {support} tokens" if support is not None else f"a vocabulary of {vocab_size} tokens"
-    n = int(num_teachers)
+    n = voters(mechanism, num_teachers)
     threshold = getattr(inner, "threshold", None)
     when = (f"at a step where no token has a majority (threshold {threshold} of {n} votes) it releases a token "
             f"with probability {_percent(stray)}" if threshold is not None else
@@ -320,8 +372,7 @@ def run_refusal(spec, group_teachers: int, groups: int, touches: int, vocab_size
     the releases over ``spec.public_top_k`` or ``vocab_size`` tokens (:func:`check_noise_floor`; skipped when
     ``vocab_size`` is ``None``), or a budget that pays for no step; ``None`` when it runs.  Public settings only."""
     try:
-        mech = build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta, TEACHER_RELATION,
-                               num_teachers=group_teachers)
+        mech = spec_mechanism(spec, group_teachers)
         check_reachable(mech, group_teachers)
         if vocab_size is not None:
             check_noise_floor(mech, group_teachers, vocab_size, spec.public_top_k)
@@ -358,8 +409,7 @@ def nearest_configurations(spec, groups: int, touches: int, *, labels: bool, rec
     def pays(**change) -> str:  # what the budget affords the configuration, in its own words
         changed, count = trial(change)
         try:
-            mech = build_mechanism(changed.mechanism, changed.step_epsilon, changed.step_delta, TEACHER_RELATION,
-                                   num_teachers=changed.teachers // count)
+            mech = spec_mechanism(changed, changed.teachers // count)
             limits = planning.step_limits(changed.accountant, mech.event, float(changed.budget_epsilon),
                                           float(changed.budget_delta))
         except (PateAccountantError, RunInputError, ValueError):
@@ -392,8 +442,7 @@ def nearest_configurations(spec, groups: int, touches: int, *, labels: bool, rec
     if spec.mechanism == "gaussian-argmax" and runs(mechanism="gaussian-threshold-argmax"):
         options.append("--mechanism gaussian-threshold-argmax (it releases only a majority's token)"
                        + pays(mechanism="gaussian-threshold-argmax"))
-    gaussian = isinstance(_inner(build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta,
-                                                 TEACHER_RELATION, num_teachers=n)), GaussianNoisyArgMax)
+    gaussian = isinstance(_inner(spec_mechanism(spec, n)), GaussianNoisyArgMax)
     if spec.public_top_k is None and gaussian and runs(public_top_k=50):
         options.append(f"--public-top-k 50{pays()}")
     options.append("the public model alone: --public-only (no private data, nothing charged)")
@@ -402,9 +451,15 @@ def nearest_configurations(spec, groups: int, touches: int, *, labels: bool, rec
 
 def release_rule(mechanism, num_teachers: int) -> str:
     """When the mechanism releases a token, in words, for the run header (public: the mechanism's parameters and
-    the configured teachers ``n``)."""
-    inner = _inner(mechanism)
-    n = int(num_teachers)
+    the configured teachers ``n``; under subsampled teachers, the votes a step keeps on average)."""
+    rule = _inner_release_rule(_inner(mechanism), voters(mechanism, num_teachers))
+    if isinstance(mechanism, SubsampledTeachers):
+        return (f"{rule}; each step counts the votes of the teachers a draw keeps, each with probability "
+                f"{mechanism.rate:g} (about {voters(mechanism, num_teachers)} of {int(num_teachers)})")
+    return rule
+
+
+def _inner_release_rule(inner, n: int) -> str:
     if isinstance(inner, DPArgMax):
         need = math.floor(n / 2 + int(inner.error_bound)) + 1
         return (f"a token needs a noisy count above n/2 + L = {n / 2:g} + {int(inner.error_bound)}, i.e. about {need} of "
@@ -916,6 +971,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                 "records_requested": num_records,
                 "max_tokens": spec.max_tokens,
                 "histograms": spec.histograms,
+                "subsample_teachers": spec.subsample_teachers,
                 "fallback": "public (same model, shared prefix only)",
                 "temperature": spec.temperature,
                 "top_p": spec.top_p,
@@ -1120,8 +1176,7 @@ def _plan_run(spec, task) -> _RunPlan:
     groups = spec.groups if labels is None else len(labels)
     group_teachers = check_groups(groups, spec.teachers, spec.accountant, labels=labels is not None)
     relation, touches = record_relation(spec.relation, labels is not None and groups > 1, spec.labels_public)
-    mech = build_mechanism(spec.mechanism, spec.step_epsilon, spec.step_delta, TEACHER_RELATION,
-                           num_teachers=group_teachers)
+    mech = spec_mechanism(spec, group_teachers)
     check_inputs(records, spec.teachers, mech, spec.accountant, (float(spec.budget_epsilon), float(spec.budget_delta)),
                  touches)
     try:

@@ -10,7 +10,8 @@ The TOML file has one table per part of the run (every key optional, the default
     [data]        path, text_field, label_field, labels, labels_public, dataset, long_records, public_examples
     [task]        template, records, per_label, max_tokens, temperature, top_p, cut_records
     [model]       path, teachers, records_per_teacher, groups, threads, workers, ray_address, ray_timeout
-    [mechanism]   name, step_epsilon, step_delta, relation, public_mix, public_top_k, public_only, histograms
+    [mechanism]   name, step_epsilon, step_delta, relation, public_mix, public_top_k, public_only, histograms,
+                  subsample_teachers
     [accountant]  name
     [budget]      epsilon, delta
     [output]      out, keep_partial, normalise, ledger
@@ -69,7 +70,8 @@ SECTIONS = {
               "ray_timeout": "ray_timeout"},
     "mechanism": {"name": "mechanism", "step_epsilon": "step_epsilon", "step_delta": "step_delta",
                   "relation": "relation", "public_mix": "public_mix", "public_top_k": "public_top_k",
-                  "public_only": "public_only", "histograms": "histograms"},
+                  "public_only": "public_only", "histograms": "histograms",
+                  "subsample_teachers": "subsample_teachers"},
     "accountant": {"name": "accountant"},
     "budget": {"epsilon": "budget_epsilon", "delta": "budget_delta"},
     "output": {"out": "out", "keep_partial": "keep_partial", "normalise": "normalise", "ledger": "ledger"},
@@ -211,6 +213,10 @@ class RunSpec:
     #: How the teachers' votes are drawn: ``coordinated`` (Hot PATE, shared noise) or ``independent`` (Cold PATE,
     #: the paper's baseline); the mechanism and its charge do not depend on it (``--histograms``).
     histograms: str = attr.ib(default="coordinated", validator=_choice("coordinated", "independent"))
+    #: Each step counts the votes of the teachers a Poisson draw at this rate keeps (``--subsample-teachers``;
+    #: ``None``: every teacher), the mechanism calibrated under add-remove-one and charged its amplified bound.
+    subsample_teachers: float | None = attr.ib(default=None, validator=_check("real", minimum=0.0, maximum=1.0,
+                                                                               min_open=True, max_open=True))
     #: The public model alone: no private record reaches a model, nothing is charged (``--public-only``).
     public_only: bool = attr.ib(default=False, validator=_check("bool"))
     # accountant and budget

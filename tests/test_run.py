@@ -1626,3 +1626,48 @@ def test_a_template_naming_the_label_shows_each_label_its_own_to_teachers_and_pu
     _run(model_dir, None, records=records, labels=("oranges", "bicycles"), label_field="label", public_only=True,
          num_records=2, max_tokens=3, template=str(template))
     assert calls == ["Write one new instruction about oranges.\n\n", "Write one new instruction about bicycles.\n\n"]
+
+
+def test_subsampled_teachers_run_through_the_pld_accountant(model_dir, tmp_path):
+    """``--subsample-teachers Q`` (issue 34, lever 5): GNMax calibrated under add-remove-one for the teachers a step
+    keeps on average, each step charged as one event of subsampled teachers that keeps its inner event; the PLD
+    accountant charges its exact PLD (below the stated bound composed), the ledger audits and records the rate."""
+    from pate_accountant.accountants import BasicCompositionAccountant, PldAccountant
+    from pate_accountant.events import DiscreteGaussianArgMaxEvent, SubsampledTeachersEvent
+
+    ledger = tmp_path / "sub.sqlite"
+    result = _run(model_dir, ledger, num_teachers=12, mechanism="gaussian-argmax", accountant="pld",
+                  step_epsilon=4.0, step_delta=1e-4, budget_epsilon=60.0, budget_delta=1e-2, num_records=1,
+                  max_tokens=4, public_top_k=8, subsample_teachers=0.5)
+    assert result["audit"]["ok"], result["audit"]
+    with Ledger.open(str(ledger), read_only=True) as opened:
+        (run,) = opened.runs
+        rows = list(opened.rows())
+    assert run["metadata"]["subsample_teachers"] == 0.5
+    assert "probability 0.5 (about 6 of 12)" in run["metadata"]["release_rule"]
+    events = [row.event for row in rows]
+    assert all(row.count == 1 for row in rows)
+    assert events and all(isinstance(e, SubsampledTeachersEvent) and e.rate == 0.5 and e.relation == "replace-one"
+                          and isinstance(e.inner, DiscreteGaussianArgMaxEvent) for e in events)
+    steps = len(events)
+    pld, basic = PldAccountant(), BasicCompositionAccountant()
+    pld.compose(events[0], steps)
+    basic.compose(events[0], steps)
+    assert result["spent"]["epsilon"] == pytest.approx(pld.get_epsilon(result["spent"]["delta"]), rel=1e-6)
+    assert result["spent"]["epsilon"] < basic.spent()[0]
+
+
+def test_subsample_teachers_refusals_name_the_option_before_any_ledger(model_dir, tmp_path):
+    from pate_app.spec import RunInputError, SpecError
+
+    refused = tmp_path / "refused.sqlite"
+    for value in (0.0, 1.0, 1.5):
+        with pytest.raises(SpecError, match=f"mechanism.subsample_teachers .*{value:g}"):
+            _run(model_dir, refused, subsample_teachers=value)
+    for mechanism, why in (("between-thresholds", "counts teachers included at a random rate already"),
+                           ("clipped-logit-sampling", "reads the teachers' distributions"),
+                           ("boundary-dp-argmax", "target counts the whole ensemble's hits")):
+        with pytest.raises(RunInputError, match=why) as caught:
+            _run(model_dir, refused, mechanism=mechanism, subsample_teachers=0.5)
+        assert "\n" not in str(caught.value) and "--subsample-teachers" in str(caught.value)
+    assert not refused.exists()

@@ -14,7 +14,15 @@ from mechanisms import DPArgMax, GaussianNoisyArgMax
 from mechanisms.base import OutcomeDistribution
 from mechanisms.histogram import CountHistogram
 from mechanisms.subsampled import SubsampledTeachers, subsampled_terms
-from mechanisms.testing import check_mechanism, check_privacy_claim, check_sampler_matches_law
+from mechanisms.audit import law_epsilon
+from mechanisms.gaussian import truncation_bound
+from mechanisms.testing import (
+    ROUNDING,
+    check_mechanism,
+    check_privacy_claim,
+    check_sampler_matches_law,
+    worst_pair_delta,
+)
 from pate_accountant.accountants import BasicCompositionAccountant, PldAccountant
 from pate_accountant.events import ADD_REMOVE_ONE, REPLACE_ONE, EpsilonDeltaEvent, SubsampledTeachersEvent
 
@@ -103,3 +111,76 @@ def test_the_rdp_accountant_takes_a_pure_subsampled_step_and_refuses_an_approxim
     approximate = SubsampledTeachers(DPArgMax(2.0, 0.2, relation=AR), 0.25, REPLACE_ONE).event
     with pytest.raises(UnsupportedEventError):
         RdpAccountant().compose(approximate)
+
+
+# --- the exact PLD of GNMax on subsampled teachers -------------------------------------------------------------
+def _noisy_pair(sigma: float, rate: float, relation: str) -> tuple[dict, dict]:
+    """The noisy counts one teacher's vote moves, written from the definitions: each count with the truncated
+    discrete Gaussian noise on -T..T (enumerated), the vote kept with probability ``rate``.  add-remove-one: one
+    count, with the vote or without it; replace-one: two counts, the vote kept on the first or on the second."""
+    bound = truncation_bound(sigma)
+    x = np.arange(-bound, bound + 1)
+    g = np.exp(-(x**2) / (2 * sigma**2))
+    g = g / g.sum()
+    alone = np.concatenate([g, [0.0]])  # the count on -T..T+1 without the vote
+    kept = (1 - rate) * alone + rate * np.concatenate([[0.0], g])  # with the vote, kept with probability rate
+    if relation == AR:
+        return dict(enumerate(kept)), dict(enumerate(alone))
+    return dict(enumerate(np.outer(kept, alone).ravel())), dict(enumerate(np.outer(alone, kept).ravel()))
+
+
+def _charged_epsilon(event, relation: str, delta: float) -> float:
+    pld = PldAccountant(neighboring_relation=relation)
+    pld.compose(event)
+    return pld.get_epsilon(delta)
+
+
+def _gnmax_event(sigma: float, rate: float, relation: str) -> SubsampledTeachersEvent:
+    return SubsampledTeachers(GaussianNoisyArgMax(sigma, vocab_size=3, relation=AR), rate, relation).event
+
+
+@pytest.mark.parametrize("relation", [REPLACE_ONE, AR])
+@pytest.mark.parametrize("sigma, rate", [(1.0, 0.5), (2.0, 0.3), (0.8, 0.8)])
+@pytest.mark.parametrize("delta", [1e-2, 1e-4])
+def test_the_pld_charge_bounds_the_subsampled_noisy_histogram_tightly(relation, sigma, rate, delta):
+    """The PLD accountant charges GNMax on subsampled teachers by the exact PLD of the noisy counts a vote moves
+    (docs/mechanisms/subsampled.md): never below the exact epsilon of that pair, and close to it."""
+    exact = law_epsilon(*_noisy_pair(sigma, rate, relation), delta)
+    charged = _charged_epsilon(_gnmax_event(sigma, rate, relation), relation, delta)
+    assert exact <= charged + 1e-9
+    assert charged <= exact + 0.01 + 0.01 * exact
+    stated = _gnmax_event(sigma, rate, relation)  # the amplified (epsilon, delta) every other accountant charges
+    assert _charged_epsilon(stated, relation, stated.delta) <= stated.epsilon + 1e-3  # up to the discretisation
+
+
+@pytest.mark.parametrize("relation", [REPLACE_ONE, AR])
+def test_the_pld_charge_bounds_the_real_mechanism_on_every_neighbouring_pair(relation):
+    """The real mechanism's exact law (the binomial mixture over the kept votes of GNMax's law) on every
+    neighbouring pair of small histograms stays within the charged epsilon at several deltas."""
+    for sigma, rate in ((0.9, 0.6), (1.5, 0.4)):
+        mechanism = SubsampledTeachers(GaussianNoisyArgMax(sigma, vocab_size=3, relation=AR), rate, relation)
+        for delta in (1e-2, 1e-3):
+            charged = _charged_epsilon(mechanism.event, relation, delta)
+            worst = worst_pair_delta(mechanism, charged, relation, max_teachers=3)
+            assert worst.delta <= delta + ROUNDING, (sigma, rate, delta, worst)
+
+
+def test_a_charge_without_the_second_direction_or_at_a_lower_rate_is_caught():
+    """The teeth of the two tests above: charging replace-one as one vote leaving (the add-remove PLD), or at half the
+    rate, falls below the exact epsilon of the pair."""
+    sigma, rate, delta = 1.0, 0.5, 1e-3
+    exact = law_epsilon(*_noisy_pair(sigma, rate, REPLACE_ONE), delta)
+    one_way = _charged_epsilon(_gnmax_event(sigma, rate, AR), AR, delta)
+    assert one_way < exact - 0.05
+    half = _charged_epsilon(_gnmax_event(sigma, rate / 2, REPLACE_ONE), REPLACE_ONE, delta)
+    assert half < exact - 0.05
+
+
+def test_the_event_keeps_its_inner_event_through_the_ledger_codec():
+    from pate_accountant.serialization import event_from_data, event_to_data
+
+    event = _gnmax_event(1.0, 0.5, REPLACE_ONE)
+    assert event.inner == GaussianNoisyArgMax(1.0, vocab_size=3, relation=AR).event
+    assert event_from_data(event_to_data(event)) == event
+    with pytest.raises(ValueError, match="add-remove-one"):
+        SubsampledTeachersEvent(epsilon=1.0, delta=0.0, rate=0.5, inner=GaussianNoisyArgMax(1.0, vocab_size=3).event)

@@ -14,6 +14,12 @@ constructors (pessimistic estimates at ``value_discretization_interval``):
   sensitivity=1, truncation_bound=...)``, composed ``event.shifts`` times (2 under replace-one: one count up,
   one down; 1 under add-remove-one): exact for the truncated discrete Gaussian noise the mechanism draws
   (docs/mechanisms/gaussian.md);
+* ``SubsampledTeachersEvent`` around a ``DiscreteGaussianArgMaxEvent`` (GNMax on Poisson-subsampled teachers):
+  ``from_discrete_gaussian_mechanism(sigma, sensitivity=1, truncation_bound=..., sampling_prob=q)``, whose two
+  directions are the pair of one teacher joining or leaving; under replace-one the two directions convolved
+  (one vote leaves one count, another joins another count, each kept with probability ``q``: the loss is the
+  sum of the two directions' independent losses, docs/mechanisms/subsampled.md).  Around any other inner event it
+  is the stated ``(epsilon, delta)``;
 * ``LaplaceDpEvent(b)``: ``from_laplace_mechanism(b)``; ``DiscreteLaplaceDpEvent(a, s)``:
   ``from_discrete_laplace_mechanism(a, s)``;
 * ``GaussianDpEvent(sigma)``: ``from_gaussian_mechanism(sigma)``, composed ``count`` times (dp-accounting
@@ -82,6 +88,7 @@ from pate_accountant.events import (
     BoundaryWrapperEvent,
     DiscreteGaussianArgMaxEvent,
     EpsilonDeltaEvent,
+    SubsampledTeachersEvent,
     ThresholdPrivacyEvent,
 )
 from pate_accountant.validation import check_real
@@ -336,7 +343,8 @@ _EMPTY = _Composed(_IDENTITY)
 # Events -> groups
 # ---------------------------------------------------------------------------------------------------------
 # A group key names one single-step PLD: ("eps-delta", eps, delta), ("discrete-laplace", a, s),
-# ("laplace", b, q), ("gaussian", sigma, q), ("randomized-response", p, m), ("discrete-gaussian", sigma, bound).
+# ("laplace", b, q), ("gaussian", sigma, q), ("randomized-response", p, m), ("discrete-gaussian", sigma, bound),
+# ("sampled-discrete-gaussian", sigma, bound, q).
 
 
 def _event_groups(event, relation: str) -> dict:
@@ -359,6 +367,9 @@ def _collect(event, n: int, out: dict, relation: str, top) -> None:
         _add(out, ("discrete-laplace", event.epsilon, 1), n)
     elif isinstance(event, DiscreteGaussianArgMaxEvent):
         _add(out, ("discrete-gaussian", float(event.sigma), int(event.truncation_bound)), n * event.shifts)
+    elif isinstance(event, SubsampledTeachersEvent) and isinstance(event.inner, DiscreteGaussianArgMaxEvent):
+        _add(out, ("sampled-discrete-gaussian", float(event.inner.sigma), int(event.inner.truncation_bound),
+                   float(event.rate)), n)
     elif isinstance(event, (EpsilonDeltaEvent, BoundaryWrapperEvent)):
         for eps, delta, m in epsilon_delta_terms(event):
             if eps > 0.0 or delta > 0.0:
@@ -434,6 +445,13 @@ def _single(key, interval: float, relation: str) -> tuple[_Pmf, _Pmf | None]:
         pld = pld_lib.from_discrete_gaussian_mechanism(
             key[1], sensitivity=1, truncation_bound=key[2], value_discretization_interval=interval
         )
+    elif kind == "sampled-discrete-gaussian":
+        pld = pld_lib.from_discrete_gaussian_mechanism(
+            key[1], sensitivity=1, truncation_bound=key[2], value_discretization_interval=interval, sampling_prob=key[3]
+        )
+        if relation == REPLACE_ONE:  # one vote leaves with probability q, another joins: both directions at once
+            remove = _from_dp(pld._pmf_remove)  # noqa: SLF001
+            return _convolve(remove, remove if pld._symmetric else _from_dp(pld._pmf_add)), None  # noqa: SLF001
     elif kind == "laplace":
         pld = pld_lib.from_laplace_mechanism(key[1], value_discretization_interval=interval, sampling_prob=key[2])
     elif kind == "gaussian":

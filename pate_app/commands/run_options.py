@@ -103,6 +103,11 @@ def add_run_options(p) -> None:
                    help="how the teachers vote: coordinated samples with shared noise (Hot PATE, the default) or "
                         "independent ones (Cold PATE, the paper's baseline); the charge is the same "
                         "(docs/generation.md)")
+    p.add_argument("--subsample-teachers", metavar="Q", type=open_unit, default=None,
+                   help="each step counts the votes of the teachers a fresh random draw keeps, each with "
+                        "probability Q in (0, 1); the mechanism is calibrated for the teachers a step keeps on average "
+                        "and the run is charged its amplified bound (privacy amplification by subsampling; votes "
+                        "mechanisms only; default: every teacher; docs/mechanisms/subsampled.md)")
     p.add_argument("--public-only", action="store_true",
                    help="the public model alone: the same template and task with no private record, no teacher and "
                         "no ledger; nothing is charged. The floor a private run is judged against, and what a data "

@@ -83,7 +83,8 @@ CONFIGURATIONS = {
 #: What a row of ``--configurations FILE`` may set (``generate``'s options as RunSpec fields); the data, the
 #: budget, the ledger, the public examples, the records and the seed are the experiment's own.
 CONFIGURABLE = ("mechanism", "accountant", "step_epsilon", "step_delta", "relation", "public_mix", "public_top_k",
-                "histograms", "records_per_teacher", "teachers", "groups", "template", "temperature", "top_p")
+                "histograms", "records_per_teacher", "teachers", "groups", "template", "temperature", "top_p",
+                "subsample_teachers")
 #: Mechanisms whose step epsilon a row may leave out: the quietest one is computed (:func:`quiet_step_epsilon`).
 #: A mechanism in both lists runs at the fitted step epsilon, or at the quietest when the fitted one is below it.
 QUIET_MECHANISMS = ("gaussian-argmax", "gaussian-threshold-argmax", "gaussian-averaged-distributions")
@@ -147,16 +148,16 @@ def add_arguments(p) -> None:
 
 # -- pieces ------------------------------------------------------------------------------------------------------
 def quiet_step_epsilon(mechanism: str, num_teachers: int, step_delta: float, vocab_size: int,
-                       support: int | None) -> float | None:
+                       support: int | None, subsample: float | None = None) -> float | None:
     """The smallest step epsilon on the grid of ``generate``'s refusals (:data:`pate_app.run._STEP_GRID`) at which
-    ``mechanism`` with ``num_teachers`` teachers a group passes the noise check over ``support`` (or the
-    vocabulary): the most steps a budget buys without the noise deciding the releases.  ``None`` when none
-    does."""
+    ``mechanism`` with ``num_teachers`` teachers a group (``subsample``: a step keeps each with that probability,
+    ``--subsample-teachers``) passes the noise check over ``support`` (or the vocabulary): the most steps a budget
+    buys without the noise deciding the releases.  ``None`` when none does."""
     from pate_app.run import _STEP_GRID, NOISE_RELEASE_LIMIT, RunInputError, build_mechanism, noise_release
 
     def quiet(e: float) -> bool:  # more epsilon, less noise: monotone along the grid
         try:
-            mech = build_mechanism(mechanism, e, step_delta, num_teachers=num_teachers)
+            mech = build_mechanism(mechanism, e, step_delta, num_teachers=num_teachers, subsample=subsample)
         except RunInputError:
             return False
         stray = noise_release(mech, num_teachers, vocab_size, support)
@@ -505,7 +506,8 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
             per_group = options.get("teachers", n * (1 if labels is None else len(labels))) // groups
             if "step_epsilon" not in options and options["mechanism"] in QUIET_MECHANISMS:
                 quiet = quiet_step_epsilon(options["mechanism"], per_group, step["step_delta"], vocab,
-                                           options.get("public_top_k"))  # the quietest, for the row's own teachers
+                                           options.get("public_top_k"),  # the quietest, for the row's own teachers
+                                           options.get("subsample_teachers"))
                 step["step_epsilon"] = quiet if quiet is not None else 50.0
             for epsilon in budgets:
                 fit = None  # fitted when the row runs: to the expected record length of the floor's records
