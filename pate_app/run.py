@@ -522,13 +522,15 @@ def group_prompts(records, num_teachers: int, groups: int, rng: np.random.Genera
 
 
 def run_prompts(shown, spec, plan: _RunPlan, rng: np.random.Generator, template: PromptTemplate,
-                announce: bool = False) -> list[tuple[str, list[str]]]:
+                announce: bool = False, public_blocks: list[str] | None = None) -> list[tuple[str, list[str]]]:
     """Each group's ``(shared_prefix, prompts)`` for a run: without labels, the records (``shown``, fitted to the
     window, ``None`` for a skipped one) placed among all ``spec.teachers`` teachers (:func:`group_prompts`); with
     labels, each label's records among its own ``plan.group_teachers`` teachers, from a random stream of its own
     (``rng.spawn``), so a record that changes label changes its old and its new label's placement only.  Every
     teacher shows at most ``plan.per_teacher`` records.  With ``announce``, one line on stderr counts records left
-    out for want of a place and teachers left without a record (counts describe the data: this screen only)."""
+    out for want of a place and teachers left without a record (counts describe the data: this screen only).
+    ``public_blocks`` (:func:`teacher_public_blocks`): each group's public examples, appended to its shared prefix
+    (public: the placement of the records does not move)."""
     placements: list = []
     if plan.places is None:
         ensembles = group_prompts(shown, spec.teachers, plan.groups, rng, template, plan.per_teacher, placements)
@@ -546,6 +548,8 @@ def run_prompts(shown, spec, plan: _RunPlan, rng: np.random.Generator, template:
             print(f"pate-accountant: {dropped} record(s) found no place in {where} teachers' "
                   f"{plan.per_teacher} record(s) each, and {left} teacher(s) show no record (--records-per-teacher "
                   "K sets the places)", file=sys.stderr, flush=True)
+    if public_blocks is not None:
+        ensembles = [(prefix + block, prompts) for (prefix, prompts), block in zip(ensembles, public_blocks)]
     return ensembles
 
 
@@ -893,8 +897,9 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
     # 2. the model's path; 3. the records against its window (its tokenizer only)
     model, model_label = _resolve_model(spec, announce=progress)
     spec, support = _size_public_support(spec, task, model, labels, announce=progress)
-    shown = _fit_to_window(spec, task, plan, model, announce=progress)
     public_examples = load_public_examples(spec, task)
+    blocks = teacher_public_blocks(spec, task.template, public_examples, labels, groups)
+    shown = _fit_to_window(spec, task, plan, model, announce=progress, public_blocks=blocks)
     public_prompts = public_prompt_list(task.template, public_examples, labels, groups, model, spec.max_tokens)
     # 4. the ledger, claimed before the model loads
     register = spec.ledger is None or not bundled
@@ -932,7 +937,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                     raise RunInputError(f"--model: cannot load the model: {_first_line(exc)}") from None
 
             rng = np.random.default_rng(seed)
-            ensembles = run_prompts(shown, spec, plan, rng, template, announce=progress)
+            ensembles = run_prompts(shown, spec, plan, rng, template, announce=progress, public_blocks=blocks)
             try:  # prompts that do not fit the context window: refused before the run begins
                 for shared_prefix, prompts in ensembles:
                     backend.check_prompts(prompts, shared_prefix)
@@ -968,6 +973,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
                 "public_top_k": spec.public_top_k,
                 "public_support_measured": None if support is None else support.as_dict(),
                 "public_examples": len(public_examples),
+                "teachers_see_public": spec.teachers_see_public,
                 "records_requested": num_records,
                 "max_tokens": spec.max_tokens,
                 "histograms": spec.histograms,
@@ -1310,6 +1316,25 @@ def public_only_run(spec, task, *, progress: bool = False, command: str = "gener
     }
 
 
+def public_block(template, examples, label=None) -> str:
+    """The public examples (with a label, that label's only) as ``template`` shows a record, one after another: what
+    the public model's prompt shows before its open slot, and with ``--teachers-see-public`` what every teacher's
+    prompt shows before its own records."""
+    own = template if label is None else template.for_label(label)
+    return "".join(own.format_example(r) for r in examples if label is None or r["label"] == label)
+
+
+def teacher_public_blocks(spec, template, examples, labels, groups: int) -> list[str] | None:
+    """``--teachers-see-public``: the public block each group's teachers show after the template's header (with
+    labels, the group's label's own examples); ``None`` when the option is off.  Public data only: every teacher
+    of a group shows the same block, so one record still changes one teacher's prompt (docs/privacy_unit.md)."""
+    if not spec.teachers_see_public:
+        return None
+    if labels is None:
+        return [public_block(template, examples)] * groups
+    return [public_block(template, examples, label) for label in labels]
+
+
 def public_prompt_list(template, examples, labels, groups: int, model, max_tokens: int) -> list[str]:
     """The public model's prompt (after the template's header, its shared prefix, the label's own with labels) of
     each group: the public
@@ -1318,9 +1343,8 @@ def public_prompt_list(template, examples, labels, groups: int, model, max_token
     open slot alone.  No private record is ever in it.  A prompt that leaves no room for ``max_tokens`` new tokens
     in the model's window is refused (its tokenizer only, before the ledger is claimed)."""
     def prompt(label) -> str:
-        shown = [r for r in examples if label is None or r["label"] == label]
-        own = template if label is None else template.for_label(label)
-        return "".join(map(own.format_example, shown)) + own.open_slot
+        return public_block(template, examples, label) + (template if label is None else
+                                                          template.for_label(label)).open_slot
 
     prompts = [prompt(None)] * groups if labels is None else [prompt(label) for label in labels]
     if examples:
@@ -1441,7 +1465,7 @@ def _resolve_model(spec, *, announce: bool) -> tuple:
     return model, model_label(model)
 
 
-def _fit_to_window(spec, task, plan: _RunPlan, model, *, announce: bool) -> list:
+def _fit_to_window(spec, task, plan: _RunPlan, model, *, announce: bool, public_blocks: list[str] | None = None) -> list:
     """The records as the teachers will see them, in their places: each record's text fitted to its share of
     the model's window (:func:`~ensembles.data.record_token_limit`: the window less the template and
     ``spec.max_tokens`` new tokens, over the public number of records one teacher shows, ``plan.per_teacher``,
@@ -1450,7 +1474,8 @@ def _fit_to_window(spec, task, plan: _RunPlan, model, *, announce: bool) -> list
     the config are read.  A refusal counts the records, never shows one; with ``announce``, what was done is one
     line on stderr (counts only: they describe the data, so they stay on this screen and out of the ledger and
     the result).  The vocabulary's size is checked against a Gaussian mechanism's noise here too
-    (:func:`check_noise_floor`)."""
+    (:func:`check_noise_floor`).  ``public_blocks``: the public examples the teachers show too
+    (:func:`teacher_public_blocks`), whose tokens (the longest group's) leave the records' share of the window."""
     records = task.records
     try:
         with quiet_libraries(drop_stderr=True):
@@ -1458,13 +1483,15 @@ def _fit_to_window(spec, task, plan: _RunPlan, model, *, announce: bool) -> list
     except (OSError, ValueError) as exc:
         raise RunInputError(f"argument --model: cannot read its tokenizer or config: {_first_line(exc)}") from None
     per_teacher = plan.per_teacher  # public (records_per_teacher): never the records' own counts
+    shown_public = max(map(count_tokens, public_blocks)) if public_blocks else 0  # public examples only
     try:
         limit = min(record_token_limit(task.template.for_label(label) if label is not None else task.template,
-                                       window=window, records_per_teacher=per_teacher, max_new_tokens=spec.max_tokens,
+                                       window=max(1, window - shown_public), records_per_teacher=per_teacher, max_new_tokens=spec.max_tokens,
                                        count_tokens=count_tokens) for label in (plan.labels or [None]))
     except ValueError:
+        seen = f", the {shown_public} tokens of the public examples" if shown_public else ""
         raise RunInputError(f"--teachers {spec.teachers}: the model's context window of {window} tokens has no room "
-                            f"for {per_teacher} records per teacher with the template and --max-tokens "
+                            f"for {per_teacher} records per teacher with the template{seen} and --max-tokens "
                             f"{spec.max_tokens}: use more teachers or a smaller --max-tokens") from None
     try:  # public parameters only
         check_noise_floor(plan.mechanism, plan.group_teachers, vocab_size, spec.public_top_k)
@@ -1473,7 +1500,9 @@ def _fit_to_window(spec, task, plan: _RunPlan, model, *, announce: bool) -> list
                                          records=_public_count(spec, task), vocab_size=vocab_size)
         raise RunInputError(f"{exc}{nearest}") from None
     share = (f"each record's share of the model's context window of {window} tokens with "
-             f"{plural_of(per_teacher, 'record')} per teacher and --max-tokens {spec.max_tokens}")
+             f"{plural_of(per_teacher, 'record')} per teacher" + (f", {shown_public} tokens of public examples"
+                                                                   if shown_public else "")
+             + f" and --max-tokens {spec.max_tokens}")
     try:
         fitted = fit_records(records, max_tokens=limit, count_tokens=count_tokens, on_long=spec.long_records,
                              field=task.text_key, keep_places=True)

@@ -7,7 +7,8 @@ local paths, which are reduced to their file names) is what the ledger's run met
 
 The TOML file has one table per part of the run (every key optional, the defaults are ``generate``'s)::
 
-    [data]        path, text_field, label_field, labels, labels_public, dataset, long_records, public_examples
+    [data]        path, text_field, label_field, labels, labels_public, dataset, long_records, public_examples,
+                  teachers_see_public
     [task]        template, records, per_label, max_tokens, temperature, top_p, cut_records
     [model]       path, teachers, records_per_teacher, groups, threads, workers, ray_address, ray_timeout
     [mechanism]   name, step_epsilon, step_delta, relation, public_mix, public_top_k, public_only, histograms,
@@ -62,7 +63,7 @@ class RunInputError(ValueError):
 SECTIONS = {
     "data": {"path": "data", "text_field": "text_field", "label_field": "label_field", "labels": "labels",
              "labels_public": "labels_public", "dataset": "dataset", "long_records": "long_records",
-             "public_examples": "public_examples"},
+             "public_examples": "public_examples", "teachers_see_public": "teachers_see_public"},
     "task": {"template": "template", "records": "records", "per_label": "per_label", "max_tokens": "max_tokens",
              "temperature": "temperature", "top_p": "top_p", "cut_records": "cut_records"},
     "model": {"path": "model", "teachers": "teachers", "records_per_teacher": "records_per_teacher",
@@ -182,6 +183,9 @@ class RunSpec:
     long_records: str = attr.ib(default="refuse", validator=_choice(*LONG_RECORDS))
     #: A data file of records the user declares public, shown to the public model only (``--public-examples``).
     public_examples: str | None = attr.ib(default=None, validator=_check("text"))
+    #: Every teacher's prompt shows the public examples too, after the header and before its own records
+    #: (``--teachers-see-public``; public data, no privacy cost).
+    teachers_see_public: bool = attr.ib(default=False, validator=_check("bool"))
     # task
     template: str | None = attr.ib(default=None, validator=_check("text"))
     records: int = attr.ib(default=_D["records"], validator=_check("int", minimum=1))
@@ -250,6 +254,9 @@ class RunSpec:
         if self.per_label is not None and self.labels is None:
             raise SpecError("--per-label (task.per_label) needs --label-field and --labels (data.label_field, "
                             "data.labels): records per label")
+        if self.teachers_see_public and self.public_examples is None:
+            raise SpecError("--teachers-see-public (data.teachers_see_public) needs --public-examples FILE "
+                            "(data.public_examples): the examples the teachers are shown")
         if self.checkpoints is not None and self.signing_key is None:
             raise SpecError("--checkpoints (signing.checkpoints) needs --signing-key (signing.key): the checkpoints a "
                             "run appends are signed")

@@ -528,3 +528,64 @@ def test_a_run_without_teachers_takes_one_per_record(tmp_path):
     plan = run._plan_run(fitted, task)
     assert (plan.groups, plan.group_teachers, plan.per_teacher) == (3, 10, 1)
     assert run.fit_teachers(attr.evolve(spec, teachers=12), task).teachers == 12  # a given number is kept
+
+
+# -- teachers that see the public examples (issue 34, levers 1 and 3) ------------------------------------------------
+PUBLIC = "publicword"
+
+
+def _public_examples(labels=("a", "b", "c"), each: int = 2) -> list[dict]:
+    return [{"text": f"{PUBLIC} {label} {i}", "label": label} for label in labels for i in range(each)]
+
+
+def _seen_prompts(spec: RunSpec, records: list[dict], examples: list[dict], seed: int = 7) -> list[list[str]]:
+    """:func:`_prompts` with ``--teachers-see-public``: the examples' block in every group's shared prefix."""
+    task = Task(tuple(records), RECORDS, "records", "records", "text")
+    spec = run.fit_teachers(spec, task)
+    plan = run._plan_run(spec, task)
+    blocks = run.teacher_public_blocks(spec, RECORDS, examples, plan.labels, plan.groups)
+    shown = run._fit_to_window(spec, task, plan, "model", announce=False, public_blocks=blocks)
+    ensembles = run.run_prompts(shown, spec, plan, np.random.default_rng(seed), RECORDS, public_blocks=blocks)
+    return [[prefix + prompt for prompt in prompts] for prefix, prompts in ensembles]
+
+
+@pytest.mark.parametrize("path", ["plain", "groups", "labels", "add-remove"])
+@pytest.mark.parametrize("position", [0, 11])
+def test_teachers_that_see_the_public_examples_still_move_one_teacher_per_record(words_model, path, position):
+    """``--teachers-see-public``: every teacher of a group shows the same public block (with labels, its label's
+    examples only) after the header and before its records; a replaced record still changes one teacher's prompt,
+    and the placement of the records is the one without the block."""
+    spec = _spec(**PATHS[path], public_examples="public.jsonl", teachers_see_public=True)
+    examples = _public_examples()
+    records = _records(18)
+    before = _seen_prompts(spec, records, examples)
+    plain = _prompts(attr.evolve(spec, teachers_see_public=False), records)
+    labelled = "labels" in PATHS[path]
+    for g, (seen_group, plain_group) in enumerate(zip(before, plain)):
+        for seen, bare in zip(seen_group, plain_group):
+            block = run.public_block(RECORDS, examples, "abc"[g] if labelled else None)
+            assert block and seen == RECORDS.header + block + bare[len(RECORDS.header):]
+            assert labelled == (seen.count(PUBLIC) == 2)
+    changed = list(records)
+    changed[position] = {**records[position], "text": f"{MARKER} z z"}
+    moved = _changed(before, _seen_prompts(spec, changed, examples))
+    assert len(moved) == 1, moved
+
+
+def test_the_public_block_takes_its_tokens_from_the_records_share(words_model):
+    """The records' share of the window is what the public block leaves: a record that fits without it is too long
+    with it, refused in one line naming the public examples' tokens (counts only)."""
+    spec = _spec(public_examples="public.jsonl", teachers_see_public=True, teachers=2)
+    records = _records(2, words=30)
+    task = Task(tuple(records), RECORDS, "records", "records", "text")
+    plan = run._plan_run(spec, task)
+    run._fit_to_window(spec, task, plan, "model", announce=False)  # fits without the block
+    block = [" ".join([PUBLIC] * 40)]
+    with pytest.raises(run.RunInputError, match=r"40 tokens of public examples") as caught:
+        run._fit_to_window(spec, task, plan, "model", announce=False, public_blocks=block)
+    assert MARKER not in str(caught.value) and PUBLIC not in str(caught.value)
+
+
+def test_teachers_see_public_needs_public_examples():
+    with pytest.raises(SpecError, match=r"--teachers-see-public .* needs --public-examples"):
+        _spec(teachers_see_public=True)

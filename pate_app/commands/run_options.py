@@ -116,6 +116,11 @@ def add_run_options(p) -> None:
                    help="records you declare public (a data file read as --data is, with the same fields), shown "
                         "to the public model only: its fallback, its top-K support and --public-only; never a "
                         "private record; no privacy cost (default: none; docs/generation.md)")
+    p.add_argument("--teachers-see-public", action="store_true",
+                   help="every teacher's prompt shows the --public-examples too, after the template's header and "
+                        "before its own records (with labels, its label's own): teachers that know what the public "
+                        "model knows; public data, no privacy cost; the records' share of the window shrinks by "
+                        "their tokens (default: off; docs/generation.md)")
     p.add_argument("--seed", metavar="S", type=nonnegative_int, default=None,
                    help="seed, for reproducible tests only: a seeded run has no privacy against anyone who knows "
                         "the seed (default: fresh OS entropy; the ledger records only whether a seed was given)")

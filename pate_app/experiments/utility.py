@@ -140,6 +140,9 @@ def add_arguments(p) -> None:
                help="the private rows: a TOML file of tables, each a row's name holding generate's options as keys "
                     f"({', '.join(CONFIGURABLE)}); default: Hot and Cold PATE with GNMax threshold, top-50, PLD "
                     "(docs/utility.md)")
+    add_option(p, "--teachers-see-public", action="store_true",
+               help="the teachers of the noiseless and the private rows show the public examples too, as "
+                    "generate --teachers-see-public does (default: off)")
     add_option(p, "--public-examples", metavar="FILE", default=None,
                help="records declared public (read as --data is), shown to the public model of the floor and of "
                     f"the private rows (default: {PUBLIC_EXAMPLES} records of each label drawn from --data and kept "
@@ -383,7 +386,8 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         model: str = "embedded", held_out: float = 0.35, budget_epsilons: str | None = None,
         budget_delta: float = 1e-6,
         texts: int | None = None, repetitions: int | None = None, teachers: int | None = None,
-        max_tokens: int = 24, public_examples: str | None = None, configurations: str | None = None) -> dict:
+        max_tokens: int = 24, public_examples: str | None = None, configurations: str | None = None,
+        teachers_see_public: bool = False) -> dict:
     from ensembles.backends import transformers_backend as tb
     from pate_app import evaluation as ev
     from pate_app.run import _STEP_GRID, RunInputError, _resolve_model, fit_teachers, measure_public_support
@@ -493,12 +497,14 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         with open(shown, "w", encoding="utf-8") as handle:
             handle.writelines(json.dumps(example) + "\n" for example in examples)
         public = {"public_examples": shown}
+        seen = {**public, "teachers_see_public": True} if teachers_see_public else {}  # the teachers' public block
         runs = [("epsilon = 0: the public model alone, bare prompt", "floor", 0.0, {"public_only": True},
                  {"budget_epsilon": 1.0, "budget_delta": delta}, None),
                 (f"epsilon = 0: the public model with {len(examples)} public examples", "floor", 0.0,
                  {"public_only": True, **public}, {"budget_epsilon": 1.0, "budget_delta": delta}, None),
                 ("epsilon = infinity: the same teachers without noise", "noiseless", math.inf,
-                 {"mechanism": "gaussian-argmax", "accountant": "basic", "step_epsilon": 50.0, "step_delta": 1e-7},
+                 {"mechanism": "gaussian-argmax", "accountant": "basic", "step_epsilon": 50.0, "step_delta": 1e-7,
+                 **seen},
                  {"budget_epsilon": 1e9, "budget_delta": 0.5}, None)]
         for name, options in configurations.items():
             step = {"step_delta": options.get("step_delta", step_delta)}
@@ -514,7 +520,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
                 if "step_epsilon" not in options and options["mechanism"] in FITTED_MECHANISMS:
                     fit = (options["mechanism"], options["accountant"], per_group, step["step_delta"], (epsilon, delta),
                            math.ceil(asked_records(texts) / groups), step.get("step_epsilon", 0.0))
-                runs.append((f"{name}, epsilon {epsilon:g}", "private", epsilon, {**options, **step, **public},
+                runs.append((f"{name}, epsilon {epsilon:g}", "private", epsilon, {**options, **step, **public, **seen},
                              {"budget_epsilon": epsilon, "budget_delta": delta}, fit))
         expected = int(max_tokens)
         for label, kind, epsilon, options, budget, fit in runs:
@@ -549,7 +555,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
                        "step_delta": step_delta, "vocab_size": vocab, "embedding": embed.name, "knn_k": KNN_K,
                        "max_tokens": max_tokens, "expected_tokens": expected,
                        "public_support": None if support is None else support.as_dict(),
-                       "configurations": list(configurations),
+                       "configurations": list(configurations), "teachers_see_public": bool(teachers_see_public),
                        "seeded": run_seed is not None, "quick": bool(quick)},
         "rows": rows,
     }
