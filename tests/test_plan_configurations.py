@@ -174,6 +174,25 @@ def test_gaussian_outcomes_bound_the_exact_law_and_equal_it_above_the_noise():
             assert token[c] <= voted + 1e-12, (name, c)
 
 
+def test_subsampled_gaussian_outcomes_bound_the_exact_law():
+    """GNMax on teachers subsampled at rate 1/2 (``--subsample-teachers``): the planner's token probability is at
+    most the exact law's probability of releasing a voted token (the binomial mixture over the kept votes), at every
+    shared count, and not trivially small."""
+    from mechanisms.subsampled import SubsampledTeachers
+
+    n, vocab, rate = 6, 10, 0.5
+    for name, inner in (("gaussian-argmax", GaussianNoisyArgMax(0.6, vocab_size=vocab, relation="add-remove-one")),
+                        ("gaussian-threshold-argmax", GaussianThresholdArgMax(0.6, vocab_size=vocab, threshold=2,
+                                                                             relation="add-remove-one"))):
+        mechanism = SubsampledTeachers(inner, rate)
+        token, target, exact = plan.per_count_outcomes(name, mechanism, n, vocab)
+        assert not exact and not target.any() and token[n] > 0.5
+        for c in range(n + 1):
+            law = mechanism.output_distribution(agreement_histogram(c, n), num_teachers=n)
+            voted = sum(law.probability(j) for j in ([0] if c else []) + list(range(1, n - c + 1)))
+            assert token[c] <= voted + 1e-9, (name, c)
+
+
 # -- the printed runs -------------------------------------------------------------------------------------------
 
 
@@ -192,13 +211,15 @@ def _check_generate_accepts(entry: dict) -> None:
     assert (args.step_epsilon, args.step_delta) == (entry["step_epsilon"], entry["step_delta"])
     assert (args.budget_epsilon, args.budget_delta) == (entry["budget"]["epsilon"], entry["budget"]["delta"])
     assert (args.records, args.max_tokens) == (entry["records"], entry["max_tokens"])
+    assert args.subsample_teachers == entry["subsample_teachers"]
     from pate_accountant.tct import NO_LIMIT
     from pate_app.run import build_accountant, build_mechanism, check_groups, check_noise_floor
 
     n = check_groups(args.groups, args.teachers, args.accountant)  # the teachers split evenly into the groups
     assert n == entry["teachers_per_group"]
     budget = (args.budget_epsilon, args.budget_delta)
-    mechanism = build_mechanism(args.mechanism, args.step_epsilon, args.step_delta, args.relation, num_teachers=n)
+    mechanism = build_mechanism(args.mechanism, args.step_epsilon, args.step_delta, args.relation, num_teachers=n,
+                                subsample=args.subsample_teachers)
     check_inputs(range(args.teachers), n, mechanism, args.accountant, budget)
     check_reachable(mechanism, n)
     check_noise_floor(mechanism, n, entry.get("vocab_size", 49152))  # the noise does not decide its releases
@@ -228,7 +249,7 @@ def test_plan_best_prints_runs_that_generate_accepts(capsys):
     tokens = [entry["expected_private_tokens"] for entry in ranked]
     assert tokens == sorted(tokens, reverse=True) and tokens[0] == max(
         entry["expected_private_tokens"] for entry in d["configurations"])
-    assert len({(e["mechanism"], e["accountant"]) for e in ranked}) == len(ranked)
+    assert len({(e["mechanism"], e["accountant"], e["subsample_teachers"]) for e in ranked}) == len(ranked)
     assert any(entry["groups"] > 1 for entry in ranked)
     for entry in ranked:
         assert entry["tokens_per_epsilon"] == pytest.approx(entry["expected_private_tokens"])

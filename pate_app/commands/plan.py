@@ -769,6 +769,11 @@ BEST_CONFIGURATIONS = (
     ("gaussian-argmax", "pld"),
 )
 GAUSSIAN = ("gaussian-argmax", "gaussian-threshold-argmax")
+#: The rates of ``--subsample-teachers`` ``plan best`` compares for the Gaussian aggregators under PLD, which charges
+#: them by the exact PLD of their subsampled noisy counts (docs/mechanisms/subsampled.md).
+SUBSAMPLE_RATES = (0.5, 0.25, 0.1)
+#: ``(mechanism, accountant, rate)``: the Gaussian aggregators on Poisson-subsampled teachers.
+SUBSAMPLED_CONFIGURATIONS = tuple((name, "pld", rate) for name in GAUSSIAN for rate in SUBSAMPLE_RATES)
 #: The public-candidate query generate runs (docs/tct_and_individual.md, "In generate"): BetweenThresholds on the
 #: count of the public model's candidate among the teachers included at a random rate, thresholds from n.
 PUBLIC_CANDIDATE = "between-thresholds"
@@ -875,6 +880,24 @@ def _gaussian_outcomes(mechanism, num_teachers: int, threshold: int | None, voca
     return token, threshold is not None and threshold >= bound + 2
 
 
+def _subsampled_gaussian_outcomes(name: str, mechanism, num_teachers: int, vocab_size: int):
+    """A lower bound on ``token[c]`` of GNMax on teachers subsampled at ``q = mechanism.rate``: the shared token
+    keeps ``k ~ Binomial(c, q)`` of its ``c`` votes and every other kept teacher still votes a token of its own, so
+    ``token[c] = sum_k P[k] token'[k]`` with ``token'`` the inner GNMax's bound (:func:`_gaussian_outcomes`, its
+    threshold set from the votes a step keeps on average), and ``token'[0] = 0`` (no shared vote kept: counted as
+    no release)."""
+    import numpy as np
+    from scipy import stats
+
+    n, inner = int(num_teachers), mechanism.inner
+    threshold = getattr(inner, "threshold", None) if name == "gaussian-threshold-argmax" else None
+    kept, _ = _gaussian_outcomes(inner, n, threshold, vocab_size)
+    kept[0] = 0.0
+    counts = np.arange(n + 1)
+    thinning = stats.binom.pmf(counts[None, :], counts[:, None], mechanism.rate)  # [c, k]: k of c votes kept
+    return np.clip(thinning @ kept, 0.0, 1.0)
+
+
 def per_count_outcomes(name: str, mechanism, num_teachers: int, vocab_size: int = DEFAULT_VOCAB_SIZE, *,
                        inclusion=None):
     """``(token, target, exact)`` of one step of the run mechanism ``name`` (built as ``mechanism``) with ``n =
@@ -893,6 +916,8 @@ def per_count_outcomes(name: str, mechanism, num_teachers: int, vocab_size: int 
       outcome (``target_from_outside_mass``), and a token with ``(1 - P[target]) P[inner releases]``; for DPWS
       the shared token's share is ``pi*(c) E[1/(1 + K)]``, ``K ~ Bin(n - c, pi*(1))``, and the rest of the
       released mass is split evenly between the ``n - c`` own tokens.
+    * GNMax on subsampled teachers (``--subsample-teachers``): :func:`_subsampled_gaussian_outcomes`, a lower
+      bound.
     * GNMax (``gaussian-argmax``, ``gaussian-threshold-argmax``; noise ``X`` on ``[-T, T]`` on every one of the
       ``vocab_size`` tokens): counted only when the top voted token (``m = max(c, 1)`` votes) wins outright, and
       clears the threshold ``n//2 + 1``, with the other tokens' chance to reach its noisy count ``v`` bounded by
@@ -910,6 +935,8 @@ def per_count_outcomes(name: str, mechanism, num_teachers: int, vocab_size: int 
     inner = getattr(mechanism, "inner", mechanism)
     wrapped = inner is not mechanism
     zero = np.zeros(n + 1)
+    if name in GAUSSIAN and getattr(mechanism, "rate", None) is not None:  # on subsampled teachers
+        return _subsampled_gaussian_outcomes(name, mechanism, n, vocab_size), zero, False
     if name in GAUSSIAN:
         threshold = n // 2 + 1 if name == "gaussian-threshold-argmax" else None
         token, exact = _gaussian_outcomes(mechanism, n, threshold, vocab_size)
@@ -989,8 +1016,9 @@ class BestPlanner:
         #: ``--public-agreement``: the probability that the public model's candidate is the shared token (``None``:
         #: not stated, and the public-candidate query is not compared).
         self.public_agreement = None if public_agreement is None else float(public_agreement)
-        self.configurations = BEST_CONFIGURATIONS + (
-            PUBLIC_CANDIDATE_CONFIGURATIONS if self.public_agreement is not None else ())
+        pairs = BEST_CONFIGURATIONS + (PUBLIC_CANDIDATE_CONFIGURATIONS if self.public_agreement is not None else ())
+        #: ``(mechanism, accountant, rate)``: ``rate`` that of ``--subsample-teachers`` (``None``: every teacher).
+        self.configurations = tuple((name, accountant, None) for name, accountant in pairs) + SUBSAMPLED_CONFIGURATIONS
         self._included: dict = {}
         self._mechanisms: dict = {}
         self._limits: dict = {}
@@ -1009,19 +1037,20 @@ class BestPlanner:
             deltas = best_step_deltas(self.budget[1])
         return [(e, d) for e in BEST_STEP_EPSILONS for d in deltas]
 
-    def mechanism(self, name: str, e: float, d: float, num_teachers: int | None = None):
-        """The mechanism ``name`` at step ``(e, d)`` as ``generate`` builds it (``None`` when it refuses).  The
-        threshold form of GNMax is the calibrated ``gaussian-argmax`` (the same noise and event) with the threshold
-        ``n//2 + 1`` of ``num_teachers`` (without them, the plain form): what ``for_teachers`` builds, calibrated
-        once."""
+    def mechanism(self, name: str, e: float, d: float, num_teachers: int | None = None, rate: float | None = None):
+        """The mechanism ``name`` at step ``(e, d)`` as ``generate`` builds it (``None`` when it refuses); ``rate``:
+        on teachers subsampled at that rate (``--subsample-teachers``).  The threshold form of GNMax is the
+        calibrated ``gaussian-argmax`` (the same noise and event) with the threshold ``n//2 + 1`` of the teachers a
+        step counts (``num_teachers``, or the :func:`~pate_app.run.kept_teachers` of them when subsampled; without
+        them, the plain form): what ``for_teachers`` builds, calibrated once."""
         built = "gaussian-argmax" if name == "gaussian-threshold-argmax" else name
-        key = (built, e, d, num_teachers) if name == PUBLIC_CANDIDATE else (built, e, d)
+        key = (built, e, d, num_teachers) if name == PUBLIC_CANDIDATE else (built, e, d, rate)
         if key not in self._mechanisms:
             from pate_app.run import TEACHER_RELATION, RunInputError, build_mechanism
 
             try:  # BetweenThresholds: its thresholds from the teachers of one group; one record moves one vote
                 self._mechanisms[key] = build_mechanism(built, e, d, TEACHER_RELATION, num_teachers=(
-                    num_teachers if name == PUBLIC_CANDIDATE else None))
+                    num_teachers if name == PUBLIC_CANDIDATE else None), subsample=rate)
             except RunInputError as exc:
                 self._mechanisms[key] = None
                 self.refused.setdefault(built, str(exc))
@@ -1031,9 +1060,15 @@ class BestPlanner:
         if base is None or built == name or num_teachers is None:  # (BetweenThresholds: built == name)
             return base
         from mechanisms import GaussianThresholdArgMax
+        from pate_app.run import SubsampledTeachers, kept_teachers
 
-        return GaussianThresholdArgMax(base.sigma, relation=base.relation, epsilon=base.epsilon,
-                                       threshold=num_teachers // 2 + 1)
+        if rate is None:
+            return GaussianThresholdArgMax(base.sigma, relation=base.relation, epsilon=base.epsilon,
+                                           threshold=num_teachers // 2 + 1)
+        inner = base.inner
+        thresholded = GaussianThresholdArgMax(inner.sigma, relation=inner.relation, epsilon=inner.epsilon,
+                                              threshold=kept_teachers(num_teachers, rate) // 2 + 1)
+        return SubsampledTeachers(thresholded, rate, base.relation)
 
     def within_planning_limit(self, level: float) -> bool:
         """Whether a budget search at ``level`` stays within the planning limit (docs/ranges.md)."""
@@ -1100,18 +1135,19 @@ class BestPlanner:
         return self._pmfs[n]
 
     # -- one configuration at one group size --------------------------------------------------------------------
-    def evaluate(self, name: str, accountant: str, num_teachers: int, groups: int, floor: float = 0.0) -> dict | None:
+    def evaluate(self, name: str, accountant: str, num_teachers: int, groups: int, floor: float = 0.0,
+                 rate: float | None = None) -> dict | None:
         """The best step ``(epsilon, delta)`` of one configuration with ``groups`` groups of ``num_teachers //
-        groups`` teachers: the entry with the most expected private tokens, or ``None`` when no step releases more
-        than ``floor``.  A step whose charged steps alone (each releasing at most one token) cannot beat the best
-        so far is not evaluated."""
+        groups`` teachers (``rate``: subsampled at it): the entry with the most expected private tokens, or ``None``
+        when no step releases more than ``floor``.  A step whose charged steps alone (each releasing at most one
+        token) cannot beat the best so far is not evaluated."""
         from pate_accountant import planning
 
         n = num_teachers // groups
         if n < 1:
             return None
         best = None
-        for e, d, mechanism, limits, bound in self._candidates(name, accountant, n, groups):
+        for e, d, mechanism, limits, bound in self._candidates(name, accountant, n, groups, rate):
             if bound <= max(floor, 0.0 if best is None else best["expected_private_tokens"]):
                 continue
             if name == PUBLIC_CANDIDATE:
@@ -1137,7 +1173,8 @@ class BestPlanner:
                     self._inclusion = {key: inner.inclusion_probabilities(n),
                                        **{k: v for k, v in self._inclusion.items() if k[2] == n}}
                 inclusion = self._inclusion[key]
-            token, target, exact = per_count_outcomes(name, mechanism, n, self.vocab_size, inclusion=inclusion)
+            token, target, exact = per_count_outcomes(name, self.mechanism(name, e, d, n, rate) if rate else mechanism,
+                                                      n, self.vocab_size, inclusion=inclusion)
             pmf = self.count_pmf(n)
             p_token, p_target = float(pmf @ token), float(pmf @ target)
             if p_token <= 0.0:
@@ -1146,10 +1183,11 @@ class BestPlanner:
             expectation = planning.run_expectation(limits, p_token, p_target, groups=groups, steps_per_group=cap)
             entry = self._entry(name, accountant, num_teachers, groups, e, d, expectation, p_token, p_target, exact,
                                 records, limits, mechanism)
+            entry["subsample_teachers"] = rate
             if entry["expected_private_tokens"] > max(floor, 0.0 if best is None else best["expected_private_tokens"]):
                 best = entry
         if best is not None:
-            best["built"] = self.mechanism(name, best["step_epsilon"], best["step_delta"], n)
+            best["built"] = self.mechanism(name, best["step_epsilon"], best["step_delta"], n, rate)
         return best
 
     def _entry(self, name, accountant, num_teachers, groups, e, d, expectation, p_token, p_target, exact, records,
@@ -1161,10 +1199,10 @@ class BestPlanner:
             "token_probability": p_token, "target_probability": p_target,
             "figure": "expected value" if exact and expectation.exact else "lower bound",
             "law_exact": bool(exact), "records": records, "max_tokens": self.max_tokens,
-            "limits": _limits_dict(limits), "level": mechanism.event.epsilon,
+            "limits": _limits_dict(limits), "level": mechanism.event.epsilon, "subsample_teachers": None,
         }
 
-    def _candidates(self, name: str, accountant: str, n: int, groups: int) -> list:
+    def _candidates(self, name: str, accountant: str, n: int, groups: int, rate: float | None = None) -> list:
         """``(e, d, mechanism, limits, bound)`` of every step on the grid that ``generate`` would run with ``n``
         teachers per group and whose budget pays for a step, ``bound`` being the most tokens it could release (its
         charged steps, each releasing at most one), largest first."""
@@ -1180,13 +1218,13 @@ class BestPlanner:
                 continue  # more noise than GNMax takes, or than twice the votes: it would release next to nothing
             if name == PUBLIC_CANDIDATE and 1.0 / e > 2.0 * n:
                 continue  # Laplace noise of scale 1/e above twice the votes: the noise, not the teachers, decides
-            mechanism = self.mechanism(name, e, d, n if name == PUBLIC_CANDIDATE else None)
+            mechanism = self.mechanism(name, e, d, n if name == PUBLIC_CANDIDATE else None, rate)
             if mechanism is None:
                 continue
             try:
                 check_reachable(mechanism, n)
                 if name in GAUSSIAN:  # noise that decides the releases over the vocabulary: generate refuses it
-                    check_noise_floor(self.mechanism(name, e, d, n), n, self.vocab_size)
+                    check_noise_floor(self.mechanism(name, e, d, n, rate), n, self.vocab_size)
             except RunInputError:
                 continue
             limits = self.limits(accountant, mechanism)
@@ -1226,11 +1264,11 @@ class BestPlanner:
         out)."""
         entries, floors = [], {}
         for groups in group_sizes:
-            for name, accountant in self.configurations:
+            for name, accountant, rate in self.configurations:
                 if groups > 1 and accountant == "individual-charging":
                     continue  # generate runs individual charging in one group (its charges are per teacher)
-                key = (name, accountant)
-                entry = self.evaluate(name, accountant, num_teachers, groups, floors.get(key, 0.0))
+                key = (name, accountant, rate)
+                entry = self.evaluate(name, accountant, num_teachers, groups, floors.get(key, 0.0), rate)
                 if entry is not None:
                     entries.append(entry)
                     floors[key] = max(floors.get(key, 0.0), entry["expected_private_tokens"])
@@ -1277,9 +1315,9 @@ class BestPlanner:
     def releases(self, num_teachers: int, at_least: float = 1.0) -> dict | None:
         """The first configuration found (one group of ``num_teachers``) expected to release at least
         ``at_least`` private tokens, or ``None``."""
-        cheap_first = sorted(self.configurations, key=lambda pair: pair[0].endswith("weighted-sampling"))
-        for name, accountant in cheap_first:  # DPWS's inclusion table is the slowest law to compute
-            entry = self.evaluate(name, accountant, num_teachers, 1, floor=at_least * (1.0 - 1e-12))
+        cheap_first = sorted(self.configurations, key=lambda triple: triple[0].endswith("weighted-sampling"))
+        for name, accountant, rate in cheap_first:  # DPWS's inclusion table is the slowest law to compute
+            entry = self.evaluate(name, accountant, num_teachers, 1, floor=at_least * (1.0 - 1e-12), rate=rate)
             if entry is not None and entry["expected_private_tokens"] >= at_least:
                 return entry
         return None
@@ -1356,6 +1394,8 @@ def best_run_argv(entry: dict, relation: str) -> list[str]:
         argv += ["--records-per-teacher", "K"]
     if entry["groups"] > 1:
         argv += ["--groups", str(entry["groups"])]
+    if entry.get("subsample_teachers") is not None:
+        argv += ["--subsample-teachers", _number(entry["subsample_teachers"])]
     argv += ["--step-epsilon", _number(entry["step_epsilon"]), "--step-delta", _number(entry["step_delta"]),
              "--budget-epsilon", _number(budget["epsilon"]), "--budget-delta", _number(budget["delta"]),
              "--records", str(entry["records"]), "--max-tokens", str(entry["max_tokens"])]
@@ -1381,7 +1421,7 @@ def check_best_run(entry: dict, relation: str, mechanism=None, vocab_size: int =
     budget = (entry["budget"]["epsilon"], entry["budget"]["delta"])
     if mechanism is None:
         mechanism = build_mechanism(entry["mechanism"], entry["step_epsilon"], entry["step_delta"], TEACHER_RELATION,
-                                    num_teachers=n)
+                                    num_teachers=n, subsample=entry.get("subsample_teachers"))
     check_inputs(range(entry["teachers"]), n, mechanism, entry["accountant"], budget)
     check_reachable(mechanism, n)
     check_noise_floor(mechanism, n, vocab_size)
@@ -1393,7 +1433,7 @@ def _not_compared(planner: BestPlanner, entries: list[dict]) -> list[dict]:
     from mechanisms import registry as mechanisms_registry
     from pate_accountant import registry
 
-    compared = set(planner.configurations)
+    compared = {(name, accountant) for name, accountant, _rate in planner.configurations}
     found = {(entry["mechanism"], entry["accountant"]) for entry in entries}
     out = []
     for name in mechanisms_registry.run_mechanism_names():
@@ -1467,6 +1507,8 @@ def _entry_lines(rank: int | None, entry: dict) -> list[str]:
                   f"{limits['queries']} queries{' in all' if groups > 1 else ''}")
     if entry["mechanism"] == PUBLIC_CANDIDATE:
         what += f" (unused: a pure query), public agreement {entry['public_agreement']:g}"
+    if entry.get("subsample_teachers") is not None:
+        what += f", each step on the teachers a draw keeps with probability {_number(entry['subsample_teachers'])}"
     lines = [
         f"{head}{what}",
         (f"{pad}expected private tokens {entry['expected_private_tokens']:.1f} ({entry['figure']}): "
@@ -1606,9 +1648,10 @@ def _run_plan_best(args: argparse.Namespace) -> int:
             entry["individual"] = planner.individual_details(entry, built)
         entries.append(entry)
     ranking, seen = [], set()
-    for entry in entries:  # the best of each (mechanism, accountant), best first
-        if (entry["mechanism"], entry["accountant"]) not in seen:
-            seen.add((entry["mechanism"], entry["accountant"]))
+    for entry in entries:  # the best of each (mechanism, accountant, subsampling rate), best first
+        key = (entry["mechanism"], entry["accountant"], entry.get("subsample_teachers"))
+        if key not in seen:
+            seen.add(key)
             ranking.append(entry)
     fits = bool(ranking) and ranking[0]["expected_private_tokens"] >= 1.0
     payload = {
