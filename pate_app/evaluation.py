@@ -93,6 +93,46 @@ def distinct_n(texts, n: int) -> float | None:
     return len(set(grams)) / len(grams) if grams else None
 
 
+#: A text copies a source when at least :data:`COPY_SHARE` of its word :data:`COPY_NGRAM`-grams (all of its words
+#: as one n-gram when it is shorter) run contiguously in one of the sources (:func:`copy_share`).
+COPY_NGRAM = 5
+COPY_SHARE = 0.5
+
+
+def _grams(words: list, n: int) -> set:
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def copy_share(texts, sources, n: int = COPY_NGRAM, share: float = COPY_SHARE) -> float | None:
+    """The share of ``texts`` that copy one of ``sources``: at least ``share`` of a text's word ``n``-grams
+    (lower-cased, split on whitespace; a text of fewer than ``n`` words is one ``len``-gram) occur in a single
+    source.  ``None`` for no text.  The utility benchmark reports it against the public examples: a private record
+    that copies a public one is worth nothing private, however well it scores (docs/utility.md)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if not 0.0 < float(share) <= 1.0:
+        raise ValueError(f"share must be in (0, 1], got {share!r}")
+    texts = [text.lower().split() for text in texts]
+    if not texts:
+        return None
+    words_of = [source.lower().split() for source in sources]
+    cache: dict = {}
+
+    def copies(words: list) -> bool:
+        k = min(n, len(words))
+        if k == 0:
+            return False
+        own = _grams(words, k)
+        for index, source in enumerate(words_of):
+            if (index, k) not in cache:
+                cache[index, k] = _grams(source, k)
+            if len(own & cache[index, k]) >= share * len(own):
+                return True
+        return False
+
+    return sum(copies(words) for words in texts) / len(texts)
+
+
 def _points(name: str, values) -> np.ndarray:
     array = np.asarray(values, dtype=float)
     if array.ndim != 2 or array.shape[0] < 1:

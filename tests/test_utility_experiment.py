@@ -51,6 +51,47 @@ def test_the_headline_is_the_best_private_row_against_the_best_floor():
     assert h["share"] is None and h["noiseless_above_floor"] is False
 
 
+def test_a_private_row_that_copies_the_public_examples_more_than_the_floor_is_not_credited():
+    """Teachers shown the public examples released copies of them (session 19, fortunes: MAUVE 1.00, distinct-2
+    0.42): the best private row is the best of those copying no more than the floor; when all copy more, the best is
+    shown and not credited (no share either)."""
+    def copying(row, copies):
+        return {**row, "mean": {**row["mean"], "copies": copies}}
+
+    floor = copying(_row("floor", "public with examples", [0.60, 0.70]), 0.10)
+    noiseless = _row("noiseless", "no noise", [0.90, 1.00])
+    copier = copying(_row("private", "copier", [0.99, 1.00], 10.0), 0.60)
+    honest = copying(_row("private", "honest", [0.70, 0.72], 3.0), 0.05)
+    h = utility.headline([floor, noiseless, copier, honest], seed=1)
+    assert h["private_row"] == "honest" and not h["copies_more_than_floor"] and h["private_copies"] == 0.05
+    h = utility.headline([floor, noiseless, copier], seed=1)
+    assert h["private_row"] == "copier" and h["copies_more_than_floor"] and h["gain"] > 2 * h["gain_spread"]
+    assert not h["beats_floor_by_two_spreads"] and h["share"] is None
+    result = {"parameters": {"data": "d", "private": 1, "held_out": 1, "texts": 2, "repetitions": 2,
+                             "teachers_per_group": 4, "embedding": "e"}, "rows": [], "headline": h}
+    text = utility.summary(result)
+    assert "not credited: every private row copies the public examples more than the floor does (60% of its " \
+           "texts against 10%)" in text and "no share" not in text
+
+
+def test_copy_share_counts_texts_whose_word_grams_run_in_one_source():
+    from pate_app.evaluation import copy_share
+
+    sources = ["the quick brown fox jumps over the lazy dog", "a stitch in time saves nine"]
+    texts = ["The quick brown fox jumps over a sleeping cat",  # 2 of 5 five-grams in the first source: no
+             "quick brown fox jumps over the lazy dog today",   # 4 of 5: a copy
+             "a stitch in time",                                # shorter than 5 words: all of it runs in a source
+             "a stitch of time"]                                # not contiguous in any source
+    assert copy_share(texts, sources) == pytest.approx(2 / 4)
+    assert copy_share(texts[:1], sources, share=0.4) == 1.0
+    assert copy_share([], sources) is None and copy_share(texts, []) == 0.0
+    # grams from two sources do not add up to a copy of either
+    assert copy_share(["the lazy dog saves nine lives today now"], ["over the lazy dog saves", "dog saves nine lives"],
+                      n=4, share=0.4) == 0.0  # one of five 4-grams in each, two in both
+    with pytest.raises(ValueError, match="n must be"):
+        copy_share(texts, sources, n=0)
+
+
 def test_the_quiet_step_epsilon_is_the_smallest_on_the_grid_whose_noise_does_not_decide():
     from pate_app.run import _STEP_GRID, NOISE_RELEASE_LIMIT, build_mechanism, noise_release
 

@@ -67,7 +67,7 @@ FULL_RUNTIME = "several hours on 2 CPU cores; sized for a GPU"
 UNSEEDED_ON_USER_DATA = True
 
 #: The metrics every row reports (MAUVE first: the headline's).
-METRICS = ("mauve", "auc", "tstr", "distinct_1", "distinct_2", "precision", "recall")
+METRICS = ("mauve", "auc", "tstr", "distinct_1", "distinct_2", "precision", "recall", "copies")
 #: The private configurations, as generate options: the Gaussian aggregator with a strict-majority threshold over
 #: the public top-50, charged by PLD, with the two kinds of votes.
 CONFIGURATIONS = {
@@ -337,8 +337,9 @@ def _by_label_in_turn(records: list, labels) -> list:
     return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
 
 
-def _scores(real_vectors, real_labels, texts, labels, embed, seed: int) -> dict:
-    """Every metric of one set of ``texts`` (their ``labels``, or ``None``) against the held-out records."""
+def _scores(real_vectors, real_labels, texts, labels, embed, seed: int, public_texts=()) -> dict:
+    """Every metric of one set of ``texts`` (their ``labels``, or ``None``) against the held-out records, and the
+    share of them that copy one of the ``public_texts`` (:func:`~pate_app.evaluation.copy_share`)."""
     from pate_app import evaluation as ev
 
     vectors = embed(texts)
@@ -348,7 +349,7 @@ def _scores(real_vectors, real_labels, texts, labels, embed, seed: int) -> dict:
         "auc": ev.two_sample_auc(real_vectors, vectors, seed=seed),
         "tstr": None if labels is None else ev.tstr_accuracy(vectors, labels, real_vectors, real_labels),
         "distinct_1": ev.distinct_n(texts, 1), "distinct_2": ev.distinct_n(texts, 2),
-        "precision": precision, "recall": recall,
+        "precision": precision, "recall": recall, "copies": ev.copy_share(texts, public_texts),
     }
 
 
@@ -459,6 +460,7 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
     held, _ = ev.scorable_records(real, text_key)
     real_vectors = embed([text for text, _ in held])
     real_labels = None if labels is None else [record["label"] for _, record in held]
+    public_texts = [text for text, _ in ev.scorable_records(examples, text_key)[0]]  # what a copy would copy
     step_delta = STEP_DELTA_SHARE * float(delta)
     rows = []
 
@@ -478,7 +480,8 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         if len(got) >= texts:
             chosen = got[:texts]
             entry["scores"] = _scores(real_vectors, real_labels, [t for t, _ in chosen],
-                                      None if labels is None else [lab for _, lab in chosen], embed, seed=r)
+                                      None if labels is None else [lab for _, lab in chosen], embed, seed=r,
+                                      public_texts=public_texts)
         row["repetitions"].append(entry)
 
     # the ceiling: real private records, drawn afresh for each repetition
@@ -488,7 +491,8 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
         chosen = _by_label_in_turn([private[i] for i in draw], labels)  # as many of each label as a run makes
         usable = [(text, rec.get("label")) for text, rec in ev.scorable_records(chosen, text_key)[0]]
         scores = _scores(real_vectors, real_labels, [t for t, _ in usable[:texts]],
-                         None if labels is None else [lab for _, lab in usable[:texts]], embed, seed=r)
+                         None if labels is None else [lab for _, lab in usable[:texts]], embed, seed=r,
+                         public_texts=public_texts)
         row["repetitions"].append({"scorable_texts": texts, "scores": scores})
     rows.append(_summarise(row))
 
@@ -568,14 +572,24 @@ def headline(rows: list, metric: str = "mauve", seed: int = 0) -> dict | None:
     with the standard error of that difference) and the share of the way from epsilon = 0 to epsilon = infinity
     it recovers (a bootstrap over the repetitions gives its spread; no share unless the noiseless teachers score
     above the floor by more than twice the standard error of that difference: otherwise there is no way to recover,
-    or none that the runs can tell from noise); ``None`` when a side has no scorable row."""
-    def best(kind):
-        candidates = [row for row in rows if row["kind"] == kind and row["scorable"] and metric in row["mean"]]
+    or none that the runs can tell from noise); ``None`` when a side has no scorable row.  The best private row is
+    the best of those that copy the public examples no more than the floor does (the ``copies`` metric); when every
+    private row copies more, the best of them is shown, never credited (no gain beyond the floor, no share)."""
+    def best(kind, copies_at_most=None):
+        candidates = [row for row in rows if row["kind"] == kind and row["scorable"] and metric in row["mean"]
+                      and (copies_at_most is None or row["mean"].get("copies", 0.0) <= copies_at_most)]
         return max(candidates, key=lambda row: row["mean"][metric]) if candidates else None
 
-    private, floor, top = best("private"), best("floor"), best("noiseless")
-    if private is None or floor is None:
+    floor, top = best("floor"), best("noiseless")
+    if floor is None or best("private") is None:
         return None
+    # a private row is credited only when it copies the public examples no more than the public model does: a copy
+    # of a public record scores as a real one and is worth nothing private
+    floor_copies = floor["mean"].get("copies")
+    private = best("private", floor_copies)
+    copies_more = private is None
+    if copies_more:
+        private = best("private")
 
     def values(row):
         return np.array([rep["scores"][metric] for rep in row["repetitions"]])
@@ -584,7 +598,9 @@ def headline(rows: list, metric: str = "mauve", seed: int = 0) -> dict | None:
     gain = float(p.mean() - f.mean())
     se = math.sqrt((p.var(ddof=1) / len(p) if len(p) > 1 else 0.0) + (f.var(ddof=1) / len(f) if len(f) > 1 else 0.0))
     out = {"metric": metric, "private_row": private["row"], "floor_row": floor["row"], "gain": gain,
-           "gain_spread": se, "beats_floor_by_two_spreads": bool(gain > 2 * se), "share": None, "share_spread": None}
+           "gain_spread": se, "beats_floor_by_two_spreads": bool(gain > 2 * se and not copies_more),
+           "private_copies": private["mean"].get("copies"), "floor_copies": floor_copies,
+           "copies_more_than_floor": copies_more, "share": None, "share_spread": None}
     if top is not None:
         t = values(top)
         rng = np.random.default_rng(seed)
@@ -598,7 +614,7 @@ def headline(rows: list, metric: str = "mauve", seed: int = 0) -> dict | None:
         way_se = math.sqrt((t.var(ddof=1) / len(t) if len(t) > 1 else 0.0) + (f.var(ddof=1) / len(f) if len(f) > 1
                                                                              else 0.0))
         above = bool(t.mean() - f.mean() > 2 * way_se)
-        if above:
+        if above and not copies_more:
             out["share"] = float((p.mean() - f.mean()) / (t.mean() - f.mean()))
             out["share_spread"] = float(np.std(draws, ddof=1)) if len(draws) > 1 else 0.0
         out["noiseless_row"] = top["row"]
@@ -612,7 +628,8 @@ def summary(result: dict) -> str:
     lines = [f"utility on {p['data']}: {p['private']} private and {p['held_out']} held-out records, {p['texts']} texts "
              f"a row, {p['repetitions']} runs a row, {p['teachers_per_group']} teachers a group, embeddings "
              f"{p['embedding']}; mean (spread) over the runs",
-             f"{'row':<58} {'MAUVE':>13} {'AUC':>13} {'TSTR':>13} {'distinct-2':>10} {'recall':>7} {'cost':>24}"]
+             f"{'row':<58} {'MAUVE':>13} {'AUC':>13} {'TSTR':>13} {'distinct-2':>10} {'recall':>7} {'copies':>7} "
+             f"{'cost':>24}"]
 
     def cell(row, metric, width=13):
         if metric not in row["mean"]:
@@ -635,19 +652,23 @@ def summary(result: dict) -> str:
             lines.append(f"{row['row']:<58} {why[:200]}")
             continue
         lines.append(f"{row['row']:<58} {cell(row, 'mauve')} {cell(row, 'auc')} {cell(row, 'tstr')} "
-                     f"{cell(row, 'distinct_2', 10)} {cell(row, 'recall', 7)} {cost:>24}")
+                     f"{cell(row, 'distinct_2', 10)} {cell(row, 'recall', 7)} {cell(row, 'copies', 7)} {cost:>24}")
     h = result["headline"]
     if h is None:
         lines.append("headline: no private row is scorable at these budgets")
     else:
-        share = ("" if h["share"] is None and h.get("noiseless_above_floor") is None else
+        share = ("" if (h["share"] is None and h.get("noiseless_above_floor") is None) or h.get("copies_more_than_floor")
+                 else
                  "; no share: the noiseless teachers are not above the public model here by more than twice the "
                  "standard error"
                  if h["share"] is None else
                  f"; it recovers {h['share']:.0%} (spread {h['share_spread']:.0%}) of the way to epsilon = infinity")
+        copied = ("" if not h.get("copies_more_than_floor") else
+                  f"; not credited: every private row copies the public examples more than the floor does "
+                  f"({h['private_copies']:.0%} of its texts against {h['floor_copies']:.0%})")
+        beats = "more" if h["gain"] > 2 * h["gain_spread"] else "not more"
         lines.append(f"headline: {h['private_row']} against {h['floor_row']}: MAUVE gain {h['gain']:+.3f} (standard "
-                     f"error {h['gain_spread']:.3f}; {'more' if h['beats_floor_by_two_spreads'] else 'not more'} than "
-                     f"twice it){share}")
+                     f"error {h['gain_spread']:.3f}; {beats} than twice it){share}{copied}")
     return "\n".join(lines)
 
 
