@@ -744,7 +744,7 @@ def held_load(*args, **kwargs):  # the run has claimed its ledger; its model loa
 run._backends = held_load
 if "--no-fit" in sys.argv:  # the early fit to the window passes (an estimate): the prompts' own check refuses later
     sys.argv.remove("--no-fit")
-    run._fit_to_window = lambda spec, task, plan, model, announce: list(task.records)
+    run._fit_to_window = lambda spec, task, plan, model, announce, public_blocks=None: list(task.records)
 from pate_accountant.cli import main
 sys.exit(main(sys.argv[3:]))
 """

@@ -118,9 +118,9 @@ def add_run_options(p) -> None:
                         "private record; no privacy cost (default: none; docs/generation.md)")
     p.add_argument("--teachers-see-public", action="store_true",
                    help="every teacher's prompt shows the --public-examples too, after the template's header and "
-                        "before its own records (with labels, its label's own): teachers that know what the public "
-                        "model knows; public data, no privacy cost; the records' share of the window shrinks by "
-                        "their tokens (default: off; docs/generation.md)")
+                        "before its own records (with labels, its label's own); public data, no privacy cost. "
+                        "Measured: the teachers agree on what they all see, and the released records copy the "
+                        "public examples (docs/utility.md); off by default")
     p.add_argument("--seed", metavar="S", type=nonnegative_int, default=None,
                    help="seed, for reproducible tests only: a seeded run has no privacy against anyone who knows "
                         "the seed (default: fresh OS entropy; the ledger records only whether a seed was given)")
