@@ -589,3 +589,25 @@ def test_the_public_block_takes_its_tokens_from_the_records_share(words_model):
 def test_teachers_see_public_needs_public_examples():
     with pytest.raises(SpecError, match=r"--teachers-see-public .* needs --public-examples"):
         _spec(teachers_see_public=True)
+
+
+@pytest.mark.parametrize("path", ["plain", "groups", "labels", "add-remove"])
+@pytest.mark.parametrize("change", ["append", "remove last"])
+def test_with_the_public_block_an_added_or_removed_record_changes_only_its_own_teacher(words_model, path, change):
+    """Add/remove-one with ``--teachers-see-public``, the same draws and the teachers' places given: a record
+    appended or the last one removed changes at most one teacher's prompt, in one group (the one that held it);
+    every other prompt, public block included, is byte-identical."""
+    spec = _spec(**{**PATHS[path], "records_per_teacher": 4}, public_examples="public.jsonl", teachers_see_public=True)
+    examples = _public_examples(each=1)  # the window of 80 words holds the block and 4 records a teacher
+    records = _records(18)
+    before = _seen_prompts(spec, records, examples)
+    if change == "remove last":
+        after = _seen_prompts(spec, records[:-1], examples)
+    else:
+        after = _seen_prompts(spec, [*records, {"text": f"{MARKER} z z", "label": "b"}], examples)
+    moved = _changed(before, after)
+    assert len(moved) <= 1, moved
+    if change == "remove last":
+        assert len(moved) == 1 and f"record {len(records) - 1} " in before[moved[0][0]][moved[0][1]]
+    elif moved:
+        assert MARKER in after[moved[0][0]][moved[0][1]]
