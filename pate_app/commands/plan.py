@@ -1062,13 +1062,10 @@ class BestPlanner:
         from mechanisms import GaussianThresholdArgMax
         from pate_app.run import SubsampledTeachers, kept_teachers
 
-        if rate is None:
-            return GaussianThresholdArgMax(base.sigma, relation=base.relation, epsilon=base.epsilon,
-                                           threshold=num_teachers // 2 + 1)
-        inner = base.inner
-        thresholded = GaussianThresholdArgMax(inner.sigma, relation=inner.relation, epsilon=inner.epsilon,
-                                              threshold=kept_teachers(num_teachers, rate) // 2 + 1)
-        return SubsampledTeachers(thresholded, rate, base.relation)
+        plain, votes = (base, num_teachers) if rate is None else (base.inner, kept_teachers(num_teachers, rate))
+        thresholded = GaussianThresholdArgMax(plain.sigma, relation=plain.relation, epsilon=plain.epsilon,
+                                              threshold=votes // 2 + 1)
+        return thresholded if rate is None else SubsampledTeachers(thresholded, rate, base.relation)
 
     def within_planning_limit(self, level: float) -> bool:
         """Whether a budget search at ``level`` stays within the planning limit (docs/ranges.md)."""
