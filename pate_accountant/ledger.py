@@ -125,9 +125,9 @@ from pate_accountant._ledger.runs import (  # noqa: F401  (re-exported)
     describe_mechanism,
     describe_seed,
 )
-from pate_accountant._ledger.postgres_store import PostgresStore, is_postgres_url
-from pate_accountant._ledger.postgres_store import parse_url as parse_postgres_url
-from pate_accountant._ledger.postgres_store import scrub_secrets, url_secrets
+from pate_accountant._ledger.postgres_store import PostgresStore
+from pate_accountant._ledger.postgres_url import is_postgres_url, scrub_secrets, url_secrets
+from pate_accountant._ledger.postgres_url import parse_url as parse_postgres_url
 from pate_accountant._ledger.sqlite_files import (  # noqa: F401  (re-exported)
     _CONF_COLUMNS,
     _CONFIDENTIAL_SCHEMA,

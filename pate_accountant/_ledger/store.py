@@ -41,9 +41,12 @@ calls :meth:`LedgerStore.check_layout` with the metadata a new ledger starts wit
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
+
+from pate_accountant._ledger.errors import LedgerError, LedgerIntegrityError
 
 #: Version of the shareable layout; a ledger with another version is refused.
 SCHEMA_VERSION = 2
@@ -51,6 +54,18 @@ SCHEMA_VERSION = 2
 CONFIDENTIAL_SCHEMA_VERSION = 1
 #: The tables every shareable part has (a store that is not laid out in tables names its parts the same way).
 LEDGER_TABLES = frozenset({"meta", "charges", "head", "runs"})
+
+
+def check_confidential_meta(meta: dict, ledger_id: str | None, where: str, part: str) -> None:
+    """Refuse a confidential part whose metadata ``meta`` is not of :data:`CONFIDENTIAL_SCHEMA_VERSION`
+    (``LedgerError``) or names another ledger id than ``ledger_id`` (``LedgerIntegrityError``): what every store's
+    :meth:`LedgerStore.open_confidential` checks.  ``where`` and ``part`` (``"file"``, ``"part"``) name it."""
+    version = meta.get("schema_version")
+    if version is None or json.loads(version) != CONFIDENTIAL_SCHEMA_VERSION:
+        raise LedgerError(f"{where!r} is not a confidential ledger {part} of schema version "
+                          f"{CONFIDENTIAL_SCHEMA_VERSION} (found {version})")
+    if meta.get("ledger_id") != ledger_id:
+        raise LedgerIntegrityError(f"the confidential {part} {where!r} belongs to another ledger (ledger ids differ)")
 
 
 class StoreIdentity:
