@@ -209,8 +209,8 @@ class PostgresStore(PostgresLayout, PostgresConnection, StoreIdentity):
     def _stream(self, query, params=None):
         """The rows of a long read.  Inside a transaction (:meth:`read`, :meth:`write`): one page when the rows fit
         in it, else a server-side cursor, :data:`ITERSIZE` rows a round trip (it lives until the transaction ends,
-        so iterate it inside).  Outside one (autocommit: a cursor without ``WITH HOLD`` would not outlive its statement): one statement, fetched
-        whole, as before."""
+        so iterate it inside).  Outside one (autocommit: a cursor without ``WITH HOLD`` would not outlive its
+        statement): one statement, fetched whole, as before."""
         conn = self._live()
         if conn.info.transaction_status != self._pg.pq.TransactionStatus.INTRANS:
             return self._execute(query, params)
