@@ -593,6 +593,21 @@ class Accountant(abc.ABC):
         return f"{type(self).__name__}(spent=({eps:.6g}, {delta:.3g}){budget})"
 
 
+class ReportsAtOneDelta:
+    """``spent()`` of an accountant that composes everything into one bound and states it at one delta,
+    :attr:`report_delta` (advanced, PLD and RDP composition): a mixin before :class:`Accountant`, for a class that
+    keeps its ``target_delta`` in ``_target_delta`` and implements ``_epsilon(delta)``."""
+
+    @property
+    def report_delta(self) -> float:
+        """The total delta ``spent()`` reports at: the budget's delta, else ``target_delta``."""
+        return self._budget[1] if self._budget is not None else self._target_delta
+
+    def spent(self) -> tuple[float, float]:
+        delta = self.report_delta
+        return self._epsilon(delta), delta
+
+
 def _release_charge(release, what: str = "release", group=None) -> Charge:
     """The charge of one mechanism release (``what`` names the argument in the ``TypeError``)."""
     if not isinstance(release, Release):
