@@ -279,8 +279,7 @@ class PostgresStore(PostgresLayout, PostgresConnection, StoreIdentity):
     # -- transactions ---------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def read(self, *, confidential: bool = False):
-        if self._busy:
-            raise RuntimeError("a ledger transaction is already open on this Ledger")
+        self._check_can_begin(write=False)
         self._execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         self._busy = True
         failure = None
@@ -296,10 +295,7 @@ class PostgresStore(PostgresLayout, PostgresConnection, StoreIdentity):
 
     @contextlib.contextmanager
     def write(self, *, confidential: bool = False, between_commits=None):
-        if self._read_only:
-            raise LedgerError(f"ledger {self._location!r} is open read-only")
-        if self._busy:
-            raise RuntimeError("a ledger transaction is already open on this Ledger")
+        self._check_can_begin(write=True)
         pg = self._pg
         self._busy = True
         failure = None

@@ -426,8 +426,7 @@ class SQLiteStore(StoreIdentity):
     # -- transactions ---------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def read(self, *, confidential: bool = False):
-        if self._busy:
-            raise RuntimeError("a ledger transaction is already open on this Ledger")
+        self._check_can_begin(write=False)
         snapshot = _Snapshot(self)
         self._conn.execute("BEGIN")
         self._busy = True
@@ -443,10 +442,7 @@ class SQLiteStore(StoreIdentity):
 
     @contextlib.contextmanager
     def write(self, *, confidential: bool = False, between_commits=None):
-        if self._read_only:
-            raise LedgerError(f"ledger {self._path!r} is open read-only")
-        if self._busy:
-            raise RuntimeError("a ledger transaction is already open on this Ledger")
+        self._check_can_begin(write=True)
         try:
             self._conn.execute("BEGIN IMMEDIATE")  # the write lock, waiting up to `timeout` for other writers
         except sqlite3.OperationalError as exc:

@@ -69,12 +69,21 @@ def check_confidential_meta(meta: dict, ledger_id: str | None, where: str, part:
 
 
 class StoreIdentity:
-    """The identity properties every store answers the same way (a small base under both stores; :class:`LedgerStore`
-    stays the contract): the store sets ``_read_only`` when it is made and ``_created_here`` when its opener
-    created the ledger."""
+    """The identity properties every store answers the same way, and the check every transaction starts with (a
+    small base under both stores; :class:`LedgerStore` stays the contract): the store sets ``_read_only`` when it
+    is made, ``_created_here`` when its opener created the ledger, and ``_busy`` while a transaction is open."""
 
     _read_only: bool = False
     _created_here: bool = False
+    _busy: bool = False
+
+    def _check_can_begin(self, *, write: bool) -> None:
+        """Before :meth:`LedgerStore.read` or :meth:`~LedgerStore.write` begins: a read-only store writes nothing
+        (``LedgerError``), and transactions do not nest (``RuntimeError``)."""
+        if write and self._read_only:
+            raise LedgerError(f"ledger {self.location!r} is open read-only")
+        if self._busy:
+            raise RuntimeError("a ledger transaction is already open on this Ledger")
 
     @property
     def read_only(self) -> bool:
