@@ -50,12 +50,12 @@ events) and says so: the spent budget of such an accountant is then not known to
 
 Rooms.  This module is the facade; the work is done in :mod:`pate_accountant._ledger` (docs/ledger.md,
 "Rooms"): :mod:`~pate_accountant._ledger.store` (the storage interface) and its SQLite implementation
-(:mod:`~pate_accountant._ledger.sqlite_store`, :mod:`~pate_accountant._ledger.sqlite_files`),
-:mod:`~pate_accountant._ledger.chain` (hashes and pins), :mod:`~pate_accountant._ledger.verify`,
-:mod:`~pate_accountant._ledger.confidential`, :mod:`~pate_accountant._ledger.runs` (runs, the data set, the
-claim), :mod:`~pate_accountant._ledger.codec` (stored values and their checks) and
-:mod:`~pate_accountant._ledger.transaction` (what a charge is written through).  Every name this module had
-before the split is still importable from here.
+(:mod:`~pate_accountant._ledger.sqlite_store`, :mod:`~pate_accountant._ledger.sqlite_files`) and PostgreSQL one
+(:mod:`~pate_accountant._ledger.postgres_store` and its rooms), :mod:`~pate_accountant._ledger.chain` (hashes
+and pins), :mod:`~pate_accountant._ledger.verify`, :mod:`~pate_accountant._ledger.confidential`,
+:mod:`~pate_accountant._ledger.runs` (runs, the data set, the claim), :mod:`~pate_accountant._ledger.codec`
+(stored values and their checks) and :mod:`~pate_accountant._ledger.transaction` (what a charge is written
+through).  Every name this module had before the split is still importable from here.
 """
 
 from __future__ import annotations
@@ -125,9 +125,9 @@ from pate_accountant._ledger.runs import (  # noqa: F401  (re-exported)
     describe_mechanism,
     describe_seed,
 )
-from pate_accountant._ledger.postgres_store import PostgresStore, is_postgres_url
-from pate_accountant._ledger.postgres_store import parse_url as parse_postgres_url
-from pate_accountant._ledger.postgres_store import scrub_secrets, url_secrets
+from pate_accountant._ledger.postgres_store import PostgresStore
+from pate_accountant._ledger.postgres_url import is_postgres_url, scrub_secrets, url_secrets
+from pate_accountant._ledger.postgres_url import parse_url as parse_postgres_url
 from pate_accountant._ledger.sqlite_files import (  # noqa: F401  (re-exported)
     _CONF_COLUMNS,
     _CONFIDENTIAL_SCHEMA,

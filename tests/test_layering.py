@@ -107,8 +107,6 @@ LOCAL_IMPORTS = {
     # a spec tells a ledger URL from a path when it is checked: the ledger (and the accountants it replays) is
     # not imported when the command line starts (tests/test_cli_startup.py)
     ("pate_app/spec.py", "pate_accountant.ledger"),
-    # the accountant base hands out group views, which subclass it (docs/groups.md)
-    ("pate_accountant/accountants/base.py", "pate_accountant.accountants.parallel"),
     DOOR,
 }
 

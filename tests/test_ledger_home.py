@@ -93,7 +93,7 @@ def test_the_index_keeps_one_ledger_per_fingerprint(tmp_path):
 def test_a_database_ledgers_default_name_is_an_sql_identifier_of_the_data_set():
     """``DatabaseIndex.default_name``: what a run with a URL and no ledger name creates; always a name the
     PostgreSQL store accepts (lower-case identifier, at most 50 characters, not starting with pg_)."""
-    from pate_accountant._ledger.postgres_store import parse_url
+    from pate_accountant._ledger.postgres_url import parse_url
     from pate_accountant.ledger_home import DatabaseIndex, with_ledger_name
 
     fingerprint = "hmac-sha256:" + "0123456789abcdef" * 4

@@ -434,7 +434,7 @@ def test_a_connection_gives_a_silent_server_up_unless_the_url_says_otherwise(pos
     """A network cut that sends nothing back must not hang a run for the operating system's many minutes: ledger
     connections get a connect timeout, TCP keepalives and a TCP user timeout, which the URL or PG* variables
     may set otherwise."""
-    from pate_accountant._ledger.postgres_store import CONNECTION_DEFAULTS
+    from pate_accountant._ledger.postgres_connection import CONNECTION_DEFAULTS
 
     with Ledger.open(_url(postgres_database)) as ledger:
         settings = ledger._store._conn.info.get_parameters()

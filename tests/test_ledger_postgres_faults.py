@@ -325,10 +325,10 @@ def test_a_silent_connection_is_given_up_at_the_statement_deadline(postgres_serv
     """A stalled proxy keeps the connection open and answers nothing (keepalives see a healthy peer): the charge
     fails at the client-side deadline with one line saying why, the accountant keeps its state, nothing is half
     written, and the ledger audits through a direct connection."""
-    import pate_accountant._ledger.postgres_store as store_module
+    import pate_accountant._ledger.postgres_connection as connection_module
     from pg_proxy import StallingProxy
 
-    monkeypatch.setattr(store_module, "STATEMENT_DEADLINE_S", 2.0)
+    monkeypatch.setattr(connection_module, "STATEMENT_DEADLINE_S", 2.0)
     with StallingProxy(postgres_server.port) as proxy:
         url = _through(proxy, postgres_database)
         with Ledger.open(url, timeout=1.0) as ledger:  # the write-lock statement: the lock wait, then 2 s

@@ -391,12 +391,12 @@ def test_a_generate_on_a_silent_database_stops_within_its_bound(model_dir, postg
     stated bound (the deadline, 2 s here, plus the connect timeout, 2 s here, plus the model's own time)."""
     import time
 
-    import pate_accountant._ledger.postgres_store as store_module
+    import pate_accountant._ledger.postgres_connection as connection_module
     import pate_app.run as run_module
     from pate_accountant.cli import main
     from pg_proxy import StallingProxy
 
-    monkeypatch.setattr(store_module, "STATEMENT_DEADLINE_S", 2.0)
+    monkeypatch.setattr(connection_module, "STATEMENT_DEADLINE_S", 2.0)
     monkeypatch.setenv("PATE_ACCOUNTANT_HOME", str(tmp_path / "home"))
     data = tmp_path / "data.jsonl"
     test_run._write_jsonl(data, _records(8))

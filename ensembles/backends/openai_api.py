@@ -40,6 +40,7 @@ from http import HTTPStatus
 import numpy as np
 
 from ensembles.backends.base import ContextBackend
+from ensembles.backends.callable_tokenizer import CallableTokenizer
 from ensembles.distributions import SUM_TOLERANCE, TeacherDistributions
 from pate_accountant.validation import check_int, check_real
 
@@ -75,7 +76,7 @@ KNOWN_ERROR_TYPES = frozenset({
 ERROR_BODY_BYTES = 65536
 
 
-class OpenAICompatibleBackend(ContextBackend):
+class OpenAICompatibleBackend(CallableTokenizer, ContextBackend):
     """``OpenAICompatibleBackend(base_url, model, *, vocab_size, logprobs_temperature, tokenizer=None,
     encode=None, decode=None, eos_token_id=None, top_logprobs=20, batch_size=32, timeout=60.0,
     max_retries=3, backoff=0.5, api_key=None, extra_body=None, check_temperature=True, probe_prompt=None)``.
@@ -104,6 +105,8 @@ class OpenAICompatibleBackend(ContextBackend):
     * ``probe_prompt``: the public token ids of the temperature check (default ``[eos_token_id]``, else
       ``[0]``); never a private prompt.
     """
+
+    _NO_ENCODE = "this OpenAICompatibleBackend has no tokenizer: give prompts as token-id lists"
 
     def __init__(self, base_url: str, model: str, *, vocab_size: int, logprobs_temperature: float,
                  tokenizer=None, encode: Callable | None = None, decode: Callable | None = None,
@@ -160,15 +163,7 @@ class OpenAICompatibleBackend(ContextBackend):
         self._probe = probe
         self._temperature_checked = self._temperature == 1.0 or not self._check_temperature
 
-    # -- the protocol's tokenizer side ---------------------------------------------------------------
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self._eos
-
+    # -- the protocol's tokenizer side (vocab_size, eos_token_id, encode: CallableTokenizer) ----------
     @property
     def top_logprobs(self) -> int:
         return self._k
@@ -181,11 +176,6 @@ class OpenAICompatibleBackend(ContextBackend):
     @property
     def batch_size(self) -> int:
         return self._batch_size
-
-    def encode(self, text: str) -> list[int]:
-        if self._encode is None:
-            raise TypeError("this OpenAICompatibleBackend has no tokenizer: give prompts as token-id lists")
-        return [int(t) for t in self._encode(text)]
 
     def decode(self, token_ids) -> str:
         if self._decode is None:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ensembles.backends.base import ContextBackend
+from ensembles.backends.callable_tokenizer import CallableTokenizer
 from ensembles.distributions import TeacherDistributions
 from pate_accountant.validation import check_int
 
@@ -47,7 +48,7 @@ def empirical_distribution(samples, vocab_size: int) -> tuple[np.ndarray, np.nda
     return tokens, counts / samples.size
 
 
-class SampledApiBackend(ContextBackend):
+class SampledApiBackend(CallableTokenizer, ContextBackend):
     """``SampledApiBackend(sample_fn, num_samples, *, vocab_size, encode=None, decode=None,
     eos_token_id=None, text_contexts=False, seed=None)``.
 
@@ -57,6 +58,8 @@ class SampledApiBackend(ContextBackend):
     for text prompts.  ``seed`` seeds the sampling randomness; it is re-seeded at every ``begin`` so that
     runs are reproducible.  The estimates are the empirical distributions (module docstring).
     """
+
+    _NO_ENCODE = "this SampledApiBackend has no encode: give prompts as token-id lists"
 
     def __init__(self, sample_fn: Callable, num_samples: int, *, vocab_size: int, encode=None, decode=None,
                  eos_token_id=None, text_contexts: bool = False, seed=None):
@@ -80,19 +83,6 @@ class SampledApiBackend(ContextBackend):
     @property
     def num_samples(self) -> int:
         return self._m
-
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab_size
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self._eos
-
-    def encode(self, text: str) -> list[int]:
-        if self._encode is None:
-            raise TypeError("this SampledApiBackend has no encode: give prompts as token-id lists")
-        return [int(t) for t in self._encode(text)]
 
     def decode(self, token_ids) -> str:
         if self._decode is None:

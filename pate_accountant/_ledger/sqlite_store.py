@@ -18,7 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-from pate_accountant._ledger.errors import LedgerError, LedgerIntegrityError, _Discarded
+from pate_accountant._ledger.errors import LedgerError, _Discarded
 from pate_accountant._ledger.sqlite_files import (
     _CONF_COLUMNS,
     _CONFIDENTIAL_SCHEMA,
@@ -41,12 +41,7 @@ from pate_accountant._ledger.sqlite_files import (
     _split_sql,
     confidential_path,
 )
-from pate_accountant._ledger.store import (
-    CONFIDENTIAL_SCHEMA_VERSION,
-    LEDGER_TABLES,
-    SCHEMA_VERSION,
-    StoreIdentity,
-)
+from pate_accountant._ledger.store import LEDGER_TABLES, SCHEMA_VERSION, StoreIdentity, check_confidential_meta
 
 _ROW_INSERT = f"INSERT INTO charges ({_ROW_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
 _CONF_INSERT = f"INSERT INTO charges ({_CONF_COLUMNS}) VALUES (?,?,?,?,?,?,?)"
@@ -380,12 +375,7 @@ class SQLiteStore(StoreIdentity):
                 raise
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise LedgerError(f"{where!r} is not a usable confidential ledger file: {exc}") from None
-        version = meta.get("schema_version")
-        if version is None or json.loads(version) != CONFIDENTIAL_SCHEMA_VERSION:
-            raise LedgerError(f"{where!r} is not a confidential ledger file of schema version "
-                              f"{CONFIDENTIAL_SCHEMA_VERSION} (found {version})")
-        if meta.get("ledger_id") != ledger_id:
-            raise LedgerIntegrityError(f"the confidential file {where!r} belongs to another ledger (ledger ids differ)")
+        check_confidential_meta(meta, ledger_id, where, "file")
 
     def confidential_meta(self) -> dict:
         return dict(self._conf.execute("SELECT key, value FROM meta"))
@@ -436,8 +426,7 @@ class SQLiteStore(StoreIdentity):
     # -- transactions ---------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def read(self, *, confidential: bool = False):
-        if self._busy:
-            raise RuntimeError("a ledger transaction is already open on this Ledger")
+        self._check_can_begin(write=False)
         snapshot = _Snapshot(self)
         self._conn.execute("BEGIN")
         self._busy = True
@@ -453,10 +442,7 @@ class SQLiteStore(StoreIdentity):
 
     @contextlib.contextmanager
     def write(self, *, confidential: bool = False, between_commits=None):
-        if self._read_only:
-            raise LedgerError(f"ledger {self._path!r} is open read-only")
-        if self._busy:
-            raise RuntimeError("a ledger transaction is already open on this Ledger")
+        self._check_can_begin(write=True)
         try:
             self._conn.execute("BEGIN IMMEDIATE")  # the write lock, waiting up to `timeout` for other writers
         except sqlite3.OperationalError as exc:

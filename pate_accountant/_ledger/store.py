@@ -41,9 +41,12 @@ calls :meth:`LedgerStore.check_layout` with the metadata a new ledger starts wit
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
+
+from pate_accountant._ledger.errors import LedgerError, LedgerIntegrityError
 
 #: Version of the shareable layout; a ledger with another version is refused.
 SCHEMA_VERSION = 2
@@ -53,13 +56,34 @@ CONFIDENTIAL_SCHEMA_VERSION = 1
 LEDGER_TABLES = frozenset({"meta", "charges", "head", "runs"})
 
 
+def check_confidential_meta(meta: dict, ledger_id: str | None, where: str, part: str) -> None:
+    """Refuse a confidential part whose metadata ``meta`` is not of :data:`CONFIDENTIAL_SCHEMA_VERSION`
+    (``LedgerError``) or names another ledger id than ``ledger_id`` (``LedgerIntegrityError``): what every store's
+    :meth:`LedgerStore.open_confidential` checks.  ``where`` and ``part`` (``"file"``, ``"part"``) name it."""
+    version = meta.get("schema_version")
+    if version is None or json.loads(version) != CONFIDENTIAL_SCHEMA_VERSION:
+        raise LedgerError(f"{where!r} is not a confidential ledger {part} of schema version "
+                          f"{CONFIDENTIAL_SCHEMA_VERSION} (found {version})")
+    if meta.get("ledger_id") != ledger_id:
+        raise LedgerIntegrityError(f"the confidential {part} {where!r} belongs to another ledger (ledger ids differ)")
+
+
 class StoreIdentity:
-    """The identity properties every store answers the same way (a small base under both stores; :class:`LedgerStore`
-    stays the contract): the store sets ``_read_only`` when it is made and ``_created_here`` when its opener
-    created the ledger."""
+    """The identity properties every store answers the same way, and the check every transaction starts with (a
+    small base under both stores; :class:`LedgerStore` stays the contract): the store sets ``_read_only`` when it
+    is made, ``_created_here`` when its opener created the ledger, and ``_busy`` while a transaction is open."""
 
     _read_only: bool = False
     _created_here: bool = False
+    _busy: bool = False
+
+    def _check_can_begin(self, *, write: bool) -> None:
+        """Before :meth:`LedgerStore.read` or :meth:`~LedgerStore.write` begins: a read-only store writes nothing
+        (``LedgerError``), and transactions do not nest (``RuntimeError``)."""
+        if write and self._read_only:
+            raise LedgerError(f"ledger {self.location!r} is open read-only")
+        if self._busy:
+            raise RuntimeError("a ledger transaction is already open on this Ledger")
 
     @property
     def read_only(self) -> bool:

@@ -1,5 +1,7 @@
 """Privacy accountants sharing one contract (``pate_accountant.accountants.base.Accountant``)."""
 
+# parallel registers the group views that Accountant.parallel_groups hands out (they subclass Accountant).
+from pate_accountant.accountants import parallel  # noqa: F401
 from pate_accountant.accountants.advanced import AdvancedCompositionAccountant
 from pate_accountant.accountants.base import Accountant, AccountantState, Charge, Remaining
 from pate_accountant.accountants.basic import BasicCompositionAccountant

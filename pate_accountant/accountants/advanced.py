@@ -45,7 +45,7 @@ import functools
 import math
 
 from pate_accountant import composition
-from pate_accountant.accountants.base import Accountant, Charge
+from pate_accountant.accountants.base import Accountant, Charge, ReportsAtOneDelta
 from pate_accountant.accountants.event_checks import check_native_relation
 from pate_accountant.accountants.translate import epsilon_delta_terms
 from pate_accountant.validation import check_real
@@ -81,7 +81,7 @@ def _optimal(epsilon0: float, delta0: float, k: int, delta: float) -> float:
     return composition.optimal_epsilon(k, epsilon0, delta0, delta, cache=False)
 
 
-class AdvancedCompositionAccountant(Accountant):
+class AdvancedCompositionAccountant(ReportsAtOneDelta, Accountant):
     """Heterogeneous DRV, KOV and exact optimal composition for identical steps, basic composition: the
     smallest valid bound.  Neighbouring relation: one for everything charged (the
     keyword ``neighboring_relation``, or the relation the first charged event states; an event stated under
@@ -112,11 +112,6 @@ class AdvancedCompositionAccountant(Accountant):
         if self._configured_relation is not None:
             config["neighboring_relation"] = self._configured_relation
         return config
-
-    @property
-    def report_delta(self) -> float:
-        """The total delta ``spent()`` reports at: the budget's delta, else ``target_delta``."""
-        return self._budget[1] if self._budget is not None else self._target_delta
 
     @property
     def classes(self) -> dict:
@@ -165,10 +160,6 @@ class AdvancedCompositionAccountant(Accountant):
         value, name = _smallest(self.bounds(delta))
         self.last_bound = name
         return value
-
-    def spent(self) -> tuple[float, float]:
-        delta = self.report_delta
-        return self._epsilon(delta), delta
 
     def _get_state(self):
         # The dict is updated in place when composing (so it is copied); the rest is replaced.

@@ -247,6 +247,12 @@ class Accountant(abc.ABC):
     #: spend being stated at a fixed delta (:class:`Remaining`).
     delta_adds_up: bool = False
 
+    #: The block of group views :meth:`parallel_groups` hands out
+    #: (:class:`~pate_accountant.accountants.parallel.ParallelGroups`).  Its views subclass this class, so this
+    #: module does not import it: the parallel module sets it here when it is imported, which the package's
+    #: ``__init__`` always does.
+    _group_block = None
+
     #: Attributes that are configuration or machinery, not state (left out of the default ``_get_state``).
     _NOT_STATE = frozenset({"_ledger", "_budget", "_configured_relation", "_afforded", "_parallel", "_scopes_given"})
 
@@ -418,8 +424,6 @@ class Accountant(abc.ABC):
 
         With a ledger the block of groups is the ledger's current run (:meth:`Ledger.begin_run` first), and a
         run has at most one block."""
-        from pate_accountant.accountants.parallel import ParallelGroups  # the views subclass this class
-
         num_groups = check_int("num_groups", num_groups, minimum=1, maximum=MAX_GROUPS)
         touches = check_int("touches", touches, minimum=1, maximum=num_groups)
         if self._ledger is not None:
@@ -432,7 +436,7 @@ class Accountant(abc.ABC):
         if scope in self._scopes_given or scope in self._parallel.scopes():
             raise ValueError(f"run {scope} already has its groups: a run splits its records once (begin a new run)")
         self._scopes_given.add(scope)
-        return ParallelGroups(self, scope, num_groups, touches)
+        return Accountant._group_block(self, scope, num_groups, touches)
 
     # -- machinery ----------------------------------------------------------------------------------------
     def _can_afford(self, event, count: int, group, touches: int = 1) -> bool:
@@ -587,6 +591,21 @@ class Accountant(abc.ABC):
         eps, delta = self.spent()
         budget = "" if self._budget is None else f", budget={self._budget}"
         return f"{type(self).__name__}(spent=({eps:.6g}, {delta:.3g}){budget})"
+
+
+class ReportsAtOneDelta:
+    """``spent()`` of an accountant that composes everything into one bound and states it at one delta,
+    :attr:`report_delta` (advanced, PLD and RDP composition): a mixin before :class:`Accountant`, for a class that
+    keeps its ``target_delta`` in ``_target_delta`` and implements ``_epsilon(delta)``."""
+
+    @property
+    def report_delta(self) -> float:
+        """The total delta ``spent()`` reports at: the budget's delta, else ``target_delta``."""
+        return self._budget[1] if self._budget is not None else self._target_delta
+
+    def spent(self) -> tuple[float, float]:
+        delta = self.report_delta
+        return self._epsilon(delta), delta
 
 
 def _release_charge(release, what: str = "release", group=None) -> Charge:

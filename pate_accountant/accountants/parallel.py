@@ -171,3 +171,8 @@ class GroupAccountant(Accountant):
 
     def __repr__(self):
         return f"GroupAccountant(group {self._group[1]} of run {self._group[0]}, {self._parent!r})"
+
+
+# Accountant.parallel_groups hands out this block of views; the base class cannot import this module (the views
+# subclass it), so the block is registered here, on import (the package's __init__ always imports this module).
+Accountant._group_block = ParallelGroups

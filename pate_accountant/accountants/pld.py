@@ -73,7 +73,7 @@ from dp_accounting.pld.common import DifferentialPrivacyParameters
 from dp_accounting.privacy_accountant import NeighboringRelation
 from scipy import signal, stats
 
-from pate_accountant.accountants.base import Accountant, Charge
+from pate_accountant.accountants.base import Accountant, Charge, ReportsAtOneDelta
 from pate_accountant.accountants.event_checks import (
     DEFAULT_RELATION,
     check_native_relation,
@@ -539,7 +539,7 @@ def _merged_counts(a: dict, b: dict) -> dict:
     return out
 
 
-class PldAccountant(Accountant):
+class PldAccountant(ReportsAtOneDelta, Accountant):
     """Composition of privacy loss distributions (dp-accounting's PLD machinery).
 
     Keywords: ``budget=(epsilon, delta)``, ``ledger``, ``value_discretization_interval`` (default ``1e-4``),
@@ -602,11 +602,6 @@ class PldAccountant(Accountant):
         """The relation the committed groups are read under (the default before anything fixed one: then
         no group depends on it)."""
         return self._current_relation or DEFAULT_RELATION
-
-    @property
-    def report_delta(self) -> float:
-        """The total delta ``spent()`` reports at: the budget's delta, else ``target_delta``."""
-        return self._budget[1] if self._budget is not None else self._target_delta
 
     @property
     def groups(self) -> dict:
@@ -716,10 +711,6 @@ class PldAccountant(Accountant):
         if not self._counts:
             return 0.0
         return self._report_pld().epsilon(delta, self._interval)
-
-    def spent(self) -> tuple[float, float]:
-        delta = self.report_delta
-        return self._epsilon(delta), delta
 
     def _get_state(self):
         # The two dicts are updated in place when composing (so they are copied); the PLDs are replaced, never

@@ -56,7 +56,7 @@ from dp_accounting import dp_event
 from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
 
-from pate_accountant.accountants.base import Accountant, Charge
+from pate_accountant.accountants.base import Accountant, Charge, ReportsAtOneDelta
 from pate_accountant.accountants.event_checks import DEFAULT_RELATION, SHIFT_NOISE, check_native_relation, check_relation
 from pate_accountant.accountants.translate import epsilon_delta_terms
 from pate_accountant.errors import UnsupportedEventError
@@ -158,7 +158,7 @@ def _event_curve(event, orders: tuple, relation: str) -> np.ndarray:
     return _curve_cached(event, orders, relation)
 
 
-class RdpAccountant(Accountant):
+class RdpAccountant(ReportsAtOneDelta, Accountant):
     """Renyi-DP composition through dp-accounting: pure steps as zCDP, native
     dp-accounting events as they are; approximate ``(eps, delta > 0)`` steps are rejected.
 
@@ -207,11 +207,6 @@ class RdpAccountant(Accountant):
         """The summed RDP curve (read-only), one value per order."""
         return self._rdp
 
-    @property
-    def report_delta(self) -> float:
-        """The total delta ``spent()`` reports at: the budget's delta, else ``target_delta``."""
-        return self._budget[1] if self._budget is not None else self._target_delta
-
     def _maybe_compose(self, charge: Charge, do_compose: bool, *, enforce_budget: bool = True) -> None:
         parts = rdp_translation(charge.event)
         relation = self._relation_after(charge.event)  # UnsupportedEventError naming both relations
@@ -233,10 +228,6 @@ class RdpAccountant(Accountant):
 
     def _epsilon(self, delta: float) -> float:
         return _epsilon(self._orders, self._rdp, delta)
-
-    def spent(self) -> tuple[float, float]:
-        delta = self.report_delta
-        return self._epsilon(delta), delta
 
     def _get_state(self):
         return self._rdp, self._current_relation  # the curve is read-only: replaced, never mutated
