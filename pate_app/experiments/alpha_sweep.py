@@ -56,7 +56,7 @@ from ensembles.histograms import coordinated_votes
 from ensembles.metrics import max_counts
 from ensembles.synthetic import alpha_mixture
 from pate_accountant.validation import check_int, check_real
-from pate_app.experiments import claim_lines
+from pate_app.experiments import claim_lines, parse_float_list
 from pate_app.grammar import add_option
 from pate_app.plotting import (
     COLORS,
@@ -142,28 +142,6 @@ def add_arguments(parser) -> None:
 
 
 # -- option parsing --------------------------------------------------------------------------------------
-
-
-def parse_float_list(option: str, value, default, *, maximum: float | None = None) -> list[float]:
-    """A list of reals in ``(0, maximum]`` from ``None`` (the default), a comma-separated string or a
-    sequence; sorted, without repeats.  ``ValueError`` names ``option`` and the value."""
-
-    if value is None:
-        value = default
-    if isinstance(value, str):
-        parts = [p.strip() for p in value.split(",") if p.strip()]
-        try:
-            value = [float(p) for p in parts]
-        except ValueError:
-            raise ValueError(f"{option} must be comma-separated numbers, got {value!r}") from None
-    try:
-        items = list(value)
-    except TypeError:
-        raise ValueError(f"{option} must be a list of numbers, got {value!r}") from None
-    if not items:
-        raise ValueError(f"{option} must not be empty, got {value!r}")
-    checked = [check_real(option, v, minimum=0.0, maximum=maximum, min_open=True) for v in items]
-    return sorted(set(checked))
 
 
 def _options(quick, teachers, samples, alphas, step_epsilon, step_delta, eps0, budget_epsilon, budget_delta) -> dict:

@@ -101,7 +101,7 @@ import attr
 import numpy as np
 
 from pate_accountant.validation import check_int, check_real
-from pate_app.experiments.alpha_sweep import parse_float_list
+from pate_app.experiments import parse_float_list
 
 # The rooms (module docstring).  Some names are imported only to be read here, the experiment's one face, by the
 # tests and the benchmark: the peers' formulas, the accountants, the figure's series and the tables' parameters.

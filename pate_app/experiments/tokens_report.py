@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pate_app.experiments import claim_lines
+from pate_app.experiments import claim_lines, formatted
 from pate_app.plotting import legend_outside, new_figure, styled
 
 # -- comparison and claims ---------------------------------------------------------------------------------------
@@ -198,10 +198,6 @@ def _count(entry: dict) -> str:
     return f"{'>' if entry['capped'] else ''}{entry['private_tokens']:,}"
 
 
-def _f(value, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def _params(params: dict) -> str:
     return " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
 
@@ -218,7 +214,8 @@ def summary(result: dict) -> str:
         (f"tokens-per-epsilon: n={p['teachers']} teachers (one record each), K={p['common']} common tokens, public "
         f"pool {p['pool']}, budgets epsilon {','.join(f'{e:g}' for e in p['budgets'])} at delta "
         f"{p['budget_delta']:g} ({p['relation']}), cap {p['cap']:,} steps, precision floor {p['min_precision']:g}"),
-        (f"machine: {m['cpus']} CPUs, load {_f(m['load_average_before'] and m['load_average_before'][0], '.2f')} "
+        (f"machine: {m['cpus']} CPUs, load "
+        f"{formatted(m['load_average_before'] and m['load_average_before'][0], '.2f')} "
         f"before, {m['wall_seconds']} s wall, {m['cpu_seconds']} s CPU"),
         "",
         ("columns: tokens = private tokens (> : stopped at the cap, a lower bound), tok/eps = per budget epsilon, "
@@ -238,9 +235,10 @@ def summary(result: dict) -> str:
         for name in c["order"]:
             r = entries[name]
             lines.append(
-                f" {'+' if not r['published'] else ' '}{name:<{width}} {_count(r):>9} {r['tokens_per_epsilon']:>9.1f} {r['tokens_per_record']:>8.3f} "
-                f"{_f(r['passes_per_token'], '.3g'):>10} {_f(r['precision'], '.3f'):>5}{' ' if r['admissible'] else '*'}"
-                f"{_f(r['distinct_1'], '.3f'):>6} {_f(r['distinct_2'], '.3f'):>6} {r['distinct_tokens']:>5} "
-                f"{r['stop']:>7} {'yes' if r['ledgers_verified'] else 'NO':>3}  {_params(r['params'])}")
+                f" {'+' if not r['published'] else ' '}{name:<{width}} {_count(r):>9} {r['tokens_per_epsilon']:>9.1f} "
+                f"{r['tokens_per_record']:>8.3f} {formatted(r['passes_per_token'], '.3g'):>10} "
+                f"{formatted(r['precision'], '.3f'):>5}{' ' if r['admissible'] else '*'}"
+                f"{formatted(r['distinct_1'], '.3f'):>6} {formatted(r['distinct_2'], '.3f'):>6} "
+                f"{r['distinct_tokens']:>5} {r['stop']:>7} {'yes' if r['ledgers_verified'] else 'NO':>3}  {_params(r['params'])}")
     lines += claim_lines(result["claims"])
     return "\n".join(lines)
