@@ -31,7 +31,7 @@ from pate_accountant.validation import check_real
 from pate_app import EXPERIMENTS, load_module
 
 __all__ = ["EXPERIMENTS", "claim_lines", "formatted", "load", "model_option", "parse_float_list", "ratio",
-           "records_option"]
+           "records_option", "size_option"]
 
 _REQUIRED = ("NAME", "HELP", "DESCRIPTION", "SIZES", "FULL_RUNTIME", "add_arguments", "run", "plot", "summary")
 
@@ -49,6 +49,15 @@ def claim_lines(claims) -> list[str]:
         return "finding" if c.get("finding") else "ok" if c["holds"] else "FAILS"
 
     return ["", "claims:"] + [f"  [{mark(c)}] {c['claim']}: {c['detail']}" for c in claims]
+
+
+def size_option(parser, sizes: dict, flag: str, metavar: str, what: str) -> None:
+    """The integer option ``flag`` whose default is the size's (``sizes["full"]``, or ``sizes["quick"]`` with
+    ``--quick``, under the option's name: ``--max-tokens`` reads ``"max_tokens"``): ``None`` when it is not
+    given, and its help is ``what`` followed by ``(default F, --quick Q)``."""
+    key = flag.lstrip("-").replace("-", "_")
+    parser.add_argument(flag, metavar=metavar, type=int, default=None,
+                        help=f"{what} (default {sizes['full'][key]}, --quick {sizes['quick'][key]})")
 
 
 def formatted(value, spec: str) -> str:

@@ -56,7 +56,7 @@ from ensembles.histograms import coordinated_votes
 from ensembles.metrics import max_counts
 from ensembles.synthetic import alpha_mixture
 from pate_accountant.validation import check_int, check_real
-from pate_app.experiments import claim_lines, parse_float_list
+from pate_app.experiments import claim_lines, parse_float_list, size_option
 from pate_app.grammar import add_option
 from pate_app.plotting import (
     COLORS,
@@ -115,11 +115,8 @@ def add_arguments(parser) -> None:
     """``--teachers``, ``--samples``, ``--alphas``, ``--step-epsilon``, ``--step-delta``, ``--eps0``,
     ``--budget-epsilon``, ``--budget-delta`` (defaults: ``SIZES`` and the constants above)."""
     full, quick = SIZES["full"], SIZES["quick"]
-    parser.add_argument("--teachers", type=int, metavar="N", default=None,
-                        help=f"ensemble size n (default {full['teachers']}, --quick {quick['teachers']})")
-    parser.add_argument("--samples", type=int, metavar="S", default=None,
-                        help="coordinated histograms per alpha "
-                             f"(default {full['samples']}, --quick {quick['samples']})")
+    size_option(parser, SIZES, "--teachers", "N", "ensemble size n")
+    size_option(parser, SIZES, "--samples", "S", "coordinated histograms per alpha")
     parser.add_argument("--alphas", metavar="A,B,...", default=None,
                         help="comma-separated weights of the common part, each in (0, 1] "
                              f"(default: {len(full['alphas'])} values, --quick {len(quick['alphas'])})")

@@ -68,7 +68,7 @@ from ensembles.data import OPEN_SLOT, partition_records, teacher_prompts
 from ensembles.distributions import TeacherDistributions
 from ensembles.synthetic import alpha_mixture
 from pate_accountant.validation import check_int, check_real
-from pate_app.experiments import model_option, ratio, records_option
+from pate_app.experiments import model_option, ratio, records_option, size_option
 from pate_app.experiments.end_to_end_report import PARTS, _pairs, check_claims, plot, summary
 from pate_app.grammar import add_option
 
@@ -482,18 +482,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--teachers", metavar="N", type=int, default=None,
                         help=f"teachers of the model part, capped by the records (default {full['teachers']}, "
                              f"the records split between them; --quick {quick['teachers']}, one record each)")
-    parser.add_argument("--records", metavar="K", type=int, default=None,
-                        help=f"records per run in the model part (default {full['records']}, "
-                             f"--quick {quick['records']})")
-    parser.add_argument("--max-tokens", metavar="M", type=int, default=None,
-                        help=f"tokens per record in the model part (default {full['max_tokens']}, "
-                             f"--quick {quick['max_tokens']})")
+    size_option(parser, SIZES, "--records", "K", "records per run in the model part")
+    size_option(parser, SIZES, "--max-tokens", "M", "tokens per record in the model part")
     parser.add_argument("--synthetic-teachers", metavar="N", type=int, default=None,
                         help=f"teachers of the synthetic part (default {full['synthetic_teachers']}; enough that "
                              "DPArgMax can release: a smaller n is refused, naming the least one)")
-    parser.add_argument("--synthetic-records", metavar="K", type=int, default=None,
-                        help=f"records per run in the synthetic part (default {full['synthetic_records']}, "
-                             f"--quick {quick['synthetic_records']})")
+    size_option(parser, SIZES, "--synthetic-records", "K", "records per run in the synthetic part")
     parser.add_argument("--part", choices=("both",) + PARTS, default="both",
                         help="which ensemble to run: the language model, the synthetic table, or both (default)")
     add_option(parser, "--target-budget-epsilon", "--target-epsilon", dest="target_epsilon", metavar="EPS",

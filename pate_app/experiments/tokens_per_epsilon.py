@@ -101,7 +101,7 @@ import attr
 import numpy as np
 
 from pate_accountant.validation import check_int, check_real
-from pate_app.experiments import parse_float_list
+from pate_app.experiments import parse_float_list, size_option
 
 # The rooms (module docstring).  Some names are imported only to be read here, the experiment's one face, by the
 # tests and the benchmark: the peers' formulas, the accountants, the figure's series and the tables' parameters.
@@ -485,8 +485,7 @@ def add_arguments(parser) -> None:
     """``--teachers``, ``--alphas``, ``--budgets``, ``--budget-delta``, ``--cap``, ``--rows``,
     ``--min-precision``, ``--common``, ``--pool``."""
     full, quick = SIZES["full"], SIZES["quick"]
-    parser.add_argument("--teachers", type=int, metavar="N", default=None,
-                        help=f"teachers n, one record each (default {full['teachers']}, --quick {quick['teachers']})")
+    size_option(parser, SIZES, "--teachers", "N", "teachers n, one record each")
     parser.add_argument("--alphas", metavar="A,B,...", default=None,
                         help="comma-separated weights of the common part, each in (0, 1) (default "
                              f"{','.join(map(str, full['alphas']))}; --quick {','.join(map(str, quick['alphas']))})")
@@ -496,8 +495,7 @@ def add_arguments(parser) -> None:
                              f"{','.join(f'{e:g}' for e in quick['budgets'])})")
     parser.add_argument("--budget-delta", type=float, metavar="D", default=None,
                         help=f"total delta of every budget, replace-one (default {DEFAULT_BUDGET_DELTA:g})")
-    parser.add_argument("--cap", type=int, metavar="STEPS", default=None,
-                        help=f"hard cap on the steps of one run (default {full['cap']}, --quick {quick['cap']})")
+    size_option(parser, SIZES, "--cap", "STEPS", "hard cap on the steps of one run")
     parser.add_argument("--rows", metavar="NAME,...", default=None,
                         help=f"comma-separated rows to run (default all: {', '.join(ROW_NAMES)})")
     parser.add_argument("--min-precision", type=float, metavar="F", default=None,
