@@ -20,6 +20,11 @@ them alike:
 
 Module-level imports stay light (numpy, scipy; no torch, no matplotlib): the parser imports every module
 to learn its options, and the model-based experiments import torch only when run.
+
+What the experiments share is here: the options every model-based one reads (:func:`records_option`,
+:func:`model_option`), an integer option sized by ``--quick`` (:func:`size_option`), a comma-separated list of
+reals (:func:`parse_float_list`), and the summaries' pieces (:func:`claim_lines`, :func:`formatted`,
+:func:`ratio`).
 """
 
 from __future__ import annotations
