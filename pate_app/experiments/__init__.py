@@ -20,6 +20,11 @@ them alike:
 
 Module-level imports stay light (numpy, scipy; no torch, no matplotlib): the parser imports every module
 to learn its options, and the model-based experiments import torch only when run.
+
+What the experiments share is here: the options every model-based one reads (:func:`records_option`,
+:func:`model_option`), an integer option sized by ``--quick`` (:func:`size_option`), a comma-separated list of
+reals (:func:`parse_float_list`), and the summaries' pieces (:func:`claim_lines`, :func:`formatted`,
+:func:`ratio`).
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ensembles.data import bundled_sample, load_dolly_jsonl
+from pate_accountant.validation import check_real
 from pate_app import EXPERIMENTS, load_module
 
-__all__ = ["EXPERIMENTS", "claim_lines", "load", "model_option", "records_option"]
+__all__ = ["EXPERIMENTS", "claim_lines", "formatted", "load", "model_option", "parse_float_list", "ratio",
+           "records_option", "size_option"]
 
 _REQUIRED = ("NAME", "HELP", "DESCRIPTION", "SIZES", "FULL_RUNTIME", "add_arguments", "run", "plot", "summary")
 
@@ -47,6 +54,47 @@ def claim_lines(claims) -> list[str]:
         return "finding" if c.get("finding") else "ok" if c["holds"] else "FAILS"
 
     return ["", "claims:"] + [f"  [{mark(c)}] {c['claim']}: {c['detail']}" for c in claims]
+
+
+def size_option(parser, sizes: dict, flag: str, metavar: str, what: str) -> None:
+    """The integer option ``flag`` whose default is the size's (``sizes["full"]``, or ``sizes["quick"]`` with
+    ``--quick``, under the option's name: ``--max-tokens`` reads ``"max_tokens"``): ``None`` when it is not
+    given, and its help is ``what`` followed by ``(default F, --quick Q)``."""
+    key = flag.lstrip("-").replace("-", "_")
+    parser.add_argument(flag, metavar=metavar, type=int, default=None,
+                        help=f"{what} (default {sizes['full'][key]}, --quick {sizes['quick'][key]})")
+
+
+def formatted(value, spec: str) -> str:
+    """``value`` formatted by ``spec`` for a summary's table; ``-`` for ``None`` (no number to show)."""
+    return "-" if value is None else format(value, spec)
+
+
+def ratio(numerator, denominator):
+    """``numerator / denominator``, or ``None`` when the denominator is zero (no ratio to report)."""
+    return numerator / denominator if denominator else None
+
+
+def parse_float_list(option: str, value, default, *, maximum: float | None = None) -> list[float]:
+    """A list of reals in ``(0, maximum]`` from ``None`` (the default), a comma-separated string or a
+    sequence; sorted, without repeats.  ``ValueError`` names ``option`` and the value."""
+
+    if value is None:
+        value = default
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        try:
+            value = [float(p) for p in parts]
+        except ValueError:
+            raise ValueError(f"{option} must be comma-separated numbers, got {value!r}") from None
+    try:
+        items = list(value)
+    except TypeError:
+        raise ValueError(f"{option} must be a list of numbers, got {value!r}") from None
+    if not items:
+        raise ValueError(f"{option} must not be empty, got {value!r}")
+    checked = [check_real(option, v, minimum=0.0, maximum=maximum, min_open=True) for v in items]
+    return sorted(set(checked))
 
 
 def records_option(data):

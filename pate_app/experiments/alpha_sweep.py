@@ -56,7 +56,7 @@ from ensembles.histograms import coordinated_votes
 from ensembles.metrics import max_counts
 from ensembles.synthetic import alpha_mixture
 from pate_accountant.validation import check_int, check_real
-from pate_app.experiments import claim_lines
+from pate_app.experiments import claim_lines, parse_float_list, size_option
 from pate_app.grammar import add_option
 from pate_app.plotting import (
     COLORS,
@@ -115,11 +115,8 @@ def add_arguments(parser) -> None:
     """``--teachers``, ``--samples``, ``--alphas``, ``--step-epsilon``, ``--step-delta``, ``--eps0``,
     ``--budget-epsilon``, ``--budget-delta`` (defaults: ``SIZES`` and the constants above)."""
     full, quick = SIZES["full"], SIZES["quick"]
-    parser.add_argument("--teachers", type=int, metavar="N", default=None,
-                        help=f"ensemble size n (default {full['teachers']}, --quick {quick['teachers']})")
-    parser.add_argument("--samples", type=int, metavar="S", default=None,
-                        help="coordinated histograms per alpha "
-                             f"(default {full['samples']}, --quick {quick['samples']})")
+    size_option(parser, SIZES, "--teachers", "N", "ensemble size n")
+    size_option(parser, SIZES, "--samples", "S", "coordinated histograms per alpha")
     parser.add_argument("--alphas", metavar="A,B,...", default=None,
                         help="comma-separated weights of the common part, each in (0, 1] "
                              f"(default: {len(full['alphas'])} values, --quick {len(quick['alphas'])})")
@@ -142,28 +139,6 @@ def add_arguments(parser) -> None:
 
 
 # -- option parsing --------------------------------------------------------------------------------------
-
-
-def parse_float_list(option: str, value, default, *, maximum: float | None = None) -> list[float]:
-    """A list of reals in ``(0, maximum]`` from ``None`` (the default), a comma-separated string or a
-    sequence; sorted, without repeats.  ``ValueError`` names ``option`` and the value."""
-
-    if value is None:
-        value = default
-    if isinstance(value, str):
-        parts = [p.strip() for p in value.split(",") if p.strip()]
-        try:
-            value = [float(p) for p in parts]
-        except ValueError:
-            raise ValueError(f"{option} must be comma-separated numbers, got {value!r}") from None
-    try:
-        items = list(value)
-    except TypeError:
-        raise ValueError(f"{option} must be a list of numbers, got {value!r}") from None
-    if not items:
-        raise ValueError(f"{option} must not be empty, got {value!r}")
-    checked = [check_real(option, v, minimum=0.0, maximum=maximum, min_open=True) for v in items]
-    return sorted(set(checked))
 
 
 def _options(quick, teachers, samples, alphas, step_epsilon, step_delta, eps0, budget_epsilon, budget_delta) -> dict:

@@ -53,13 +53,14 @@ its mechanism noise from the operating system's cryptographic generator (and its
 and histograms from fresh entropy) unless ``--seed`` is given: a seed that everyone knows (0) would let
 anyone replay the noise.  A seeded run on a user's data warns on stderr as ``generate`` does.  The seed is
 never written: the result records only whether each part was ``seeded``.
+
+The claims, the table and the figures are drawn by :mod:`pate_app.experiments.end_to_end_report`.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -67,9 +68,9 @@ from ensembles.data import OPEN_SLOT, partition_records, teacher_prompts
 from ensembles.distributions import TeacherDistributions
 from ensembles.synthetic import alpha_mixture
 from pate_accountant.validation import check_int, check_real
-from pate_app.experiments import model_option, records_option
+from pate_app.experiments import model_option, ratio, records_option, size_option
+from pate_app.experiments.end_to_end_report import PARTS, _pairs, check_claims, plot, summary
 from pate_app.grammar import add_option
-from pate_app.plotting import COLORS, legend_outside, new_figure, styled
 
 __all__ = [
     "CONFIGURATIONS",
@@ -125,7 +126,6 @@ FULL_RUNTIME = "about 3 to 4 minutes on a 2-core CPU"  # measured: see docs/resu
 CONFIGURATIONS = ("target-dp-argmax", "target-dp-weighted-sampling", "individual-between-thresholds")
 #: Ensemble label -> PrivateGenerator ``histograms``.
 ENSEMBLES = (("hot", "coordinated"), ("cold", "independent"))
-PARTS = ("model", "synthetic")
 
 #: Per-step parameters and budgets of the model part (tens of teachers), under replace-one.
 #:
@@ -186,10 +186,6 @@ def distinct_ngrams(texts, n: int) -> tuple[int, int]:
     return len(seen), total
 
 
-def _ratio(numerator, denominator):
-    return numerator / denominator if denominator else None
-
-
 def diversity(texts) -> dict:
     """Diversity of a produced set of records: number of records, distinct records (exact text match after
     stripping), and distinct word 1- and 2-grams with their distinct-n ratios (``None`` for no n-gram)."""
@@ -199,7 +195,7 @@ def diversity(texts) -> dict:
         distinct, total = distinct_ngrams(texts, n)
         out[f"distinct_{n}"] = distinct
         out[f"total_{n}"] = total
-        out[f"distinct_{n}_ratio"] = _ratio(distinct, total)
+        out[f"distinct_{n}_ratio"] = ratio(distinct, total)
     return out
 
 
@@ -340,14 +336,14 @@ def summarize_run(results, accountant, budget, mechanism=None, *, num_records: i
         "failed_runs": runs - len(private),
         "target_runs": targets,
         "target_hits": sum(1 for step in steps if step.target_hit),
-        "fail_rate": _ratio(runs - len(private), runs),
+        "fail_rate": ratio(runs - len(private), runs),
         "distinct_private_tokens": len(set(private)),
         "spent": {"epsilon": _finite(spent_eps), "delta": spent_delta},
         "spent_is": "guarantee" if getattr(accountant, "confidential_charges", False) else "accountant",
         "budget": {"epsilon": budget[0], "delta": budget[1]},
         "within_budget": bool(within),
-        "records_per_epsilon": _ratio(len(completed), spent_eps) if math.isfinite(spent_eps) else None,
-        "private_tokens_per_epsilon": _ratio(len(private), spent_eps) if math.isfinite(spent_eps) else None,
+        "records_per_epsilon": ratio(len(completed), spent_eps) if math.isfinite(spent_eps) else None,
+        "private_tokens_per_epsilon": ratio(len(private), spent_eps) if math.isfinite(spent_eps) else None,
         "accountant": _accountant_state(accountant),
         "diversity": diversity(texts),
     }
@@ -486,18 +482,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--teachers", metavar="N", type=int, default=None,
                         help=f"teachers of the model part, capped by the records (default {full['teachers']}, "
                              f"the records split between them; --quick {quick['teachers']}, one record each)")
-    parser.add_argument("--records", metavar="K", type=int, default=None,
-                        help=f"records per run in the model part (default {full['records']}, "
-                             f"--quick {quick['records']})")
-    parser.add_argument("--max-tokens", metavar="M", type=int, default=None,
-                        help=f"tokens per record in the model part (default {full['max_tokens']}, "
-                             f"--quick {quick['max_tokens']})")
+    size_option(parser, SIZES, "--records", "K", "records per run in the model part")
+    size_option(parser, SIZES, "--max-tokens", "M", "tokens per record in the model part")
     parser.add_argument("--synthetic-teachers", metavar="N", type=int, default=None,
                         help=f"teachers of the synthetic part (default {full['synthetic_teachers']}; enough that "
                              "DPArgMax can release: a smaller n is refused, naming the least one)")
-    parser.add_argument("--synthetic-records", metavar="K", type=int, default=None,
-                        help=f"records per run in the synthetic part (default {full['synthetic_records']}, "
-                             f"--quick {quick['synthetic_records']})")
+    size_option(parser, SIZES, "--synthetic-records", "K", "records per run in the synthetic part")
     parser.add_argument("--part", choices=("both",) + PARTS, default="both",
                         help="which ensemble to run: the language model, the synthetic table, or both (default)")
     add_option(parser, "--target-budget-epsilon", "--target-epsilon", dest="target_epsilon", metavar="EPS",
@@ -687,171 +677,7 @@ def run(*, quick: bool, seed: int | None = None, progress: bool, model=None, dat
             result["model"] = _model_part(options, data=data, model=model, seed=model_seed, bar=bar)
         if "synthetic" in options["parts"]:
             result["synthetic"] = _synthetic_part(options, seed=synthetic_seed, bar=bar)
-    result["claims"] = _claims(result)
+    result["claims"] = check_claims(result)
     result["wall_seconds"] = round(time.perf_counter() - started, 3)
     result["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
     return result
-
-
-def _pairs(runs: list) -> dict:
-    """``{configuration: {"hot": run, "cold": run}}``."""
-    out: dict = {}
-    for entry in runs:
-        out.setdefault(entry["configuration"], {})[entry["ensemble"]] = entry
-    return out
-
-
-def _claims(result: dict) -> dict:
-    """Per part and configuration: every run within its budget; Hot private tokens minus Cold's."""
-    claims = {}
-    for part in PARTS:
-        if part not in result:
-            continue
-        runs = result[part]["runs"]
-        claims[part] = {
-            "all_within_budget": all(entry["within_budget"] for entry in runs),
-            "hot_minus_cold_private_tokens": {
-                configuration: pair["hot"]["private_tokens"] - pair["cold"]["private_tokens"]
-                for configuration, pair in _pairs(runs).items()
-            },
-        }
-    return claims
-
-
-# -- reporting -------------------------------------------------------------------------------------------
-def _fmt(value, spec: str = ".3g") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def summary(result: dict) -> str:
-    noise = ("seeded simulation (seed not recorded)" if result["parameters"].get("seeded", True)
-             else "model part's mechanism noise from the operating system (not seeded)")
-    lines = [f"end-to-end private generation (paper Framework 2), {noise}",
-             "  (rec: records produced, runs: charged runs, priv/fallbk: private/public tokens, fail: share of "
-             "runs releasing nothing, hits: charged target outcomes (wrapper targets, BetweenThresholds 'between'), rec/eps and tok/eps: records and private tokens "
-             "per epsilon spent, d-rec: distinct records, d-1/d-2: distinct-n ratios)"]
-    header = (f"  {'configuration':<30} {'ens':<4} {'rec':>4} {'runs':>5} {'priv':>5} {'fallbk':>6} {'fail':>6} "
-              f"{'hits':>6} {'eps spent':>10} {'rec/eps':>8} {'tok/eps':>8} {'d-rec':>5} {'d-1':>5} {'d-2':>5} {'budget':>6}")
-    for part in PARTS:
-        if part not in result:
-            continue
-        data = result[part]
-        if part == "model":
-            lines.append(f"model part: {data['model']}, {data['data']}, n = {data['teachers']} teachers")
-        else:
-            lines.append(f"synthetic part: n = {data['teachers']} teachers, {data['common_words']} common words, "
-                         f"alpha = {data['alpha']}")
-        setting = data["setting"]
-        for key in ("target", "individual"):
-            budget = setting[key]["budget"]
-            lines.append(f"  {key} charging: per step {_describe_step(key, setting[key])}; "
-                         f"budget ({budget['epsilon']:g}, {budget['delta']:g})")
-        lines.append(header)
-        for entry in data["runs"]:
-            d = entry["diversity"]
-            lines.append(
-                f"  {entry['configuration']:<30} {entry['ensemble']:<4} {entry['records_produced']:>4} "
-                f"{entry['charged_runs']:>5} {entry['private_tokens']:>5} {entry['fallback_tokens']:>6} "
-                f"{_fmt(entry['fail_rate'], '.2f'):>6} {entry['target_hits']:>6} "
-                f"{_fmt(entry['spent']['epsilon'], '.4g'):>10} {_fmt(entry['records_per_epsilon'], '.3g'):>8} "
-                f"{_fmt(entry['private_tokens_per_epsilon'], '.3g'):>8} "
-                f"{d['distinct_records']:>5} {_fmt(d['distinct_1_ratio'], '.2f'):>5} "
-                f"{_fmt(d['distinct_2_ratio'], '.2f'):>5} {'ok' if entry['within_budget'] else 'OVER':>6}"
-            )
-        claims = result["claims"][part]
-        diffs = ", ".join(f"{c}: {v:+d}" for c, v in claims["hot_minus_cold_private_tokens"].items())
-        lines.append(f"  Hot minus Cold private tokens: {diffs}; every run within budget: "
-                     f"{'yes' if claims['all_within_budget'] else 'NO'}")
-    lines.append(f"wall time {result['wall_seconds']:.1f} s")
-    return "\n".join(lines)
-
-
-def _describe_step(key: str, params: dict) -> str:
-    if key == "target":
-        return f"BoundaryWrapper(inner (eps {params['epsilon0']:g}, delta {params['delta0']:g}))"
-    return f"BetweenThresholds(eps {params['epsilon0']:g}, low {params['low']}, high {params['high']})"
-
-
-_SHORT = {
-    "target-dp-argmax": "target\nDPArgMax",
-    "target-dp-weighted-sampling": "target\nDPWS",
-    "individual-between-thresholds": "individual\nBetweenThr.",
-}
-
-
-def _grouped_bars(ax, pairs: dict, metrics) -> None:
-    """Bars per configuration: for Hot (orange) and Cold (blue), one bar per ``(name, getter, alpha)`` metric."""
-    x = np.arange(len(pairs))
-    width = 0.8 / (2 * len(metrics))
-    slot = 0
-    for label, color in (("hot", COLORS["hot"]), ("cold", COLORS["cold"])):
-        for name, getter, alpha in metrics:
-            values = [getter(pairs[c][label]) for c in pairs]
-            values = [np.nan if v is None else v for v in values]
-            ax.bar(x - 0.4 + width * (slot + 0.5), values, width, color=color, alpha=alpha, label=f"{label}: {name}")
-            slot += 1
-    ax.set_xticks(x, [_SHORT.get(c, c) for c in pairs])
-
-
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path)
-    return path
-
-
-@styled
-def plot(result: dict, out_dir) -> list[Path]:
-    """Three figures, one panel per part (Hot orange, Cold blue, per configuration):
-    ``end_to_end_tokens.png`` (private and fallback tokens), ``end_to_end_epsilon.png`` (private tokens and
-    records per epsilon spent, log scale) and ``end_to_end_diversity.png`` (distinct records, distinct-1 and
-    distinct-2 ratios of the produced records)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    parts = [p for p in PARTS if p in result]
-    paths = []
-
-    fig = new_figure((5.2 * len(parts), 4.4))
-    for i, part in enumerate(parts):
-        ax = fig.add_subplot(1, len(parts), i + 1)
-        pairs = _pairs(result[part]["runs"])
-        x = np.arange(len(pairs))
-        top = 0
-        for offset, label, color in ((-0.2, "hot", COLORS["hot"]), (0.2, "cold", COLORS["cold"])):
-            private = np.array([pairs[c][label]["private_tokens"] for c in pairs])
-            fallback = np.array([pairs[c][label]["fallback_tokens"] for c in pairs])
-            ax.bar(x + offset, private, 0.38, color=color, label=f"{label}: private")
-            ax.bar(x + offset, fallback, 0.38, bottom=private, color=color, alpha=0.3, label=f"{label}: fallback")
-            top = max(top, int((private + fallback).max()))
-        ax.set_xticks(x, [_SHORT.get(c, c) for c in pairs])
-        ax.set_ylim(0, 1.05 * max(top, 1))
-        ax.set_ylabel("tokens (one charged run each)")
-        ax.set_title(f"{part} part (n = {result[part]['teachers']}): private vs fallback tokens")
-        legend_outside(ax, where="below", ncol=2)
-    paths.append(_save(fig, out / "end_to_end_tokens.png"))
-
-    fig = new_figure((5.2 * len(parts), 4.4))
-    for i, part in enumerate(parts):
-        ax = fig.add_subplot(1, len(parts), i + 1)
-        _grouped_bars(ax, _pairs(result[part]["runs"]), (
-            ("private tokens / eps", lambda r: r["private_tokens_per_epsilon"] or None, 1.0),
-            ("records / eps", lambda r: r["records_per_epsilon"] or None, 0.4),
-        ))
-        ax.set_yscale("log")
-        ax.set_ylabel("per unit of epsilon spent")
-        ax.set_title(f"{part} part: yield per epsilon spent (no bar: zero)")
-        legend_outside(ax, where="below", ncol=2)
-    paths.append(_save(fig, out / "end_to_end_epsilon.png"))
-
-    fig = new_figure((5.2 * len(parts), 4.4))
-    for i, part in enumerate(parts):
-        ax = fig.add_subplot(1, len(parts), i + 1)
-        _grouped_bars(ax, _pairs(result[part]["runs"]), (
-            ("distinct records", lambda r: _ratio(r["diversity"]["distinct_records"], r["diversity"]["records"]), 1.0),
-            ("distinct-1", lambda r: r["diversity"]["distinct_1_ratio"], 0.6),
-            ("distinct-2", lambda r: r["diversity"]["distinct_2_ratio"], 0.3),
-        ))
-        ax.set_ylim(0, 1.05)
-        ax.set_ylabel("ratio")
-        ax.set_title(f"{part} part: diversity of the produced records")
-        legend_outside(ax, where="below", ncol=3)
-    paths.append(_save(fig, out / "end_to_end_diversity.png"))
-    return paths

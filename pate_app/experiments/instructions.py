@@ -43,7 +43,7 @@ from ensembles.data import partition_records, teacher_prompts
 from ensembles.histograms import coordinated_votes, independent_votes
 from ensembles.metrics import cold_zero_threshold
 from pate_accountant.validation import check_int, check_real
-from pate_app.experiments import model_option, records_option
+from pate_app.experiments import model_option, records_option, size_option
 from pate_app.experiments.histograms import threshold_grid
 from pate_app.plotting import COLORS, new_figure, styled
 
@@ -93,21 +93,15 @@ TOP_TOKENS = 5
 
 def add_arguments(parser) -> None:
     """The experiment's own options (sizes default to ``SIZES``)."""
-    full, quick = SIZES["full"], SIZES["quick"]
     parser.add_argument("--data", metavar="FILE", default=None,
                         help="Dolly-format JSON lines (e.g. databricks-dolly-15k.jsonl); records with a context "
                              "or an instruction of 256 characters or more are dropped (default: the bundled "
                              "sample)")
     parser.add_argument("--model", metavar="PATH", default=None,
                         help="local model folder or .gguf file (default: the embedded SmolLM2-135M-Instruct)")
-    parser.add_argument("--teachers", metavar="N", type=int, default=None,
-                        help=f"number of teachers, capped by the number of records "
-                             f"(default {full['teachers']}, --quick {quick['teachers']})")
-    parser.add_argument("--prefixes", metavar="K", type=int, default=None,
-                        help=f"number of prefixes (default {full['prefixes']}, --quick {quick['prefixes']})")
-    parser.add_argument("--samples", metavar="R", type=int, default=None,
-                        help=f"histograms per prefix and ensemble type (default {full['samples']}, "
-                             f"--quick {quick['samples']})")
+    size_option(parser, SIZES, "--teachers", "N", "number of teachers, capped by the number of records")
+    size_option(parser, SIZES, "--prefixes", "K", "number of prefixes")
+    size_option(parser, SIZES, "--samples", "R", "histograms per prefix and ensemble type")
     parser.add_argument("--examples", metavar="K", type=int, default=EXAMPLES,
                         help=f"records per teacher prompt (default {EXAMPLES}, as in the paper; fewer if the "
                              "data run out)")

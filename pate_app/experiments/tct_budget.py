@@ -34,8 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from pate_accountant.validation import check_int, check_real
-from pate_app.experiments import claim_lines
-from pate_app.experiments.alpha_sweep import parse_float_list
+from pate_app.experiments import claim_lines, parse_float_list, ratio
 from pate_app.grammar import add_option
 from pate_app.plotting import (
     COLORS,
@@ -90,10 +89,6 @@ def add_arguments(parser) -> None:
                              f"(default {DEFAULT_AGGREGATOR_DELTA:g})")
 
 
-def _ratio(a, b):
-    return a / b if b else None
-
-
 def run(*, quick: bool = False, seed: int = 0, progress: bool = True, budget_epsilon=None, budget_delta=None,
         eps0=None, aggregator_delta=None) -> dict:
     """The whole experiment (module docstring).  Deterministic (no randomness: ``seed`` is only recorded)."""
@@ -132,19 +127,19 @@ def run(*, quick: bool = False, seed: int = 0, progress: bool = True, budget_eps
             "hits": h,
             "plain_optimal": plain_opt[i],
             "plain_drv": plain_drv[i],
-            "break_even_queries_per_hit": _ratio(plain_opt[i], h),
+            "break_even_queries_per_hit": ratio(plain_opt[i], h),
             "num_teachers": plans[i].num_teachers_needed,
             "queries_worst": WORST_QUERIES_PER_HIT * h,
             "queries_coordinated": cd * h,
             "yields": plans[i].yields,
             "paper_yields": plans[i].paper_formula_yields,
-            "hits_over_plain": _ratio(h, plain_opt[i]),
-            "queries_worst_over_plain": _ratio(WORST_QUERIES_PER_HIT * h, plain_opt[i]),
-            "queries_coordinated_over_plain": _ratio(cd * h, plain_opt[i]),
-            "queries_coordinated_over_plain_drv": _ratio(cd * h, plain_drv[i]),
-            "yields_over_plain": _ratio(plans[i].yields, plain_opt[i]),
+            "hits_over_plain": ratio(h, plain_opt[i]),
+            "queries_worst_over_plain": ratio(WORST_QUERIES_PER_HIT * h, plain_opt[i]),
+            "queries_coordinated_over_plain": ratio(cd * h, plain_opt[i]),
+            "queries_coordinated_over_plain_drv": ratio(cd * h, plain_drv[i]),
+            "yields_over_plain": ratio(plans[i].yields, plain_opt[i]),
         })
-    ratios = {name: [_ratio(h, p) for h, p in zip(series, curve["paper"])] for name, series in curve["tct"].items()}
+    ratios = {name: [ratio(h, p) for h, p in zip(series, curve["paper"])] for name, series in curve["tct"].items()}
     result = {
         "experiment": NAME,
         "quick": bool(quick),
