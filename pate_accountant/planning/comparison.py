@@ -33,6 +33,7 @@ from pate_accountant.tct import (
 )
 from pate_accountant.validation import MAX_COUNT, check_delta, check_int, check_real
 
+
 @dataclasses.dataclass(frozen=True)
 class AccountingComparison(_Result):
     """What :func:`compare_accounting` returns.

@@ -40,6 +40,7 @@ from pate_accountant.planning.ranges import (
 from pate_accountant.tct import check_composition, query_delta_epsilon, tct_epsilon, tct_splits, wrapped_query_delta
 from pate_accountant.validation import MAX_COUNT, check_delta, check_int, check_real
 
+
 @dataclasses.dataclass(frozen=True)
 class YieldsPlan(_Result):
     """What :func:`yields` returns.

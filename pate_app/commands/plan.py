@@ -293,9 +293,9 @@ def _step_delta(args, eps0: float, budget_epsilon: float | None = None, queries:
 def _plan_print(args, command: str, result, lines, run: dict | None = None, assumptions=(),
                 plain_run: dict | None = None) -> int:
     """A plan's answer: ``lines``, the ``run`` block (:func:`pate_app.planning.run_plan`), the ``plain_run`` block
-    (:func:`pate_app.planning.plain_run_plan`) and the assumptions (the result's and ``assumptions``); with ``--json`` the same
-    as one object (the runs under their own keys).  ``result`` is a planning result or, for a run that cannot
-    pay for one query, a dict of the headline's fields."""
+    (:func:`pate_app.planning.plain_run_plan`) and the assumptions (the result's and ``assumptions``); with
+    ``--json`` the same as one object (the runs under their own keys).  ``result`` is a planning result or, for a
+    run that cannot pay for one query, a dict of the headline's fields."""
     fields = result if isinstance(result, dict) else result.as_dict()
     notes = [*fields.pop("assumptions", ()), *assumptions]
     if args.json:
@@ -321,8 +321,9 @@ def _plan_print(args, command: str, result, lines, run: dict | None = None, assu
 
 
 def _charged_run(args, eps0: float, num_teachers: int, budget_epsilon: float, step_delta: float):
-    """:func:`pate_app.planning.run_plan` through :func:`_plan_call`: a bad option is a usage error, and so is a run that cannot pay
-    for one query (only a ``--step-delta`` the user chose can do that: the default pays for the plan's queries)."""
+    """:func:`pate_app.planning.run_plan` through :func:`_plan_call`: a bad option is a usage error, and so is a run
+    that cannot pay for one query (only a ``--step-delta`` the user chose can do that: the default pays for the
+    plan's queries)."""
     from pate_app.planning import run_plan
 
     run, charged = _plan_call(args, run_plan, eps0=eps0, num_teachers=num_teachers, budget_epsilon=budget_epsilon,

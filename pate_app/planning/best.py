@@ -136,10 +136,10 @@ def _best_assumptions(planner: BestPlanner) -> list[str]:
     """What every figure of a ``plan best`` answer assumes, in the planner's numbers."""
     deltas = ", ".join(_number(d) for d in best_step_deltas(planner.budget[1]))
     return [
-        (f"agreement (paper Section 6, the alpha mixture): every teacher puts mass alpha = {planner.alpha:g} on one shared "
-        "token and the rest on a token of its own; with coordinated votes the shared token's count is BetaBin(n, "
-        "alpha/(1-alpha), 1) and each other teacher votes for its own token, at every step independently. Real "
-        "text agrees more at some steps and less at others: the token figures hold for this model, not for your "
+        (f"agreement (paper Section 6, the alpha mixture): every teacher puts mass alpha = {planner.alpha:g} on one "
+        "shared token and the rest on a token of its own; with coordinated votes the shared token's count is "
+        "BetaBin(n, alpha/(1-alpha), 1) and each other teacher votes for its own token, at every step independently. "
+        "Real text agrees more at some steps and less at others: the token figures hold for this model, not for your "
         "data."),
         ("privacy: the hits, queries and steps are the limits the printed run's own accountant puts on it at this "
         "budget (generate stops the run there"
@@ -148,8 +148,8 @@ def _best_assumptions(planner: BestPlanner) -> list[str]:
         ("tokens: private tokens (released by the mechanism; public fallbacks are not counted), from the "
         "mechanisms' exact laws on the model's histograms; an 'expected value' is the expectation under the "
         "model, a 'lower bound' is less than it: GNMax counted only where the top voted token wins outright against "
-        f"the other {planner.vocab_size - 1} tokens of the vocabulary (a union bound; GNMax also releases tokens nobody "
-        "voted for), and several groups under target charging counted up to an even share each of the one query "
+        f"the other {planner.vocab_size - 1} tokens of the vocabulary (a union bound; GNMax also releases tokens "
+        "nobody voted for), and several groups under target charging counted up to an even share each of the one query "
         "limit they share. 'No run releases a private token' means none is expected to release one."),
         (f"records: each record runs to --max-tokens ({planner.max_tokens}); a record that stops earlier at a newline "
         "leaves steps, and budget, unused. Without --records the run gets enough records for its budget to end it "
@@ -179,15 +179,15 @@ def _public_candidate_assumptions(planner: BestPlanner) -> list[str]:
         return [f"public candidate: not compared; {PUBLIC_AGREEMENT_OPTION} P states how often the public model's "
                 "candidate is the teachers' shared token, which the agreement model does not say."]
     return [
-        (f"public candidate ({PUBLIC_CANDIDATE}, {PUBLIC_AGREEMENT_OPTION} {planner.public_agreement:g}): at every step "
-         f"the public model's candidate is the teachers' shared token with probability P = {planner.public_agreement:g}, "
-         "independently of the votes, and then has the shared token's count above; otherwise it is a token of one "
-         "teacher's own (one vote, the most any other token has in this model). The query counts the teachers "
-         "included at a rate nu ~ U[1/n, 1] who vote for it (exact law of that count), with the thresholds "
-         "generate sets from the teachers of a group (low = ceil(n/5), high = low + ceil(2/epsilon)). Its tokens are "
-         "a lower bound: releases of the shared token, less those the noise alone gives a candidate no teacher votes "
-         "for; a released candidate the teachers do not share is the public model's token, as a fallback would be, "
-         "and is not counted. Every 'between' outcome is a hit, whichever the candidate."),
+        (f"public candidate ({PUBLIC_CANDIDATE}, {PUBLIC_AGREEMENT_OPTION} {planner.public_agreement:g}): at every "
+         "step the public model's candidate is the teachers' shared token with probability "
+         f"P = {planner.public_agreement:g}, independently of the votes, and then has the shared token's count above; "
+         "otherwise it is a token of one teacher's own (one vote, the most any other token has in this model). The "
+         "query counts the teachers included at a rate nu ~ U[1/n, 1] who vote for it (exact law of that count), with "
+         "the thresholds generate sets from the teachers of a group (low = ceil(n/5), high = low + ceil(2/epsilon)). "
+         "Its tokens are a lower bound: releases of the shared token, less those the noise alone gives a candidate no "
+         "teacher votes for; a released candidate the teachers do not share is the public model's token, as a fallback "
+         "would be, and is not counted. Every 'between' outcome is a hit, whichever the candidate."),
         ("individual charging: the ranked figure plans for the worst teacher charged on every hit (as if every hit "
          "counted the same teachers), so the run is planned to the per-teacher limit of the accountant generate "
          "builds (under replace-one the limit of half the budget, by group privacy: docs/tct_and_individual.md, "

@@ -15,6 +15,7 @@ from mechanisms.boundary_wrapper import target_from_outside_mass
 from pate_app.options import DEFAULT_VOCAB_SIZE
 from pate_app.planning.configurations import GAUSSIAN
 
+
 def _gaussian_noise(sigma: float, bound: int):
     """GNMax's noise (mechanisms/gaussian.py): the discrete Gaussian ``P[X = x] ~ exp(-x^2 / (2 sigma^2))`` on
     ``{-bound, ..., bound}``: ``(pmf, survival)``, ``pmf[x + bound] = P[X = x]`` and ``survival(k) = P[X >= k]`` for

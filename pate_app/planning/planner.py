@@ -41,6 +41,7 @@ from pate_app.run import (
     kept_teachers,
 )
 
+
 def _sigma_guess(e: float, d: float) -> float:
     """About the noise ``calibrate_sigma(e, d)`` finds under replace-one (the classical Gaussian mechanism's
     ``sqrt(2 ln(1.25/d) x 2) / e``; two counts move), to skip a calibration that cannot pay off."""
