@@ -19,8 +19,10 @@ from pate_app.grammar import Parser, add_option
 __all__ = [
     "BUDGET_DELTA_HELP",
     "DEFAULT_RAY_TIMEOUT",
+    "DEFAULT_VOCAB_SIZE",
     "BUDGET_EPSILON_HELP",
     "Parser",
+    "PUBLIC_AGREEMENT_OPTION",
     "STEP_DELTA_HELP",
     "STEP_EPSILON_HELP",
     "add_option",
@@ -153,3 +155,8 @@ def add_verbose_option(p) -> None:
 
 #: Seconds a cluster ``--ray-address`` has to accept a connection, by default (``generate --ray-timeout``).
 DEFAULT_RAY_TIMEOUT = 10.0
+#: The vocabulary ``plan best`` assumes for GNMax, which noises every token of it: the embedded SmolLM2's (``plan best
+#: --vocab-size``, and the default of the planner's laws, :mod:`pate_app.planning`).
+DEFAULT_VOCAB_SIZE = 49152
+#: The ``plan best`` option that states the public model's agreement with the teachers (the planner names it).
+PUBLIC_AGREEMENT_OPTION = "--public-agreement"

@@ -32,7 +32,7 @@ from pate_accountant import registry as accountants_registry
 from pate_accountant.cli import main
 from pate_accountant.errors import BudgetExhaustedError
 from pate_accountant.release import Release
-from pate_app.commands import plan
+from pate_app import planning as plan
 from pate_app.run import build_accountant
 
 PUBLIC = ("between-thresholds", "target-charging"), ("between-thresholds", "individual-charging"), (

@@ -26,8 +26,8 @@ from pate_accountant import registry as accountants_registry
 from pate_accountant.cli import main
 from pate_accountant.errors import BudgetExhaustedError
 from pate_accountant.release import Release
+from pate_app import planning as plan
 from pate_app.cli import build_parser
-from pate_app.commands import plan
 from pate_app.run import check_inputs, check_reachable
 
 

@@ -212,7 +212,7 @@ def test_yields_per_budget_are_the_papers_setting_not_a_sized_run(sweep):
     quotes for eps0 = 0.01. So the experiment keeps its delta and says why."""
     from mechanisms import DPArgMax
     from pate_accountant.tct import boundary_wrapper_q
-    from pate_app.commands.plan import run_accountant_composition
+    from pate_app.planning import run_accountant_composition
 
     p = sweep["parameters"]
     composition, share = run_accountant_composition()
