@@ -1,4 +1,4 @@
-"""Budget planning (pate_accountant/planning.py), the Section 6 figures (pate_app/experiments/section6.py) and
+"""Budget planning (pate_accountant/planning/), the Section 6 figures (pate_app/experiments/section6.py) and
 ``pate-accountant plan`` (docs/planning.md).  Known values are our own computations of the formulas (docs/planning.md)."""
 
 from __future__ import annotations
