@@ -36,7 +36,8 @@ from ensembles.templates import INSTRUCTIONS, get_template
 from mechanisms import registry as mechanisms_registry
 from pate_accountant import registry as accountants_registry
 from pate_accountant.validation import check_delta, check_epsilon, check_int, check_real, read_regular_file
-from pate_app.commands.run_options import DEMO_DEFAULTS as _D
+from pate_app.defaults import DEMO_DEFAULTS as _D
+from pate_app.errors import RunInputError
 from pate_app.options import DEFAULT_RAY_TIMEOUT
 
 __all__ = ["LONG_RECORDS", "SECTIONS", "RunInputError", "RunSpec", "SpecError", "Task", "load_public_examples",
@@ -55,9 +56,6 @@ def model_label(model: str) -> str:
 #: What ``--long-records`` does with a record too long for its share of the model's window (docs/data.md).
 LONG_RECORDS = ("refuse", "truncate", "skip")
 
-
-class RunInputError(ValueError):
-    """A bad input found before anything was charged (the CLI turns it into exit status 2)."""
 
 #: The TOML tables and, for each key, the ``RunSpec`` field it sets.
 SECTIONS = {

@@ -9,13 +9,13 @@ import os
 from mechanisms import registry as mechanisms_registry
 from pate_accountant import registry as accountants_registry
 from pate_app.commands.run_options import (
-    DEMO_DEFAULTS,
     add_budget_options,
     add_run_options,
     require,
     run_and_report,
     spec_from_args,
 )
+from pate_app.defaults import DEMO_DEFAULTS
 from pate_app.options import DEFAULT_RAY_TIMEOUT, positive_float, positive_int
 from pate_app.spec import EMBEDDED_LABEL, LONG_RECORDS, model_label  # noqa: F401  (the model's names, kept here)
 

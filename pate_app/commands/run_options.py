@@ -6,6 +6,7 @@ import shlex
 import sys
 import time
 
+from pate_app.defaults import DEMO_DEFAULTS
 from pate_app.options import (
     BUDGET_DELTA_HELP,
     BUDGET_EPSILON_HELP,
@@ -25,14 +26,7 @@ from pate_app.options import (
     unit,
 )
 
-__all__ = ["DEMO_DEFAULTS", "add_budget_options", "add_run_options", "run_and_report", "spec_from_args"]
-
-#: ``demo`` defaults, also ``generate``'s for every option but the budget (docs/demo.md explains the choice).
-DEMO_DEFAULTS = {
-    "teachers": 64, "records": 3, "max_tokens": 24, "mechanism": "dp-argmax", "accountant": "basic",
-    "step_epsilon": 2.0, "step_delta": 1e-6, "relation": "replace-one", "epsilon": 150.0, "delta": 1e-4,
-    "temperature": 0.7, "top_p": 0.9,
-}
+__all__ = ["add_budget_options", "add_run_options", "run_and_report", "spec_from_args"]
 
 
 def add_budget_options(p, *, default: bool) -> None:
