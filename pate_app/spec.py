@@ -41,7 +41,7 @@ from pate_app.errors import RunInputError
 from pate_app.options import DEFAULT_RAY_TIMEOUT
 
 __all__ = ["LONG_RECORDS", "SECTIONS", "RunInputError", "RunSpec", "SpecError", "Task", "load_public_examples",
-           "load_task", "synthesize", "task_from_records"]
+           "load_task", "task_from_records"]
 
 #: How the run header, the result and the ledger name the embedded model.
 EMBEDDED_LABEL = "SmolLM2-135M-Instruct (embedded)"
@@ -490,17 +490,3 @@ def load_public_examples(spec: RunSpec, task: Task) -> tuple:
         raise RunInputError(f"{where}: {shared} of its {len(records)} records are also records of --data; a public "
                             "example must not be a private record")
     return tuple(records)
-
-
-def synthesize(spec: RunSpec, *, records=None, progress: bool = False, ledger_home=None) -> dict:
-    """Run ``spec``: load its records (or take ``records``, dicts, held in memory: :func:`task_from_records`) and
-    its template, resolve its model (``embedded``: the shipped SmolLM2) and generate privately
-    (:func:`pate_app.run.private_run`); the JSON-able result, with ``"spec"`` its shareable part.  Raises
-    :class:`RunInputError` (or :class:`SpecError`) for bad input, before anything is charged.
-
-    One budget per data set holds here as in ``generate``: the ledger home (``ledger_home``, default the user's)
-    charges records it has seen to their ledger.  ``ledger_home=False`` is the explicit opt-out for callers that
-    manage budgets themselves (``spec.ledger`` is then required and no index is read or written)."""
-    from pate_app.run import private_run
-
-    return private_run(spec, records=records, progress=progress, ledger_home=ledger_home)
