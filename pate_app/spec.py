@@ -411,16 +411,9 @@ def load_task(spec: RunSpec) -> Task:
             loaded = load_records(os.path.expanduser(spec.data), text_field=spec.text_field,
                                   label_field=spec.label_field)
             data_label = dataset = os.path.basename(spec.data)
-    except UnknownFormatError as exc:  # the command line's words, not the Python argument's
-        raise RunInputError(f"argument --data: cannot tell the format of {exc.name!r} from its suffix: name the file "
-                            "*.jsonl, *.json or *.csv") from None
-    except FileNotFoundError as exc:
+    except (ValueError, OSError) as exc:
         hint = " (`plan` prints DATA where your records' file goes)" if spec.data == "DATA" else ""
-        raise RunInputError(f"argument --data: {exc}{hint}") from None
-    except ValueError as exc:
-        raise RunInputError(f"argument --data: {exc}") from None
-    except OSError as exc:  # unreadable: no permission, an I/O error
-        raise RunInputError(f"argument --data: cannot read {spec.data!r}: {exc.strerror or exc}") from None
+        raise _unreadable(exc, "argument --data", missing=f"{exc}{hint}", cannot=f"cannot read {spec.data!r}") from None
     if not loaded.records:
         raise RunInputError(f"argument --data: no records left in {spec.data!r} (every text was empty)")
     try:
@@ -433,6 +426,22 @@ def load_task(spec: RunSpec) -> Task:
         records = tuple({**record, "label": record[loaded.label_key]} for record in records)
     return Task(records, template, data_label, spec.dataset if spec.dataset is not None else dataset,
                 loaded.text_key, loaded.read)
+
+
+def _unreadable(exc: Exception, where: str, *, missing: str = "no such file", cannot: str = "cannot read it"
+                ) -> RunInputError:
+    """The one-line usage error for ``exc``, raised reading the records file that the option ``where`` names
+    (:func:`~ensembles.data.load_records`): a suffix that names no format, a missing file (``missing`` says so), a
+    record the loader refuses, or a file the system cannot read (``cannot``, then why: no permission, an I/O
+    error).  In the command line's words, not the Python argument's."""
+    if isinstance(exc, UnknownFormatError):
+        return RunInputError(f"{where}: cannot tell the format of {exc.name!r} from its suffix: name the file "
+                             "*.jsonl, *.json or *.csv")
+    if isinstance(exc, FileNotFoundError):
+        return RunInputError(f"{where}: {missing}")
+    if isinstance(exc, ValueError):
+        return RunInputError(f"{where}: {exc}")
+    return RunInputError(f"{where}: {cannot}: {exc.strerror or exc}")
 
 
 def task_from_records(spec: RunSpec, records) -> Task:
@@ -462,15 +471,8 @@ def load_public_examples(spec: RunSpec, task: Task) -> tuple:
     try:
         loaded = load_records(os.path.expanduser(spec.public_examples), text_field=field,
                               label_field=spec.label_field)
-    except UnknownFormatError as exc:
-        raise RunInputError(f"{where}: cannot tell the format of {exc.name!r} from its suffix: name the file "
-                            "*.jsonl, *.json or *.csv") from None
-    except FileNotFoundError:
-        raise RunInputError(f"{where}: no such file") from None
-    except ValueError as exc:
-        raise RunInputError(f"{where}: {exc}") from None
-    except OSError as exc:
-        raise RunInputError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    except (ValueError, OSError) as exc:
+        raise _unreadable(exc, where) from None
     records = loaded.records
     if task.text_key != "text":
         records = tuple({**{k: v for k, v in r.items() if k != "text"}, task.text_key: r["text"]} for r in records)
