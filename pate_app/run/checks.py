@@ -297,11 +297,11 @@ def _inner_release_rule(inner, n: int) -> str:
 
 
 def check_groups(groups, num_teachers: int, accountant_name: str, *, labels: bool = False) -> int:
-    """The teachers of each group for ``--groups`` (:func:`private_run`), or of each label's group with ``labels``
-    (the groups are then the labels of ``--labels``): ``num_teachers`` must split evenly, so every group runs the
-    same mechanism (the groups then share its envelope, docs/groups.md), and the accountant must take the envelope
-    of parallel groups (one that declares none would charge every group in full: refused rather than silently
-    costing ``groups`` times more)."""
+    """The teachers of each group for ``--groups`` (:func:`~pate_app.run.private_run`), or of each label's group with
+    ``labels`` (the groups are then the labels of ``--labels``): ``num_teachers`` must split evenly, so every group
+    runs the same mechanism (the groups then share its envelope, docs/groups.md), and the accountant must take the
+    envelope of parallel groups (one that declares none would charge every group in full: refused rather than
+    silently costing ``groups`` times more)."""
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
         raise RunInputError(f"--groups must be a positive integer, got {groups!r}")
     what = f"the {groups} labels of --labels" if labels else f"--groups {groups} equal groups"

@@ -21,7 +21,13 @@ from ensembles.data import (
 from ensembles.templates import INSTRUCTIONS, PromptTemplate
 from pate_app.errors import RunInputError, first_line
 from pate_app.library_output import quiet_libraries
-from pate_app.run.checks import _public_count, _RunPlan, check_noise_floor, nearest_configurations, plural_of
+from pate_app.run.checks import (
+    _public_count,
+    _RunPlan,
+    check_noise_floor,
+    nearest_configurations,
+    plural_of,
+)
 
 __all__ = ["group_prompts", "run_prompts"]
 
@@ -35,8 +41,9 @@ def _fit_to_window(spec, task, plan: _RunPlan, model, *, announce: bool, public_
     the config are read.  A refusal counts the records, never shows one; with ``announce``, what was done is one
     line on stderr (counts only: they describe the data, so they stay on this screen and out of the ledger and
     the result).  The vocabulary's size is checked against a Gaussian mechanism's noise here too
-    (:func:`check_noise_floor`).  ``public_blocks``: the public examples the teachers show too
-    (:func:`teacher_public_blocks`), whose tokens (the longest group's) leave the records' share of the window."""
+    (:func:`~pate_app.run.checks.check_noise_floor`).  ``public_blocks``: the public examples the teachers show
+    too (:func:`~pate_app.run.public.teacher_public_blocks`), whose tokens (the longest group's) leave the records'
+    share of the window."""
     records = task.records
     try:
         with quiet_libraries(drop_stderr=True):
@@ -110,8 +117,8 @@ def run_prompts(shown, spec, plan: _RunPlan, rng: np.random.Generator, template:
     (``rng.spawn``), so a record that changes label changes its old and its new label's placement only.  Every
     teacher shows at most ``plan.per_teacher`` records.  With ``announce``, one line on stderr counts records left
     out for want of a place and teachers left without a record (counts describe the data: this screen only).
-    ``public_blocks`` (:func:`teacher_public_blocks`): each group's public examples, appended to its shared prefix
-    (public: the placement of the records does not move)."""
+    ``public_blocks`` (:func:`~pate_app.run.public.teacher_public_blocks`): each group's public examples, appended to
+    its shared prefix (public: the placement of the records does not move)."""
     placements: list = []
     if plan.places is None:
         ensembles = group_prompts(shown, spec.teachers, plan.groups, rng, template, plan.per_teacher, placements)

@@ -26,14 +26,14 @@ PUBLIC_ROWS = 32
 def public_only_run(spec, task, *, progress: bool = False, command: str = "generate") -> dict:
     """The public model alone (``spec.public_only``; docs/generation.md, "The public model alone"): each record is
     written by the model from the template's shared prefix, the public examples (``--public-examples``, the label's
-    own with labels) and the open slot, which hold no private record (:func:`public_prompt_list`;
-    :func:`~ensembles.generation.public_generate_many`, the draw a private run's public fallback makes; up
-    to :data:`PUBLIC_ROWS` records of a label side by side), with no teacher, mechanism or ledger, so nothing is
-    charged and no record reaches the model.  The records are read only to check the task as a private run does
-    (the labels, the template); with labels, the records are asked for per label in turn and carry their label (the
-    public model knows which label it writes for only from a template that names it, ``{label}``, and from the
-    label's public examples).  The result has the shape of :func:`~pate_app.run.private_run`'s, with
-    ``"public_only": true``, nothing spent and no ledger."""
+    own with labels) and the open slot, which hold no private record
+    (:func:`~pate_app.run.public.public_prompt_list`; :func:`~ensembles.generation.public_generate_many`, the draw a
+    private run's public fallback makes; up to :data:`PUBLIC_ROWS` records of a label side by side), with no
+    teacher, mechanism or ledger, so nothing is charged and no record reaches the model.  The records are read only
+    to check the task as a private run does (the labels, the template); with labels, the records are asked for per
+    label in turn and carry their label (the public model knows which label it writes for only from a template
+    that names it, ``{label}``, and from the label's public examples).  The result has the shape of
+    :func:`~pate_app.run.private_run`'s, with ``"public_only": true``, nothing spent and no ledger."""
     labels, _ = _check_task(spec, task)
     out_file = _out_file(spec)
     model, model_label = _resolve_model(spec, announce=progress)

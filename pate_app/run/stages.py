@@ -76,11 +76,11 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
     manages its budgets itself (the documented opt-out, docs/ledger.md): no index is read or written, and
     ``spec.ledger`` is required.
 
-    The spec's values were checked when it was built.  What is checked here comes in order of cost, and all of
-    it before anything is written: the data and task alone (records, labels, template, teachers, mechanism,
-    accountant and budget; :func:`_plan_run`), then the model's path (the embedded one converted once), then the
-    records against the model's window with its tokenizer only (``spec.long_records``: refuse, truncate or skip
-    a record too long for its share of the window; counts on stderr, never a text), then the ledger, which is
+    The spec's values were checked when it was built.  What is checked here comes in order of cost, and all of it
+    before anything is written: the data and task alone (records, labels, template, teachers, mechanism, accountant
+    and budget; :func:`~pate_app.run.checks._plan_run`), then the model's path (the embedded one converted once),
+    then the records against the model's window with its tokenizer only (``spec.long_records``: refuse, truncate or
+    skip a record too long for its share of the window; counts on stderr, never a text), then the ledger, which is
     claimed before the model loads.
 
     The data set's ledger: ``spec.ledger`` (created if missing, appended to if it exists); ``None``: the one the
@@ -98,7 +98,7 @@ def private_run(spec, *, records=None, progress: bool = False, command: str = "g
     ``spec.public_top_k``: the public prior, data-independent, so free.  ``spec.out``: a new file (JSON lines,
     or CSV by its name) that gets each record as it finishes (:mod:`pate_app.records_out`).
     ``spec.signing_key``: a run whose ledger verifies ends with a signed checkpoint of its head.
-    ``spec.seed``: for reproducible tests only (module docstring).
+    ``spec.seed``: for reproducible tests only (:mod:`pate_app.run`, "Seeds").
 
     Interrupts: the first Ctrl-C (SIGINT, in the main thread) stops the run at the next step boundary, or at once
     inside a model call (nothing is charged there), keeping every finished record and the charges made; the result
@@ -167,10 +167,11 @@ class Checked:
 
 
 def check_task(spec, task) -> Checked:
-    """Check the task: what the spec and the records alone decide, cheapest first and before anything is
-    written (no model, no ledger): the teachers fitted to the data when ``--teachers`` was not given
-    (:func:`fit_teachers`), the labels, groups, template, mechanism and its threshold, accountant and budget
-    (:func:`_plan_run`), the ``--out`` file and the shards (:func:`check_workers`)."""
+    """Check the task: what the spec and the records alone decide, cheapest first and before anything is written (no
+    model, no ledger): the teachers fitted to the data when ``--teachers`` was not given
+    (:func:`~pate_app.run.checks.fit_teachers`), the labels, groups, template, mechanism and its threshold,
+    accountant and budget (:func:`~pate_app.run.checks._plan_run`), the ``--out`` file and the shards
+    (:func:`~pate_app.run.backends.check_workers`)."""
     spec = fit_teachers(spec, task)
     plan = _plan_run(spec, task)
     out_file = _out_file(spec)
@@ -199,10 +200,10 @@ class Fitted(Checked):
 
 def fit_records(checked: Checked, *, announce: bool) -> Fitted:
     """Fit the records: the model's path (the embedded model converted once), the public support of
-    ``--public-top-k auto`` measured on the public examples, the public examples, and each record fitted to its share
-    of the model's window by ``--long-records`` with the tokenizer only (:func:`_fit_to_window`, which also checks
-    the noise against the vocabulary); the public model's prompts.  Still nothing written; with ``announce``, what
-    was done is said on stderr (counts only)."""
+    ``--public-top-k auto`` measured on the public examples, the public examples, and each record fitted to its
+    share of the model's window by ``--long-records`` with the tokenizer only
+    (:func:`~pate_app.run.prompts._fit_to_window`, which also checks the noise against the vocabulary); the public
+    model's prompts.  Still nothing written; with ``announce``, what was done is said on stderr (counts only)."""
     spec, task, plan = checked.spec, checked.task, checked.plan
     model, label = _resolve_model(spec, announce=announce)
     spec, support = _size_public_support(spec, task, model, plan.labels, announce=announce)
@@ -235,8 +236,8 @@ def claim_ledger(fitted: Fitted, ledger_home, *, bundled: bool, announce: bool) 
     """Claim the ledger, before the model loads: the data set's ledger, found by the ledger home's index
     (``ledger_home``; ``spec.ledger`` refused when the home keeps these records elsewhere, except for the ``bundled``
     sample), its folder and the signing key checked, an existing ledger checked read-only (data set, accountant,
-    budget, relation), then claimed (:func:`_claim_ledger`: created, or joined) and registered in the index.  A
-    refusal leaves nothing behind."""
+    budget, relation), then claimed (:func:`~pate_app.run.ledger._claim_ledger`: created, or joined) and registered
+    in the index.  A refusal leaves nothing behind."""
     spec, task, plan = fitted.spec, fitted.task, fitted.plan
     register = spec.ledger is None or not bundled
     place = _dataset_ledger(ledger_home, list(task.records), task.dataset, spec.ledger, check=register,
@@ -280,9 +281,10 @@ class Built(Claimed):
 
 
 def build_ensemble(claimed: Claimed, stack: contextlib.ExitStack, *, announce: bool) -> Built:
-    """Build the ensemble: load the model (the teachers' backend, in shards or Ray actors, and the public
-    fallback's, closed by ``stack``), place the fitted records in each group's teachers' prompts
-    (:func:`run_prompts`), and refuse prompts that do not fit the model's window before the run begins."""
+    """Build the ensemble: load the model (the teachers' backend, in shards or Ray actors, and the public fallback's,
+    closed by ``stack``), place the fitted records in each group's teachers' prompts
+    (:func:`~pate_app.run.prompts.run_prompts`), and refuse prompts that do not fit the model's window before the run
+    begins."""
     spec = claimed.spec
     with loading_model(announce):
         backend, public = _backends(stack, claimed.model, spec.threads, spec.workers, spec.ray_address)
@@ -401,9 +403,9 @@ class Generated(Begun):
 def generate_records(begun: Begun, stack: contextlib.ExitStack, *, progress: bool) -> Generated:
     """Generate: each group's :class:`~ensembles.generation.PrivateGenerator` on the teachers' backend (the public
     model's fallback beside it), the progress bar, the ``--out`` file (closed by ``stack``) and Ctrl-C
-    (:class:`_StopOnInterrupt`, entered here), then the records, the groups taken in turn (:func:`_take_turns`).  A
-    Ctrl-C keeps the finished records (the one under way is dropped, its charges stay in the ledger); a ledger that
-    cannot take a charge stops the run, keeping the finished records."""
+    (:class:`~pate_app.run.interrupt._StopOnInterrupt`, entered here), then the records, the groups taken in turn
+    (:func:`_take_turns`).  A Ctrl-C keeps the finished records (the one under way is dropped, its charges stay in the
+    ledger); a ledger that cannot take a charge stops the run, keeping the finished records."""
     spec, plan, mech = begun.spec, begun.plan, begun.plan.mechanism
     stop = _StopOnInterrupt(on_request=begun.ledger.interrupt)  # entered once the generation begins
     # a first Ctrl-C inside a model call (a long prefill) stops the run at once
