@@ -266,14 +266,19 @@ INTERRUPTED = 130
 def _print_records(result: dict) -> None:
     """Each record of a run's result, with its token counts and stop reason."""
     for i, record in enumerate(result["records"], start=1):
-        group = (f" ({record['label']})" if "label" in record else
-                 f" (group {record['group']})" if "group" in record else "")
-        text = "\n              ".join(record["text"].splitlines()) or "(empty)"
-        print(f"  record {i}{group}: {text}")
+        _print_text(i, record)
         cut = "" if record["complete"] else ", cut short by the budget"
         print(f"            {plural(record['num_tokens'], 'token')}: {record['private_tokens']} private, "
               f"{record['fallback_tokens']} public fallback{'' if record['fallback_tokens'] == 1 else 's'}; stop: "
               f"{record['stop_reason']}{cut}")
+
+
+def _print_text(i: int, record: dict) -> None:
+    """The line of record ``i`` with its label (or group) and its text, continued lines indented under it."""
+    group = (f" ({record['label']})" if "label" in record else
+             f" (group {record['group']})" if "group" in record else "")
+    text = "\n              ".join(record["text"].splitlines()) or "(empty)"
+    print(f"  record {i}{group}: {text}")
 
 
 def _report_public_only(args, result: dict, command: str, started: float) -> int:
@@ -286,9 +291,7 @@ def _report_public_only(args, result: dict, command: str, started: float) -> int
           f"{p['model']}, template {p['template']}: no private record reaches the model, nothing is charged, no "
           "ledger is written")
     for i, record in enumerate(result["records"], start=1):
-        label = f" ({record['label']})" if "label" in record else ""
-        text = "\n              ".join(record["text"].splitlines()) or "(empty)"
-        print(f"  record {i}{label}: {text}")
+        _print_text(i, record)
         print(f"            {plural(record['num_tokens'], 'token')}, all public; stop: {record['stop_reason']}")
     print(f"records     : {records_sentence(result)}")
     print(f"wall time   : {time.perf_counter() - started:.1f} s")

@@ -12,9 +12,9 @@ import attr
 
 from ensembles.backends import transformers_backend as tb
 from ensembles.support_size import measure_top_k
-from pate_app.errors import RunInputError, first_line
+from pate_app.errors import RunInputError
 from pate_app.library_output import quiet_libraries
-from pate_app.run.backends import _public_backend
+from pate_app.run.backends import _public_backend, loading_model
 from pate_app.spec import load_public_examples
 
 __all__ = ["measure_public_support", "public_block", "public_prompt_list", "public_support_contexts",
@@ -93,11 +93,9 @@ def measure_public_support(template, examples, labels, model, threads=None):
         contexts = public_support_contexts(template, examples, labels)
     except ValueError as exc:
         raise RunInputError(f"--public-top-k auto: {exc}") from None
+    with loading_model(announce=False):
+        backend = _public_backend(model, threads)
     with quiet_libraries(drop_stderr=True):
-        try:
-            backend = _public_backend(model, threads)
-        except OSError as exc:
-            raise RunInputError(f"--model: cannot load the model: {first_line(exc)}") from None
         return measure_top_k(backend, contexts)
 
 
