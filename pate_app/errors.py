@@ -1,8 +1,9 @@
 """The error of a run's bad input: :class:`RunInputError`, raised before anything is charged, and the one line a
 library's error becomes in it (:func:`first_line`).
 
-It lives apart from the run description (:mod:`pate_app.spec`, which re-exports it) so that a module the spec does
-not need, such as the privacy unit's rules (:mod:`pate_app.privacy_unit`), raises it without importing the spec.
+It lives apart from the run description (:mod:`pate_app.spec`, which re-exports it), so that the modules below the
+spec, such as the privacy unit's rules (:mod:`pate_app.privacy_unit`), raise it without importing the spec and its
+loaders, and no import runs in a circle.
 """
 
 __all__ = ["RunInputError", "first_line"]
