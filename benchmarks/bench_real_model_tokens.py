@@ -1,7 +1,7 @@
 """Private tokens per epsilon on the real model: the embedded SmolLM2 on the bundled sample, run until the budget
 is spent (issue 23, item 5; the synthetic sweep is ``pate-accountant experiment tokens-per-epsilon``).
 
-Each configuration is one :class:`pate_app.spec.RunSpec` run through :func:`pate_app.spec.synthesize`, on a fresh
+Each configuration is one :class:`pate_app.spec.RunSpec` run through :func:`pate_app.run.synthesize`, on a fresh
 ledger in a temporary ledger home, with more records requested than the budget pays for, so that the run stops by
 refusal.  Printed per configuration: private tokens per budget epsilon and per record of the data set, teacher
 forward passes per private token, distinct-1/2 of the generated records, the audit verdict and the wall time.
@@ -24,7 +24,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pate_app.spec import RunInputError, RunSpec, synthesize  # noqa: E402
+from pate_app.run import synthesize  # noqa: E402
+from pate_app.spec import RunInputError, RunSpec  # noqa: E402
 
 RECORDS_IN_SAMPLE = 201
 

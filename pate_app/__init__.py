@@ -57,12 +57,16 @@ __all__ = ["COMMANDS", "COMMAND_HELP", "EXPERIMENTS", "RunSpec", "load_module", 
 
 
 def __getattr__(name: str):
-    """``pate_app.RunSpec`` and ``pate_app.synthesize`` (:mod:`pate_app.spec`), imported when first used, so that
-    the command line's ``--help`` stays fast."""
-    if name in ("RunSpec", "synthesize"):
+    """``pate_app.RunSpec`` (:mod:`pate_app.spec`) and ``pate_app.synthesize`` (:mod:`pate_app.run`), imported when
+    first used, so that the command line's ``--help`` stays fast."""
+    if name == "RunSpec":
         from pate_app import spec
 
-        return getattr(spec, name)
+        return spec.RunSpec
+    if name == "synthesize":
+        from pate_app import run
+
+        return run.synthesize
     raise AttributeError(f"module 'pate_app' has no attribute {name!r}")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from pate_app.spec import RunInputError
+from pate_app.errors import RunInputError
 
 __all__ = ["DEFAULT_TEACHERS", "RECORD_RELATIONS", "RELATIONS", "TEACHER_RELATION", "default_teachers",
            "record_relation", "records_per_teacher"]

@@ -36,11 +36,12 @@ from ensembles.templates import INSTRUCTIONS, get_template
 from mechanisms import registry as mechanisms_registry
 from pate_accountant import registry as accountants_registry
 from pate_accountant.validation import check_delta, check_epsilon, check_int, check_real, read_regular_file
-from pate_app.commands.run_options import DEMO_DEFAULTS as _D
+from pate_app.defaults import DEMO_DEFAULTS as _D
+from pate_app.errors import RunInputError
 from pate_app.options import DEFAULT_RAY_TIMEOUT
 
 __all__ = ["LONG_RECORDS", "SECTIONS", "RunInputError", "RunSpec", "SpecError", "Task", "load_public_examples",
-           "load_task", "synthesize", "task_from_records"]
+           "load_task", "task_from_records"]
 
 #: How the run header, the result and the ledger name the embedded model.
 EMBEDDED_LABEL = "SmolLM2-135M-Instruct (embedded)"
@@ -55,9 +56,6 @@ def model_label(model: str) -> str:
 #: What ``--long-records`` does with a record too long for its share of the model's window (docs/data.md).
 LONG_RECORDS = ("refuse", "truncate", "skip")
 
-
-class RunInputError(ValueError):
-    """A bad input found before anything was charged (the CLI turns it into exit status 2)."""
 
 #: The TOML tables and, for each key, the ``RunSpec`` field it sets.
 SECTIONS = {
@@ -413,16 +411,9 @@ def load_task(spec: RunSpec) -> Task:
             loaded = load_records(os.path.expanduser(spec.data), text_field=spec.text_field,
                                   label_field=spec.label_field)
             data_label = dataset = os.path.basename(spec.data)
-    except UnknownFormatError as exc:  # the command line's words, not the Python argument's
-        raise RunInputError(f"argument --data: cannot tell the format of {exc.name!r} from its suffix: name the file "
-                            "*.jsonl, *.json or *.csv") from None
-    except FileNotFoundError as exc:
+    except (ValueError, OSError) as exc:
         hint = " (`plan` prints DATA where your records' file goes)" if spec.data == "DATA" else ""
-        raise RunInputError(f"argument --data: {exc}{hint}") from None
-    except ValueError as exc:
-        raise RunInputError(f"argument --data: {exc}") from None
-    except OSError as exc:  # unreadable: no permission, an I/O error
-        raise RunInputError(f"argument --data: cannot read {spec.data!r}: {exc.strerror or exc}") from None
+        raise _unreadable(exc, "argument --data", missing=f"{exc}{hint}", cannot=f"cannot read {spec.data!r}") from None
     if not loaded.records:
         raise RunInputError(f"argument --data: no records left in {spec.data!r} (every text was empty)")
     try:
@@ -435,6 +426,22 @@ def load_task(spec: RunSpec) -> Task:
         records = tuple({**record, "label": record[loaded.label_key]} for record in records)
     return Task(records, template, data_label, spec.dataset if spec.dataset is not None else dataset,
                 loaded.text_key, loaded.read)
+
+
+def _unreadable(exc: Exception, where: str, *, missing: str = "no such file", cannot: str = "cannot read it"
+                ) -> RunInputError:
+    """The one-line usage error for ``exc``, raised reading the records file that the option ``where`` names
+    (:func:`~ensembles.data.load_records`): a suffix that names no format, a missing file (``missing`` says so), a
+    record the loader refuses, or a file the system cannot read (``cannot``, then why: no permission, an I/O
+    error).  In the command line's words, not the Python argument's."""
+    if isinstance(exc, UnknownFormatError):
+        return RunInputError(f"{where}: cannot tell the format of {exc.name!r} from its suffix: name the file "
+                             "*.jsonl, *.json or *.csv")
+    if isinstance(exc, FileNotFoundError):
+        return RunInputError(f"{where}: {missing}")
+    if isinstance(exc, ValueError):
+        return RunInputError(f"{where}: {exc}")
+    return RunInputError(f"{where}: {cannot}: {exc.strerror or exc}")
 
 
 def task_from_records(spec: RunSpec, records) -> Task:
@@ -464,15 +471,8 @@ def load_public_examples(spec: RunSpec, task: Task) -> tuple:
     try:
         loaded = load_records(os.path.expanduser(spec.public_examples), text_field=field,
                               label_field=spec.label_field)
-    except UnknownFormatError as exc:
-        raise RunInputError(f"{where}: cannot tell the format of {exc.name!r} from its suffix: name the file "
-                            "*.jsonl, *.json or *.csv") from None
-    except FileNotFoundError:
-        raise RunInputError(f"{where}: no such file") from None
-    except ValueError as exc:
-        raise RunInputError(f"{where}: {exc}") from None
-    except OSError as exc:
-        raise RunInputError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    except (ValueError, OSError) as exc:
+        raise _unreadable(exc, where) from None
     records = loaded.records
     if task.text_key != "text":
         records = tuple({**{k: v for k, v in r.items() if k != "text"}, task.text_key: r["text"]} for r in records)
@@ -492,17 +492,3 @@ def load_public_examples(spec: RunSpec, task: Task) -> tuple:
         raise RunInputError(f"{where}: {shared} of its {len(records)} records are also records of --data; a public "
                             "example must not be a private record")
     return tuple(records)
-
-
-def synthesize(spec: RunSpec, *, records=None, progress: bool = False, ledger_home=None) -> dict:
-    """Run ``spec``: load its records (or take ``records``, dicts, held in memory: :func:`task_from_records`) and
-    its template, resolve its model (``embedded``: the shipped SmolLM2) and generate privately
-    (:func:`pate_app.run.private_run`); the JSON-able result, with ``"spec"`` its shareable part.  Raises
-    :class:`RunInputError` (or :class:`SpecError`) for bad input, before anything is charged.
-
-    One budget per data set holds here as in ``generate``: the ledger home (``ledger_home``, default the user's)
-    charges records it has seen to their ledger.  ``ledger_home=False`` is the explicit opt-out for callers that
-    manage budgets themselves (``spec.ledger`` is then required and no index is read or written)."""
-    from pate_app.run import private_run
-
-    return private_run(spec, records=records, progress=progress, ledger_home=ledger_home)

@@ -342,9 +342,9 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(tmp_path, capsys, mon
 
 
 def test_generate_ray_address_without_ray_names_the_extra(tmp_path, capsys, monkeypatch):
-    import pate_app.run
+    import pate_app.run.backends
 
-    monkeypatch.setattr(pate_app.run, "_ray_installed", lambda: False)
+    monkeypatch.setattr(pate_app.run.backends, "_ray_installed", lambda: False)
     assert main(_generate_argv(tmp_path, "--ray-address", "local", "--workers", "2")) == 2
     err = capsys.readouterr().err
     assert "--ray-address local: Ray is not installed; install the distributed extra" in err

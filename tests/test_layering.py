@@ -102,8 +102,6 @@ LOCAL_IMPORTS = {
     ("mechanisms/registry.py", "mechanisms"),
     # the application's package names RunSpec and synthesize without importing them (a fast --help)
     ("pate_app/__init__.py", "pate_app"),
-    # synthesize runs a spec through pate_app.run, which imports the spec module at module level
-    ("pate_app/spec.py", "pate_app.run"),
     # a spec tells a ledger URL from a path when it is checked: the ledger (and the accountants it replays) is
     # not imported when the command line starts (tests/test_cli_startup.py)
     ("pate_app/spec.py", "pate_accountant.ledger"),

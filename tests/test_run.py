@@ -436,9 +436,9 @@ def test_cli_generate_seed_reaches_no_shareable_output(model_dir, tmp_path, caps
 
 
 def test_cli_demo_seed_reaches_no_shareable_output(model_dir, tmp_path, capsys, monkeypatch):
-    import pate_app.run
+    import pate_app.run.backends
 
-    monkeypatch.setattr(pate_app.run, "demo_model_path", lambda announce=True: model_dir)  # tiny, not SmolLM2
+    monkeypatch.setattr(pate_app.run.backends, "demo_model_path", lambda announce=True: model_dir)  # tiny, not SmolLM2
     ledger = tmp_path / "demo.sqlite"
     argv = ["demo", "--ledger", str(ledger), "--teachers", "64", "--records", "1", "--max-tokens", "3",
             "--step-epsilon", "8", "--step-delta", "0.001", "--budget-delta", "0.5", "--threads", "1", "--seed", str(SEED),
@@ -601,9 +601,9 @@ def test_one_data_set_one_ledger_on_an_installation(model_dir, tmp_path, capsys)
 def test_demos_from_two_folders_share_one_budget(model_dir, tmp_path, capsys, monkeypatch):
     """Issue 22, item 3: demo's default ledger was ./pate-demo.sqlite, so a demo run from another folder spent
     another budget; now both runs charge the sample's one ledger in the ledger home."""
-    import pate_app.run
+    import pate_app.run.backends
 
-    monkeypatch.setattr(pate_app.run, "demo_model_path", lambda announce=True: model_dir)  # tiny, not SmolLM2
+    monkeypatch.setattr(pate_app.run.backends, "demo_model_path", lambda announce=True: model_dir)  # tiny, not SmolLM2
     argv = ["demo", "--teachers", "64", "--records", "1", "--max-tokens", "2", "--step-epsilon", "8",
             "--step-delta", "0.001", "--budget-delta", "0.5", "--threads", "1", "--json"]
     results = []
@@ -730,7 +730,7 @@ def test_two_processes_racing_on_one_new_ledger_with_different_budgets(model_dir
 _HELD_RUN = """
 import sys, time
 from pathlib import Path
-import pate_app.run as run
+import pate_app.run.stages as run
 
 claimed, go = Path(sys.argv[1]), Path(sys.argv[2])
 load = run._backends
@@ -850,7 +850,7 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_run(model_dir, tmp_path, 
     the checkpoint was not written, and exits 1 with the ledger charged and auditing."""
     import errno
 
-    import pate_app.run
+    import pate_app.run.ledger
 
     data = tmp_path / "data.jsonl"
     _write_jsonl(data, _records(8))
@@ -867,7 +867,7 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_run(model_dir, tmp_path, 
     def disk_full(path, checkpoint):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr(pate_app.run, "append_checkpoint", disk_full)
+    monkeypatch.setattr(pate_app.run.ledger, "append_checkpoint", disk_full)
     assert main(_generate_argv(model_dir, data, ledger, "--no-progress", "--signing-key", str(key))) == 1
     out = capsys.readouterr().out
     assert "record 1:" in out and "pin         : pate-accountant audit" in out
@@ -1304,7 +1304,7 @@ def _public_inputs(monkeypatch, model_dir, tmp_path, name, **kwargs) -> list:
         backend, public = original(stack, model, threads, workers, ray_address)
         return backend, _RecordingBackend(public, seen)
 
-    monkeypatch.setattr(run_module, "_backends", recording)
+    monkeypatch.setattr(run_module.stages, "_backends", recording)
     result = _run(model_dir, tmp_path / f"{name}.sqlite", num_records=2, max_tokens=5, **kwargs)
     assert result["audit"]["ok"] and result["charged_runs"] > 0
     return seen
@@ -1384,7 +1384,7 @@ def test_a_first_ctrl_c_during_a_long_prefill_stops_the_run_at_once(model_dir, t
         backend.begin = begin
         return backend, public
 
-    monkeypatch.setattr(run_module, "_backends", slow)
+    monkeypatch.setattr(run_module.stages, "_backends", slow)
     began = time.monotonic()
     result = _run(model_dir, tmp_path / "prefill.sqlite", num_records=2, max_tokens=4)
     assert result["interrupted"] and time.monotonic() - began < 15
@@ -1430,9 +1430,9 @@ def test_the_public_model_alone_sees_no_record_charges_nothing_and_writes_no_led
     ledger, ledger home entry or teacher exists."""
     seen: list = []
     original = run_module._public_backend
-    monkeypatch.setattr(run_module, "_public_backend",
+    monkeypatch.setattr(run_module.public_only, "_public_backend",
                         lambda model, threads: _RecordingBackend(original(model, threads), seen))
-    monkeypatch.setattr(run_module, "_backends", lambda *a, **k: pytest.fail("a teachers' backend was built"))
+    monkeypatch.setattr(run_module.stages, "_backends", lambda *a, **k: pytest.fail("a teachers' backend was built"))
     home = tmp_path / "home"
     records = [{**record, "label": ("a", "b")[i % 2]} for i, record in enumerate(_records(12))]
     out = tmp_path / "public.jsonl"
@@ -1483,7 +1483,7 @@ def test_public_top_k_auto_is_sized_on_the_public_examples_alone(model_dir, tmp_
 
     seen: list = []
     original = run_module._public_backend
-    monkeypatch.setattr(run_module, "_public_backend",
+    monkeypatch.setattr(run_module.public, "_public_backend",
                         lambda model, threads: _RecordingBackend(original(model, threads), seen))
     examples = _public_examples(tmp_path / "public.jsonl", each=3)
     ledger = tmp_path / "auto.sqlite"
@@ -1516,7 +1516,7 @@ def test_public_only_shows_each_label_its_own_public_examples(model_dir, tmp_pat
         prompts.extend([prompt] * count)
         return original(backend, prompt, count, **kwargs)
 
-    monkeypatch.setattr(run_module, "public_generate_many", recording)
+    monkeypatch.setattr(run_module.public_only, "public_generate_many", recording)
     examples = tmp_path / "public.jsonl"
     _write_jsonl(examples, [{"instruction": f"{PUBLIC_WORD} about {label} {i}", "label": label}
                             for label in ("a", "b", "c") for i in range(2)])
@@ -1604,7 +1604,7 @@ def test_a_template_naming_the_label_shows_each_label_its_own_to_teachers_and_pu
         backend.begin = begin
         return backend, _RecordingBackend(public, seen)
 
-    monkeypatch.setattr(run_module, "_backends", recording)
+    monkeypatch.setattr(run_module.stages, "_backends", recording)
     records = [{**record, "label": ("oranges", "bicycles")[i % 2]} for i, record in enumerate(_records(12))]
     result = _run(model_dir, tmp_path / "labels.sqlite", records=records, labels=("oranges", "bicycles"),
                   label_field="label", per_label=1, max_tokens=3, template=str(template), public_top_k=8)
@@ -1620,7 +1620,7 @@ def test_a_template_naming_the_label_shows_each_label_its_own_to_teachers_and_pu
     assert not ledger.exists()
     calls: list = []
     original_public = run_module.public_generate_many
-    monkeypatch.setattr(run_module, "public_generate_many",
+    monkeypatch.setattr(run_module.public_only, "public_generate_many",
                         lambda backend, prompt, count, **kw: calls.append(kw["shared_prefix"]) or original_public(
                             backend, prompt, count, **kw))
     _run(model_dir, None, records=records, labels=("oranges", "bicycles"), label_field="label", public_only=True,

@@ -33,8 +33,8 @@ def no_model(monkeypatch, tmp_path):
     def heavy(*args, **kwargs):
         raise AssertionError("a heavy step ran before a data-only refusal")
 
-    monkeypatch.setattr(run, "demo_model_path", heavy)
-    monkeypatch.setattr(run, "_backends", heavy)
+    monkeypatch.setattr(run.backends, "demo_model_path", heavy)
+    monkeypatch.setattr(run.stages, "_backends", heavy)
     monkeypatch.setattr(run.tb, "token_window", lambda model: (_words, 60, 50))
     monkeypatch.setenv("PATE_ACCOUNTANT_HOME", str(tmp_path / "home"))
     return tmp_path

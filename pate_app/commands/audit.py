@@ -69,6 +69,28 @@ def scrub(text, *locations: str) -> str:
     return hide_passwords(text, *locations)
 
 
+def check_ledger_arguments(args, name: str, *, checkpoints_needed: bool, needed_with: str = "") -> bool:
+    """The usage errors ``audit`` and ``sign`` share on their ledger argument ``args.path`` (shown as ``name``) and
+    its ``--confidential`` and ``--checkpoints``: a PostgreSQL ledger keeps its confidential part in its database,
+    and has no folder to default its checkpoints file to when ``checkpoints_needed`` (``needed_with``: the option
+    that needs them); a file must exist, and so must a given ``--confidential`` file.  Whether the ledger is a
+    PostgreSQL URL."""
+    from pate_accountant.ledger import is_ledger_url
+
+    url = is_ledger_url(args.path)
+    if url and args.confidential is not None:
+        args.parser.error("argument --confidential: a PostgreSQL ledger keeps its confidential part in the schema "
+                          "NAME_confidential of its database")
+    if url and checkpoints_needed and args.checkpoints is None:
+        args.parser.error(f"argument --checkpoints: required{needed_with} for a postgresql:// ledger (there is no "
+                          "file beside it to default to)")
+    if not url and not os.path.isfile(args.path):
+        args.parser.error(f"argument {name}: no ledger file at {args.path!r}")
+    if args.confidential is not None and not os.path.isfile(args.confidential):
+        args.parser.error(f"argument --confidential: no file at {args.confidential!r}")
+    return url
+
+
 def head_hash(text: str) -> str:
     """A row hash: 64 hexadecimal digits (SHA-256), as runs print it."""
     value = text.strip().lower()
@@ -170,26 +192,16 @@ def main(args: argparse.Namespace) -> int:
         LedgerError,
         LedgerIntegrityError,
         VerificationResult,
-        is_ledger_url,
         shown_location,
     )
 
-    url = is_ledger_url(args.path)
     location = shown_location(args.path)
 
     def _print(*values, **kwargs):  # nothing printed shows a password of the URL
         print(*(scrub(value, args.path) for value in values), **kwargs)
 
-    if url and args.confidential is not None:
-        args.parser.error("argument --confidential: a PostgreSQL ledger keeps its confidential part in the schema "
-                          "NAME_confidential of its database")
-    if url and args.public_key is not None and args.checkpoints is None:
-        args.parser.error("argument --checkpoints: required with --public-key for a postgresql:// ledger (there is "
-                          "no file beside it to default to)")
-    if not url and not os.path.isfile(args.path):
-        args.parser.error(f"argument PATH: no ledger file at {args.path!r}")
-    if args.confidential is not None and not os.path.isfile(args.confidential):
-        args.parser.error(f"argument --confidential: no file at {args.confidential!r}")
+    url = check_ledger_arguments(args, "PATH", checkpoints_needed=args.public_key is not None,
+                                 needed_with=" with --public-key")
     if args.checkpoints is not None and args.public_key is None:
         args.parser.error("argument --checkpoints: needs --public-key (the key the checkpoints must be signed by)")
     pins = (args.expect_head, args.expect_rows, args.expect_run_head, args.expect_runs)

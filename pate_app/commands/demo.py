@@ -7,12 +7,12 @@ import argparse
 import os
 
 from pate_app.commands.run_options import (
-    DEMO_DEFAULTS,
     add_budget_options,
     add_run_options,
     run_and_report,
     spec_from_args,
 )
+from pate_app.defaults import DEMO_DEFAULTS
 
 _D = DEMO_DEFAULTS
 NAME = "demo"

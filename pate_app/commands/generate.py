@@ -9,8 +9,8 @@ import os
 from mechanisms import registry as mechanisms_registry
 from pate_accountant import registry as accountants_registry
 from pate_app.commands.run_options import (
-    DEMO_DEFAULTS,
     add_budget_options,
+    add_defaulted,
     add_run_options,
     require,
     run_and_report,
@@ -37,7 +37,6 @@ EMBEDDED, BUNDLED = "embedded", "bundled"
 def add_arguments(p) -> None:
     """``--model``, ``--data``, the mechanism and accountant (from the registries), the budget, the ledger,
     and the run options shared with ``demo``."""
-    d = DEMO_DEFAULTS
     p.add_argument("--data", metavar="FILE", default=None,
                    help=f"your records: JSON lines, JSON or CSV (by the suffix), the text in --text-field; Dolly-"
                         f"format records are still understood; or '{BUNDLED}' for the invented Dolly sample shipped "
@@ -77,10 +76,10 @@ def add_arguments(p) -> None:
     p.add_argument("--model", metavar="PATH", default=EMBEDDED,
                    help=f"local model folder, .gguf file, or folder with one; '{EMBEDDED}' is the SmolLM2-135M-"
                         f"Instruct model shipped with the package (default {EMBEDDED}; model hubs are not used)")
-    p.add_argument("--mechanism", choices=mechanisms_registry.run_mechanism_names(), default=d["mechanism"],
-                   help=f"per-step aggregation mechanism, by its name in mechanisms.registry (default {d['mechanism']})")
-    p.add_argument("--accountant", choices=accountants_registry.run_accountant_names(), default=d["accountant"],
-                   help=f"privacy accountant, by its name in pate_accountant.registry (default {d['accountant']})")
+    add_defaulted(p, "--mechanism", "per-step aggregation mechanism, by its name in mechanisms.registry",
+                  choices=mechanisms_registry.run_mechanism_names())
+    add_defaulted(p, "--accountant", "privacy accountant, by its name in pate_accountant.registry",
+                  choices=accountants_registry.run_accountant_names())
     p.add_argument("--dataset", metavar="NAME", default=None,
                    help="name of the data set the ledger belongs to (default: the --data file's name, or "
                         "bundled-sample); it is stored in the shareable ledger, so choose a name that reveals "

@@ -6,6 +6,7 @@ import shlex
 import sys
 import time
 
+from pate_app.defaults import DEMO_DEFAULTS
 from pate_app.options import (
     BUDGET_DELTA_HELP,
     BUDGET_EPSILON_HELP,
@@ -25,14 +26,15 @@ from pate_app.options import (
     unit,
 )
 
-__all__ = ["DEMO_DEFAULTS", "add_budget_options", "add_run_options", "run_and_report", "spec_from_args"]
+__all__ = ["add_budget_options", "add_defaulted", "add_run_options", "run_and_report", "spec_from_args"]
 
-#: ``demo`` defaults, also ``generate``'s for every option but the budget (docs/demo.md explains the choice).
-DEMO_DEFAULTS = {
-    "teachers": 64, "records": 3, "max_tokens": 24, "mechanism": "dp-argmax", "accountant": "basic",
-    "step_epsilon": 2.0, "step_delta": 1e-6, "relation": "replace-one", "epsilon": 150.0, "delta": 1e-4,
-    "temperature": 0.7, "top_p": 0.9,
-}
+
+def add_defaulted(p, flag: str, help: str, **kwargs) -> None:
+    """The option ``flag`` with the demo's default for it (:data:`~pate_app.defaults.DEMO_DEFAULTS`, under the
+    option's name), said at the end of its ``help``: ``(default 0.7)``."""
+    default = DEMO_DEFAULTS[flag.removeprefix("--").replace("-", "_")]
+    shown = f"{default:g}" if isinstance(default, float) else default
+    p.add_argument(flag, default=default, help=f"{help} (default {shown})", **kwargs)
 
 
 def add_budget_options(p, *, default: bool) -> None:
@@ -67,18 +69,15 @@ def add_run_options(p) -> None:
                    help="number of teachers n, each showing up to --records-per-teacher records (default: one per "
                         f"record up to {d['teachers']}, a multiple of the groups; {d['teachers']} under "
                         "add-remove-one, where the number of records is private)")
-    p.add_argument("--records", metavar="K", type=positive_int, default=d["records"],
-                   help=f"synthetic records to generate (default {d['records']})")
+    add_defaulted(p, "--records", "synthetic records to generate", metavar="K", type=positive_int)
     p.add_argument("--groups", metavar="G", type=positive_int, default=1,
                    help="split the records at random into G disjoint groups of N/G teachers each, generating in "
                         "turn; the run costs what its costliest group costs (parallel composition, docs/groups.md; "
                         "default 1)")
-    p.add_argument("--max-tokens", metavar="T", type=positive_int, default=d["max_tokens"],
-                   help=f"at most T tokens per record; a record also stops at a newline (default {d['max_tokens']})")
-    p.add_argument("--step-epsilon", metavar="E", type=step_epsilon, default=d["step_epsilon"],
-                   help=f"{STEP_EPSILON_HELP} (default {d['step_epsilon']:g})")
-    p.add_argument("--step-delta", metavar="D", type=delta, default=d["step_delta"],
-                   help=f"{STEP_DELTA_HELP} (default {d['step_delta']:g})")
+    add_defaulted(p, "--max-tokens", "at most T tokens per record; a record also stops at a newline", metavar="T",
+                  type=positive_int)
+    add_defaulted(p, "--step-epsilon", STEP_EPSILON_HELP, metavar="E", type=step_epsilon)
+    add_defaulted(p, "--step-delta", STEP_DELTA_HELP, metavar="D", type=delta)
     p.add_argument("--relation", choices=("replace-one", "add-remove-one"), default=d["relation"],
                    help="the privacy unit is one record: replace-one (a record's contents change; the number of "
                         "records is public) or add-remove-one (a record is added or removed; needs "
@@ -87,10 +86,8 @@ def add_run_options(p) -> None:
                    help="each teacher shows at most K records, placed at random; a public number that also sets each "
                         "record's share of the model's window (default under replace-one: records / teachers, "
                         "rounded up; required under add-remove-one, where the number of records is private)")
-    p.add_argument("--temperature", metavar="T", type=positive_float, default=d["temperature"],
-                   help=f"teacher temperature (default {d['temperature']:g})")
-    p.add_argument("--top-p", metavar="P", type=scale, default=d["top_p"],
-                   help=f"teacher top-p in (0, 1] (default {d['top_p']:g})")
+    add_defaulted(p, "--temperature", "teacher temperature", metavar="T", type=positive_float)
+    add_defaulted(p, "--top-p", "teacher top-p in (0, 1]", metavar="P", type=scale)
     p.add_argument("--public-mix", metavar="LAMBDA", type=unit, default=0.0,
                    help="each teacher votes on LAMBDA x the public model's distribution + (1 - LAMBDA) x its own: "
                         "more agreement, biased towards the public model; no privacy cost (default 0: off; "
@@ -269,14 +266,19 @@ INTERRUPTED = 130
 def _print_records(result: dict) -> None:
     """Each record of a run's result, with its token counts and stop reason."""
     for i, record in enumerate(result["records"], start=1):
-        group = (f" ({record['label']})" if "label" in record else
-                 f" (group {record['group']})" if "group" in record else "")
-        text = "\n              ".join(record["text"].splitlines()) or "(empty)"
-        print(f"  record {i}{group}: {text}")
+        _print_text(i, record)
         cut = "" if record["complete"] else ", cut short by the budget"
         print(f"            {plural(record['num_tokens'], 'token')}: {record['private_tokens']} private, "
               f"{record['fallback_tokens']} public fallback{'' if record['fallback_tokens'] == 1 else 's'}; stop: "
               f"{record['stop_reason']}{cut}")
+
+
+def _print_text(i: int, record: dict) -> None:
+    """The line of record ``i`` with its label (or group) and its text, continued lines indented under it."""
+    group = (f" ({record['label']})" if "label" in record else
+             f" (group {record['group']})" if "group" in record else "")
+    text = "\n              ".join(record["text"].splitlines()) or "(empty)"
+    print(f"  record {i}{group}: {text}")
 
 
 def _report_public_only(args, result: dict, command: str, started: float) -> int:
@@ -289,9 +291,7 @@ def _report_public_only(args, result: dict, command: str, started: float) -> int
           f"{p['model']}, template {p['template']}: no private record reaches the model, nothing is charged, no "
           "ledger is written")
     for i, record in enumerate(result["records"], start=1):
-        label = f" ({record['label']})" if "label" in record else ""
-        text = "\n              ".join(record["text"].splitlines()) or "(empty)"
-        print(f"  record {i}{label}: {text}")
+        _print_text(i, record)
         print(f"            {plural(record['num_tokens'], 'token')}, all public; stop: {record['stop_reason']}")
     print(f"records     : {records_sentence(result)}")
     print(f"wall time   : {time.perf_counter() - started:.1f} s")

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-from pate_app.commands.audit import CANNOT_CHECK, reason, scrub
+from pate_app.commands.audit import CANNOT_CHECK, check_ledger_arguments, reason, scrub
 
 NAME = "sign"
 HELP = "verify a ledger and append a signed checkpoint of its head"
@@ -47,20 +46,10 @@ def main(args: argparse.Namespace) -> int:
         load_private_key,
         sign_checkpoint,
     )
-    from pate_accountant.ledger import STORAGE_ERRORS, Ledger, LedgerError, is_ledger_url, shown_location
+    from pate_accountant.ledger import STORAGE_ERRORS, Ledger, LedgerError, shown_location
 
-    url = is_ledger_url(args.path)
     location = shown_location(args.path)
-    if url and args.confidential is not None:
-        args.parser.error("argument --confidential: a PostgreSQL ledger keeps its confidential part in the schema "
-                          "NAME_confidential of its database")
-    if url and args.checkpoints is None:
-        args.parser.error("argument --checkpoints: required for a postgresql:// ledger (there is no file beside it "
-                          "to default to)")
-    if not url and not os.path.isfile(args.path):
-        args.parser.error(f"argument LEDGER: no ledger file at {args.path!r}")
-    if args.confidential is not None and not os.path.isfile(args.confidential):  # as `audit` refuses it
-        args.parser.error(f"argument --confidential: no file at {args.confidential!r}")
+    check_ledger_arguments(args, "LEDGER", checkpoints_needed=True)  # as `audit` refuses them
     try:
         checkpoints = checkpoints_file(args.path, args.checkpoints)
     except CheckpointError as exc:

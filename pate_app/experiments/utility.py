@@ -374,7 +374,8 @@ def asked_records(texts: int, public_only: bool = False) -> int:
 
 def _generate(base: dict, options: dict, private: list, labels, texts: int, folder: Path, seed):
     """One run through RunSpec and synthesize, as a user would: its records and cost (nothing of its text)."""
-    from pate_app.spec import RunSpec, synthesize
+    from pate_app.run import synthesize
+    from pate_app.spec import RunSpec
 
     asked = asked_records(texts, bool(options.get("public_only")))  # with labels: taken in turn, as generate does
     spec = RunSpec(**{**base, **options}, records=asked, ledger=str(folder / "run.sqlite"), seed=seed)
