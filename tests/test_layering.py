@@ -125,3 +125,63 @@ def test_light_modules_are_imported_at_module_level():
                 assert (relative, name) in LOCAL_IMPORTS, f"{relative}:{node.lineno} imports {name} inside a function"
                 found.add((relative, name))
     assert found == LOCAL_IMPORTS
+
+
+#: The import cycles a registry closes, and only those: the accountant registry and the classes it registers,
+#: the mechanism registry and the auditor that reads its cases (issue 35: no circle across files).
+REGISTRY_CYCLES = (
+    frozenset({"pate_accountant.accountants", "pate_accountant.registry"}),
+    frozenset({"mechanisms.audit", "mechanisms.registry"}),
+)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Each of our modules -> the modules of ours it imports, anywhere in its source (function bodies too);
+    ``from a import b`` names the module ``a.b`` when there is one, else ``a``."""
+    files = {}
+    for package in (*BANNED, "pate_app"):
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def resolve(name: str) -> str:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph = {}
+    for module, path in files.items():
+        graph[module] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            graph[module].update(target for target in map(resolve, names) if target and target != module)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> set[frozenset]:
+    """The strongly connected components of more than one module: each reaches every other."""
+    reach = {}
+    for start in graph:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        reach[start] = seen
+    return {frozenset({start} | {other for other in reach[start] if start in reach.get(other, ())})
+            for start in graph if any(start in reach.get(other, ()) for other in reach[start] if other != start)}
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}) == {frozenset("abc")}
+    assert _cycles({"a": {"b"}, "b": set()}) == set()
+
+
+def test_no_import_circle_across_files_outside_the_registries():
+    assert _cycles(_module_graph()) <= set(REGISTRY_CYCLES)
