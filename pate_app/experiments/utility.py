@@ -17,7 +17,7 @@ of every run (``held-out``) and gives the rest to the runs (``private``).  The r
   and the held-out records, standing for the few records a user may declare public;
 * each private configuration at each budget ``epsilon`` of ``--budget-epsilons`` (delta ``--budget-delta``), run
   to its budget or its ``texts`` records through :class:`~pate_app.spec.RunSpec` and
-  :func:`~pate_app.spec.synthesize` as a user would: thresholded GNMax over the public top-50, charged by PLD,
+  :func:`~pate_app.run.synthesize` as a user would: thresholded GNMax over the public top-50, charged by PLD,
   with Hot votes and with Cold votes on the same teachers, at the smallest step epsilon of the grid whose noise
   does not decide its releases (:func:`quiet_step_epsilon`: a rule of the teachers and the vocabulary alone, never
   tuned to a corpus); and Hot PATE's BetweenThresholds query on the public model's candidate token, charged by
