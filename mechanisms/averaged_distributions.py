@@ -54,7 +54,7 @@ from mechanisms.base import (
     relation_field,
     top_k_field,
 )
-from mechanisms.gaussian import count_groups, noise_check_histogram
+from mechanisms.gaussian import count_groups, noise_check_histogram, noise_tables
 from mechanisms.randomness import RandomBits, random_bits
 from pate_accountant.events import (
     REPLACE_ONE,
@@ -195,15 +195,7 @@ class GaussianAveragedDistributions:
         s2 = self.sigma_squared
         reach = int(math.ceil(LAW_SIGMAS * math.sqrt(s2))) + int(h.max() - h.min()) + 2
         values = np.arange(-reach, reach + 1)
-        log_w = -(values.astype(np.float64) ** 2) / (2.0 * s2)
-        pmf = np.exp(log_w - np.logaddexp.reduce(log_w))
-        low = np.cumsum(pmf[: reach + 1])  # P[Y <= y] for y <= 0, summed from the far tail
-
-        def le(y):  # P[Y <= y], the upper half by symmetry
-            lower = np.where(y < -reach, 0.0, low[np.clip(y + reach, 0, reach)])
-            upper = np.where(y >= reach, 0.0, low[np.clip(reach - y - 1, 0, reach)])
-            return np.where(y <= 0, lower, 1.0 - upper)
-
+        pmf, le = noise_tables(s2, reach)
         out = np.zeros(support.size)
         for v in range(support.size):
             with np.errstate(divide="ignore"):
@@ -237,8 +229,7 @@ class GaussianAveragedDistributions:
         top = int(counts[0])
         reach = int(math.ceil(LAW_SIGMAS * scale)) + top + 2
         values = np.arange(-reach, reach + 1)
-        log_w = -(values.astype(np.float64) ** 2) / (2.0 * scale * scale)
-        pmf = np.exp(log_w - np.logaddexp.reduce(log_w))
+        pmf, _ = noise_tables(scale * scale, reach)
         cdf = np.cumsum(pmf)
         log_win = np.log(np.maximum(pmf, 1e-320))
         for count, times in zip(groups, multiplicity):  # every other token below or tied with token 0 (ties: 0)

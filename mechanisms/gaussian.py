@@ -259,27 +259,11 @@ class GaussianNoisyArgMax(Mechanism):
         return BatchRelease(out, self.event)
 
     # -- the exact law ------------------------------------------------------------------------------------
-    def _noise_tables(self):
-        """``pmf[i] = P[X = i - T]`` on ``-T..T`` and ``low[i] = P[X <= i - T]`` for ``i <= T``: the lower half of the
-        CDF, summed from the far tail so that small tails keep their relative precision (the upper half is read
-        by symmetry, ``P[X >= x] = P[X <= -x]``)."""
-        bound = self.truncation_bound
-        x = np.arange(-bound, bound + 1)
-        log_w = -(x.astype(np.float64) ** 2) / (2.0 * self.sigma**2)
-        pmf = np.exp(log_w - np.logaddexp.reduce(log_w))
-        return pmf, np.cumsum(pmf[: bound + 1])
-
     def _factors(self, noise):
         """``(P[X = x], P[X <= x - 1], P[X >= x + 1])`` for an integer array ``x`` (outside ``-T..T`` the noise has
         no mass); each term is read from the tail where it is small, so none loses relative precision."""
         bound = self.truncation_bound
-        pmf, low = self._noise_tables()
-
-        def le(y):  # P[X <= y]: the lower half directly, the upper half as 1 - P[X <= -y - 1]
-            lower = np.where(y < -bound, 0.0, low[np.clip(y + bound, 0, bound)])
-            upper = np.where(y >= bound, 0.0, low[np.clip(bound - y - 1, 0, bound)])
-            return np.where(y <= 0, lower, 1.0 - upper)
-
+        pmf, le = noise_tables(self.sigma**2, bound)
         inside = (noise >= -bound) & (noise <= bound)
         return np.where(inside, pmf[np.clip(noise + bound, 0, 2 * bound)], 0.0), le(noise - 1), le(-noise - 1)
 
@@ -393,6 +377,25 @@ class GaussianNoisyArgMax(Mechanism):
             # Where a_g + b_g x = 0, b_g = 0 and the key cannot win at v: the term is 0.
             rest = np.exp(total[:, None, :] - log_factor) @ weights  # (values, groups)
             return np.where(b > 0, b * np.where(b > 0, rest, 0.0), 0.0).sum(axis=0)
+
+
+def noise_tables(sigma_squared: float, bound: int):
+    """``(pmf, le)`` for the discrete Gaussian ``N_Z(0, sigma_squared)`` restricted to ``-bound..bound``:
+    ``pmf[i] = P[X = i - bound]``, and ``le(y) = P[X <= y]`` for an integer array ``y``, read from the lower half
+    of the CDF summed from the far tail so that small tails keep their relative precision (the upper half by
+    symmetry, ``P[X >= x] = P[X <= -x]``).  Shared by GNMax's exact law and Tang et al.'s
+    (:mod:`mechanisms.averaged_distributions`)."""
+    x = np.arange(-bound, bound + 1)
+    log_w = -(x.astype(np.float64) ** 2) / (2.0 * sigma_squared)
+    pmf = np.exp(log_w - np.logaddexp.reduce(log_w))
+    low = np.cumsum(pmf[: bound + 1])
+
+    def le(y):  # P[X <= y]: the lower half directly, the upper half as 1 - P[X <= -y - 1]
+        lower = np.where(y < -bound, 0.0, low[np.clip(y + bound, 0, bound)])
+        upper = np.where(y >= bound, 0.0, low[np.clip(bound - y - 1, 0, bound)])
+        return np.where(y <= 0, lower, 1.0 - upper)
+
+    return pmf, le
 
 
 def noise_check_histogram(num_teachers: int, vocab_size: int, majority: bool) -> np.ndarray:

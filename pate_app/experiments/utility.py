@@ -46,6 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import attr
 import numpy as np
 
 from pate_app.grammar import add_option
@@ -213,6 +214,21 @@ def load_configurations(path) -> dict:
                              f"{', '.join(dict.fromkeys(QUIET_MECHANISMS + FITTED_MECHANISMS))}")
         rows[str(name)] = dict(options)
     return rows
+
+
+@attr.s(frozen=True, auto_attribs=True)
+class _Fit:
+    """What a fitted row's step epsilon is fitted from when the row runs (:func:`fitted_step_epsilon`): its
+    mechanism, accountant, teachers a group, step delta, budget, records a group, and the quietest step epsilon
+    its noise rule allows (the fitted one is never below it)."""
+
+    mechanism: str
+    accountant: str
+    per_group: int
+    step_delta: float
+    budget: tuple
+    records_a_group: int
+    quietest: float
 
 
 def fitted_step_epsilon(mechanism: str, accountant: str, num_teachers: int, step_delta: float, budget: tuple,
@@ -523,19 +539,19 @@ def run(*, quick: bool = False, seed: int | None = None, progress: bool = True, 
             for epsilon in budgets:
                 fit = None  # fitted when the row runs: to the expected record length of the floor's records
                 if "step_epsilon" not in options and options["mechanism"] in FITTED_MECHANISMS:
-                    fit = (options["mechanism"], options["accountant"], per_group, step["step_delta"], (epsilon, delta),
-                           math.ceil(asked_records(texts) / groups), step.get("step_epsilon", 0.0))
+                    fit = _Fit(options["mechanism"], options["accountant"], per_group, step["step_delta"],
+                               (epsilon, delta), math.ceil(asked_records(texts) / groups),
+                               step.get("step_epsilon", 0.0))
                 runs.append((f"{name}, epsilon {epsilon:g}", "private", epsilon, {**options, **step, **public, **seen},
                              {"budget_epsilon": epsilon, "budget_delta": delta}, fit))
         expected = int(max_tokens)
         for label, kind, epsilon, options, budget, fit in runs:
             if fit is not None:
-                mechanism, accountant, per_group, step_delta_row, budget_pair, records_a_group, quietest = fit
-                e = fitted_step_epsilon(mechanism, accountant, per_group, step_delta_row, budget_pair,
-                                        steps_needed(records_a_group, expected, max_tokens),
+                e = fitted_step_epsilon(fit.mechanism, fit.accountant, fit.per_group, fit.step_delta, fit.budget,
+                                        steps_needed(fit.records_a_group, expected, max_tokens),
                                         touches=1 if labels is None else 2)
                 # none paid: the least; never below the quietest (the run would refuse its noise)
-                options = {**options, "step_epsilon": max(e if e is not None else _STEP_GRID[0], quietest)}
+                options = {**options, "step_epsilon": max(e if e is not None else _STEP_GRID[0], fit.quietest)}
             row = {"row": label, "kind": kind, "epsilon": None if math.isinf(epsilon) else epsilon,
                    "configuration": {k: (len(examples) if k == "public_examples" else v) for k, v in options.items()},
                    "repetitions": []}
@@ -604,18 +620,18 @@ def headline(rows: list, metric: str = "mauve", seed: int = 0) -> dict | None:
            "copies_more_than_floor": copies_more, "share": None, "share_spread": None}
     if top is not None:
         t = values(top)
-        rng = np.random.default_rng(seed)
-        draws = []
-        for _ in range(BOOTSTRAP):
-            pb, fb, tb = (rng.choice(v, v.size) for v in (p, f, t))
-            if tb.mean() != fb.mean():
-                draws.append((pb.mean() - fb.mean()) / (tb.mean() - fb.mean()))
         # a share of a way that measurably exists: the noiseless teachers above the floor by more than twice the
         # standard error of that difference (on man pages they scored 0.99 against 0.99, and a share read 265 %)
         way_se = math.sqrt((t.var(ddof=1) / len(t) if len(t) > 1 else 0.0) + (f.var(ddof=1) / len(f) if len(f) > 1
                                                                              else 0.0))
         above = bool(t.mean() - f.mean() > 2 * way_se)
         if above and not copies_more:
+            rng = np.random.default_rng(seed)
+            draws = []
+            for _ in range(BOOTSTRAP):
+                pb, fb, tb = (rng.choice(v, v.size) for v in (p, f, t))
+                if tb.mean() != fb.mean():
+                    draws.append((pb.mean() - fb.mean()) / (tb.mean() - fb.mean()))
             out["share"] = float((p.mean() - f.mean()) / (t.mean() - f.mean()))
             out["share_spread"] = float(np.std(draws, ddof=1)) if len(draws) > 1 else 0.0
         out["noiseless_row"] = top["row"]
